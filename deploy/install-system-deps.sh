@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime) when missing.
+# As root it installs them; otherwise it says what to install and fails.
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(17|21)'; then
+  missing+=(openjdk-17-jre-headless)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "HiFi needs these Debian packages: ${missing[*]}" >&2
+  echo "Install them with: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

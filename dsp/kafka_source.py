@@ -1,0 +1,204 @@
+"""Kafka into Spark through Spark 4's Python Data Source API (`format("hifi_kafka")`).
+
+Options:
+  bootstrap  broker address list
+  topics     comma-separated topics, read as one stream (a parent's union of child views)
+  format     "rfid"  raw RfidReadCycle records -> one row per tag read (dsp.codec.RAW_RFID_DDL),
+                     with `error` set on rows of records that fail validation
+             "rows"  RowBatch records of a view -> rows of the schema given in `schema`
+  schema     Spark DDL of the rows (format "rows")
+  startingOffsets  "earliest" (default) or "latest"
+  ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
+             reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
+             "<topic>:<partition>:<offset>") and add the readings consumed and rejected to the
+             node's statistics in the MDR, fenced by offset range so a replayed range counts once
+
+Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a restarted query resumes
+exactly where its last committed micro-batch ended. The reader is pickled to the Python workers:
+it holds only plain options, and clients live in per-process caches (glue.bus).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from dsp.codec import (
+    RAW_RFID_COLUMNS,
+    RAW_RFID_DDL,
+    decode_read_cycle,
+    decode_row_batch,
+    encode_dead_letter,
+    project_rows,
+)
+from glue import bus
+from mdr.repository import MDR
+
+ERROR, TS, OFFSET, PAYLOAD = (RAW_RFID_COLUMNS.index(c) for c in ("error", "ts", "offset", "payload"))
+
+_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
+    StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
+    BooleanType: pa.bool_(), BinaryType: pa.binary(), TimestampType: pa.timestamp("us", tz="UTC"),
+}
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _ARROW_TYPES[type(f.dataType)]) for f in schema.fields])
+
+
+def _key(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+def _split_key(key: str) -> tuple[str, int]:
+    topic, _, partition = key.rpartition(":")
+    return topic, int(partition)
+
+
+class OffsetRange(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    ROWS_PER_ARROW_BATCH = 20_000
+
+    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
+        self.schema = schema
+        self.bootstrap = options["bootstrap"]
+        self.topics = [t for t in options["topics"].split(",") if t]
+        self.format = options.get("format", "rows")
+        self.starting = options.get("startingoffsets", options.get("startingOffsets", "earliest"))
+        self.ingest_node = options.get("ingest_node", "")
+        self.mdr_url = options.get("mdr_url", "")
+
+    def _offsets(self, which: str) -> dict:
+        consumer = bus.shared_consumer(self.bootstrap)
+        tps = bus.partitions_of(consumer, self.topics)
+        if which == "earliest":
+            found = consumer.beginning_offsets(tps)
+        else:
+            found = bus.end_offsets(consumer, tps)
+        return {_key(tp.topic, tp.partition): int(off) for tp, off in found.items()}
+
+    def initialOffset(self) -> dict:
+        return self._offsets("latest" if self.starting == "latest" else "earliest")
+
+    def latestOffset(self) -> dict:
+        return self._offsets("latest")
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        ranges = []
+        for key, stop in end.items():
+            first = start.get(key, 0)
+            if stop > first:
+                topic, partition = _split_key(key)
+                ranges.append(OffsetRange(topic, partition, first, stop))
+        return ranges
+
+    def commit(self, end: dict) -> None:
+        # Progress lives in Spark's checkpoint; nothing to commit on the broker.
+        return None
+
+    def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        from kafka import TopicPartition
+
+        consumer = bus.shared_consumer(self.bootstrap)
+        records = bus.read_range(consumer, TopicPartition(partition.topic, partition.partition),
+                                 partition.start, partition.end)
+        schema = arrow_schema(self.schema)
+        names = self.schema.fieldNames()
+        ingest = IngestTally(partition) if self.ingest_node else None
+        rows: list[tuple] = []
+        now_ms = int(time.time() * 1000)
+        for record in records:
+            if self.format == "rfid":
+                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms)
+                if ingest is not None:
+                    ingest.add(decoded)
+                rows.extend(decoded)
+            else:
+                rows.extend(project_rows(decode_row_batch(record.value), names))
+            if len(rows) >= self.ROWS_PER_ARROW_BATCH:
+                yield _to_arrow(rows, schema)
+                rows = []
+        if rows:
+            yield _to_arrow(rows, schema)
+        if ingest is not None:
+            ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
+
+
+class IngestTally:
+    """The data listener's bookkeeping for one offset range of a raw topic."""
+
+    def __init__(self, partition: OffsetRange) -> None:
+        self.partition = partition
+        self.good = 0
+        self.max_event_ms = 0
+        self.dead: list[tuple] = []
+
+    def add(self, rows: list[tuple]) -> None:
+        for row in rows:
+            if row[ERROR] is None:
+                self.good += 1
+                self.max_event_ms = max(self.max_event_ms, int(row[TS].timestamp() * 1000))
+            else:
+                self.dead.append(row)
+
+    def flush(self, bootstrap: str, node: str, mdr_url: str) -> None:
+        topic = self.partition.topic
+        if self.dead:
+            producer = bus.shared_producer(bootstrap)
+            for row in self.dead:
+                offset = row[OFFSET]
+                producer.send(bus.dead_topic(node), key=f"{topic}:{self.partition.partition}:{offset}".encode(),
+                              value=encode_dead_letter(node, topic, self.partition.partition, offset, row[ERROR],
+                                                       row[PAYLOAD] or b""))
+            producer.flush()
+        mdr = shared_mdr(mdr_url)
+        mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
+                             self.max_event_ms, {"rows_in": self.good, "dead": len(self.dead)})
+
+
+_mdrs: dict[str, MDR] = {}
+
+
+def shared_mdr(url: str) -> MDR:
+    if url not in _mdrs:
+        _mdrs[url] = MDR.connect(url)
+    return _mdrs[url]
+
+
+def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays([pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
+                                      schema=schema)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "hifi_kafka"
+
+    def schema(self) -> str:
+        if self.options.get("format", "rows") == "rfid":
+            return RAW_RFID_DDL
+        return self.options["schema"]
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(schema, dict(self.options))

@@ -1,0 +1,197 @@
+"""The DSP manager: one node's set of streaming queries on the shared Spark session.
+
+Queries are added, cancelled, suspended and resumed on the fly. Each has its own checkpoint
+under `<state_dir>/<node>/<query_id>`, so suspend/resume (and a node restart) continue from the
+last committed micro-batch. All of the node's queries run in the FAIR pool named after the node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
+from dsp.kafka_sink import BatchHook, RowBatchSink
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Plan, Source, event_time_column, output_columns, sources, to_json
+
+
+@dataclass
+class ManagedQuery:
+    query_id: str
+    plan: Plan | None               # None for a standalone data listener
+    output_topic: str
+    status: str = "running"         # running | suspended | failed | stopped
+    error: str = ""
+    start: Callable[[], StreamingQuery] | None = None
+    handle: StreamingQuery | None = None
+    sinks: list = field(default_factory=list)
+
+    def plan_json(self) -> str:
+        return to_json(self.plan) if self.plan is not None else ""
+
+
+class DSPManager:
+    """`ingest`, when given, makes exactly one running query the data listener of the raw topic:
+    the first deployed plan that reads it, or else a standalone listener query."""
+
+    def __init__(self, spark: SparkSession, node_id: str, bootstrap: str, state_dir: str,
+                 relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict,
+                 trigger_ms: int = 1000, ingest: Ingest | None = None) -> None:
+        self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
+        self.state_dir = os.path.join(state_dir, node_id)
+        self.relations = relations
+        self.trigger_ms = trigger_ms
+        self.ingest = ingest
+        self._ingest_owner: str | None = None
+        self._queries: dict[str, ManagedQuery] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------ starting queries
+
+    def _checkpoint(self, query_id: str) -> str:
+        return os.path.join(self.state_dir, query_id.replace("/", "_"))
+
+    def _launch(self, managed: ManagedQuery) -> None:
+        assert managed.start is not None
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.scheduler.pool", self.node_id)
+        try:
+            managed.handle = managed.start()
+            managed.status, managed.error = "running", ""
+        finally:
+            sc.setLocalProperty("spark.scheduler.pool", None)
+
+    def _writer(self, df, query_id: str):
+        return (df.writeStream.queryName(f"{self.node_id}/{query_id}")
+                .option("checkpointLocation", os.path.join(self._checkpoint(query_id), "spark"))
+                .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
+
+    def _claims_ingest(self, plan: Plan) -> bool:
+        return (self.ingest is not None and self._ingest_owner is None
+                and any(s.topics == (self.ingest.raw_topic,) for s in sources(plan)))
+
+    def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None) -> None:
+        """Compile and start `plan`, writing its rows to `output_topic`."""
+        with self._lock:
+            if query_id in self._queries:
+                raise ValueError(f"query {query_id!r} is already deployed on {self.node_id}")
+            columns = [name for name, _ in output_columns(plan)]
+            sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
+                                os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),
+                                on_batch)
+            ingest = self.ingest if self._claims_ingest(plan) else None
+
+            def start() -> StreamingQuery:
+                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest)
+                df = compile_plan(plan, ctx)
+                return self._writer(df, query_id).outputMode("append").foreachBatch(sink).start()
+
+            managed = ManagedQuery(query_id, plan, output_topic, start=start, sinks=[sink])
+            self._launch(managed)
+            self._queries[query_id] = managed
+            if ingest is not None:
+                self._ingest_owner = query_id
+
+    def ensure_ingest(self) -> None:
+        """Start a standalone data listener when no running query is the raw topic's listener."""
+        with self._lock:
+            if self.ingest is None or self._ingest_owner is not None:
+                return
+            query_id = "ingest"
+            source = Source((self.ingest.raw_topic,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
+
+            def start() -> StreamingQuery:
+                df = read_source(source, CompileContext(self.spark, self.bootstrap, ingest=self.ingest),
+                                 valid_only=False)
+                return self._writer(df, query_id).format("noop").start()
+
+            managed = ManagedQuery(query_id, None, "", start=start)
+            self._launch(managed)
+            self._queries[query_id] = managed
+            self._ingest_owner = query_id
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _get(self, query_id: str) -> ManagedQuery:
+        managed = self._queries.get(query_id)
+        if managed is None:
+            raise KeyError(f"no query {query_id!r} on node {self.node_id}")
+        return managed
+
+    def suspend(self, query_id: str) -> None:
+        with self._lock:
+            managed = self._get(query_id)
+            if managed.handle is not None:
+                managed.handle.stop()
+            managed.status = "suspended"
+
+    def resume(self, query_id: str) -> None:
+        with self._lock:
+            managed = self._get(query_id)
+            if managed.status != "running" or managed.handle is None or not managed.handle.isActive:
+                self._launch(managed)
+
+    def cancel(self, query_id: str, drop_state: bool = True) -> None:
+        with self._lock:
+            managed = self._queries.pop(query_id, None)
+            if managed is None:
+                raise KeyError(f"no query {query_id!r} on node {self.node_id}")
+            self._stop(managed)
+            if drop_state:
+                shutil.rmtree(self._checkpoint(query_id), ignore_errors=True)
+            if self._ingest_owner == query_id:
+                self._ingest_owner = None
+                self.ensure_ingest()
+
+    def _stop(self, managed: ManagedQuery) -> None:
+        if managed.handle is not None:
+            try:
+                managed.handle.stop()
+            except Exception as exc:  # noqa: BLE001 - a failed query still has to be torn down
+                managed.error = str(exc)
+        for sink in managed.sinks:
+            sink.close()
+        managed.status = "stopped"
+
+    def stop_all(self) -> None:
+        with self._lock:
+            for managed in self._queries.values():
+                self._stop(managed)
+            self._queries.clear()
+            self._ingest_owner = None
+
+    # ------------------------------------------------------------ inspection
+
+    def queries(self) -> list[ManagedQuery]:
+        with self._lock:
+            for managed in self._queries.values():
+                handle = managed.handle
+                if managed.status == "running" and handle is not None and not handle.isActive:
+                    exc = handle.exception()
+                    managed.status, managed.error = "failed", _first_line(str(exc) if exc else "stopped")
+            return list(self._queries.values())
+
+    def progress(self) -> dict[str, float]:
+        """Input rate (rows/s read from the node's inputs) and rows dropped as late by watermarks.
+
+        An edge node's input is its raw topic, read by the data-listener query; other nodes'
+        inputs are their children's views, read by all their queries.
+        """
+        running = [m for m in self.queries() if m.status == "running" and m.handle is not None]
+        rate, late = 0.0, 0
+        for managed in running:
+            last = managed.handle.lastProgress or {}
+            if self._ingest_owner in (None, managed.query_id):
+                rate += float(last.get("processedRowsPerSecond") or 0.0)
+            late += sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in last.get("stateOperators", []))
+        return {"input_rate": rate, "late_rows": float(late)}
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

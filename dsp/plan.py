@@ -1,0 +1,326 @@
+"""The node-local logical plan form: plain frozen dataclasses, their output schemas, and JSON.
+
+A plan is a tree of operators ending in the rows a node's query emits:
+
+  Source(topics, format, columns, event_time, watermark_ms)   Kafka topics read as one stream
+  Filter(child, predicate)                                    keep rows where predicate holds
+  Project(child, outputs)                                     name := expression
+  Aggregate(child, keys, aggregates, having, window)          GROUP BY (+ tumbling/sliding window)
+  LookupJoin(child, relation, on, columns)                    stream-static equi-join (left outer)
+  Union(children)                                             rows of several inputs
+
+Windowed aggregates add `window_start` and `window_end` (TIMESTAMP) to their keys. An Aggregate
+without a window over an already-windowed stream groups by those columns like any key; its input
+must then have its event time among the keys so state is bounded by the watermark.
+
+JSON form ("hifi-plan/1"): every node is {"op": <class name>, ...fields}, expressions are
+{"col": name} | {"lit": value} | {"op": symbol, "left": e, "right": e}. Pure: no I/O here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Union
+
+PLAN_FORMAT = "hifi-plan/1"
+
+COLUMN_TYPES = ("string", "int", "long", "double", "timestamp", "boolean", "binary")
+Column = tuple[str, str]  # (name, type)
+
+# The columns a plan sees of a raw RFID topic (one row per tag read; see dsp.codec).
+RAW_RFID_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"), ("tag_id", "string"), ("antenna", "int"),
+                                               ("read_strength", "double"), ("ts", "timestamp"))
+
+
+class PlanError(ValueError):
+    """A plan that cannot be typed or compiled; the message names the operator and the problem."""
+
+
+# ---------------------------------------------------------------- expressions
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: Any
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str
+    left: Expr
+    right: Expr
+
+
+Expr = Union[Col, Lit, BinOp]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
+COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
+LOGICAL = ("AND", "OR")
+ARITHMETIC = ("+", "-", "*", "/")
+
+
+def expr_type(expr: Expr, schema: dict[str, str]) -> str:
+    if isinstance(expr, Col):
+        if expr.name not in schema:
+            raise PlanError(f"unknown column {expr.name!r} (have {', '.join(schema)})")
+        return schema[expr.name]
+    if isinstance(expr, Lit):
+        value = expr.value
+        if isinstance(value, bool):
+            return "boolean"
+        if isinstance(value, int):
+            return "long"
+        if isinstance(value, float):
+            return "double"
+        return "string"
+    left, right = expr_type(expr.left, schema), expr_type(expr.right, schema)
+    if expr.op in COMPARISONS or expr.op in LOGICAL:
+        return "boolean"
+    if expr.op in ARITHMETIC:
+        return "double" if "double" in (left, right) or expr.op == "/" else "long"
+    raise PlanError(f"unknown operator {expr.op!r}")
+
+
+# ---------------------------------------------------------------- operators
+
+@dataclass(frozen=True)
+class Window:
+    range_ms: int
+    slide_ms: int  # == range_ms for a tumbling window
+
+    def __post_init__(self) -> None:
+        if self.range_ms <= 0 or self.slide_ms <= 0:
+            raise PlanError(f"window range and slide must be positive (got {self.range_ms}, {self.slide_ms} ms)")
+        if self.slide_ms > self.range_ms:
+            raise PlanError(f"window slide {self.slide_ms} ms exceeds its range {self.range_ms} ms")
+
+    def describe(self) -> str:
+        if self.slide_ms == self.range_ms:
+            return f"tumbling {self.range_ms / 1000:g}s"
+        return f"range {self.range_ms / 1000:g}s slide {self.slide_ms / 1000:g}s"
+
+
+@dataclass(frozen=True)
+class Source:
+    topics: tuple[str, ...]
+    format: str                     # "rfid" (raw readings) or "rows" (a view's rows)
+    columns: tuple[Column, ...]
+    event_time: str
+    watermark_ms: int
+
+
+@dataclass(frozen=True)
+class Filter:
+    child: Plan
+    predicate: Expr
+
+
+@dataclass(frozen=True)
+class Project:
+    child: Plan
+    outputs: tuple[tuple[str, Expr], ...]
+
+
+AGGREGATES = ("count", "count_distinct", "sum", "min", "max", "avg", "argmax")
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """`name := fn(column)`; count with column None is count(*).
+
+    argmax(column, by): the `column` value of the row with the largest `by`, ties going to the
+    smallest `column` value, so the choice is deterministic (the paper's arbitration).
+    """
+
+    name: str
+    fn: str
+    column: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    child: Plan
+    keys: tuple[str, ...]
+    aggregates: tuple[AggSpec, ...]
+    having: Expr | None = None
+    window: Window | None = None
+
+
+@dataclass(frozen=True)
+class LookupJoin:
+    child: Plan
+    relation: str
+    on: str
+    columns: tuple[Column, ...]     # columns taken from the relation (besides `on`)
+
+
+@dataclass(frozen=True)
+class Union_:
+    children: tuple[Plan, ...]
+
+
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_]  # noqa: UP007
+
+
+def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
+    if spec.fn not in AGGREGATES:
+        raise PlanError(f"aggregate {spec.name}: unknown function {spec.fn!r}")
+    if spec.fn in ("count", "count_distinct"):
+        if spec.column is not None and spec.column not in schema:
+            raise PlanError(f"aggregate {spec.name}: unknown column {spec.column!r}")
+        return "long"
+    if spec.column is None or spec.column not in schema:
+        raise PlanError(f"aggregate {spec.name}: {spec.fn} needs an existing column (got {spec.column!r})")
+    if spec.fn == "avg":
+        return "double"
+    if spec.fn == "argmax" and (spec.by is None or spec.by not in schema):
+        raise PlanError(f"aggregate {spec.name}: argmax needs an existing 'by' column (got {spec.by!r})")
+    return schema[spec.column]
+
+
+def output_columns(plan: Plan) -> tuple[Column, ...]:
+    """The (name, type) columns a plan produces, checking every column reference on the way."""
+    if isinstance(plan, Source):
+        if plan.format not in ("rfid", "rows"):
+            raise PlanError(f"source {plan.topics}: unknown format {plan.format!r}")
+        if plan.event_time not in dict(plan.columns):
+            raise PlanError(f"source {plan.topics}: event time column {plan.event_time!r} is not a column")
+        return plan.columns
+    if isinstance(plan, Filter):
+        cols = output_columns(plan.child)
+        if expr_type(plan.predicate, dict(cols)) != "boolean":
+            raise PlanError("filter predicate is not a condition")
+        return cols
+    if isinstance(plan, Project):
+        schema = dict(output_columns(plan.child))
+        return tuple((name, expr_type(expr, schema)) for name, expr in plan.outputs)
+    if isinstance(plan, Aggregate):
+        schema = dict(output_columns(plan.child))
+        for key in plan.keys:
+            if key not in schema:
+                raise PlanError(f"GROUP BY: unknown column {key!r}")
+        out: list[Column] = []
+        if plan.window is not None:
+            out += [("window_start", "timestamp"), ("window_end", "timestamp")]
+        out += [(key, schema[key]) for key in plan.keys]
+        out += [(spec.name, _agg_type(spec, schema)) for spec in plan.aggregates]
+        if plan.having is not None and expr_type(plan.having, dict(out)) != "boolean":
+            raise PlanError("HAVING is not a condition")
+        return tuple(out)
+    if isinstance(plan, LookupJoin):
+        cols = output_columns(plan.child)
+        if plan.on not in dict(cols):
+            raise PlanError(f"join with {plan.relation}: unknown column {plan.on!r}")
+        return cols + tuple(plan.columns)
+    if isinstance(plan, Union_):
+        shapes = {output_columns(child) for child in plan.children}
+        if len(shapes) != 1:
+            raise PlanError("union inputs have different columns")
+        return shapes.pop()
+    raise PlanError(f"not a plan operator: {type(plan).__name__}")
+
+
+def event_time_column(plan: Plan) -> str | None:
+    """The column carrying event time in a plan's output (window_end for windowed aggregates)."""
+    if isinstance(plan, Source):
+        return plan.event_time
+    if isinstance(plan, Aggregate):
+        if plan.window is not None:
+            return "window_end"
+        inner = event_time_column(plan.child)
+        return inner if inner in plan.keys else None
+    if isinstance(plan, Project):
+        inner = event_time_column(plan.child)
+        return next((name for name, expr in plan.outputs if expr == Col(inner)), None) if inner else None
+    if isinstance(plan, Union_):
+        return event_time_column(plan.children[0])
+    return event_time_column(plan.child)
+
+
+def window_of(plan: Plan) -> Window | None:
+    """The innermost window that shapes a plan's output rows, if any."""
+    if isinstance(plan, Aggregate) and plan.window is not None:
+        return plan.window
+    if isinstance(plan, Source):
+        return None
+    if isinstance(plan, Union_):
+        return window_of(plan.children[0])
+    return window_of(plan.child)
+
+
+def sources(plan: Plan) -> list[Source]:
+    if isinstance(plan, Source):
+        return [plan]
+    if isinstance(plan, Union_):
+        return [s for child in plan.children for s in sources(child)]
+    return sources(plan.child)
+
+
+# ---------------------------------------------------------------- JSON
+
+_OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_)}
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, Col):
+        return {"col": value.name}
+    if isinstance(value, Lit):
+        return {"lit": value.value}
+    if isinstance(value, BinOp):
+        return {"op": value.op, "left": _encode(value.left), "right": _encode(value.right)}
+    if isinstance(value, Window):
+        return {"range_ms": value.range_ms, "slide_ms": value.slide_ms}
+    if isinstance(value, AggSpec):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if is_dataclass(value):
+        body = {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
+        return {"op": type(value).__name__.rstrip("_"), **body}
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    return value
+
+
+def _decode_expr(data: Any) -> Expr:
+    if "col" in data:
+        return Col(data["col"])
+    if "lit" in data:
+        return Lit(data["lit"])
+    return BinOp(data["op"], _decode_expr(data["left"]), _decode_expr(data["right"]))
+
+
+def _decode(data: dict) -> Plan:
+    op = data.get("op")
+    if op not in _OPERATORS:
+        raise PlanError(f"unknown plan operator {op!r}")
+    if op == "Source":
+        return Source(tuple(data["topics"]), data["format"], tuple(tuple(c) for c in data["columns"]),
+                      data["event_time"], int(data["watermark_ms"]))
+    if op == "Filter":
+        return Filter(_decode(data["child"]), _decode_expr(data["predicate"]))
+    if op == "Project":
+        return Project(_decode(data["child"]), tuple((n, _decode_expr(e)) for n, e in data["outputs"]))
+    if op == "Aggregate":
+        window = data.get("window")
+        return Aggregate(_decode(data["child"]), tuple(data["keys"]),
+                         tuple(AggSpec(**spec) for spec in data["aggregates"]),
+                         _decode_expr(data["having"]) if data.get("having") else None,
+                         Window(**window) if window else None)
+    if op == "LookupJoin":
+        return LookupJoin(_decode(data["child"]), data["relation"], data["on"],
+                          tuple(tuple(c) for c in data["columns"]))
+    return Union_(tuple(_decode(child) for child in data["children"]))
+
+
+def to_json(plan: Plan) -> str:
+    return json.dumps(_encode(plan), sort_keys=True)
+
+
+def from_json(text: str) -> Plan:
+    try:
+        return _decode(json.loads(text))
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise PlanError(f"malformed plan JSON: {exc}") from exc

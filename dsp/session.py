@@ -1,0 +1,46 @@
+"""The Spark session that hosts DSPs: one per process, shared by every node the process runs.
+
+Each node runs its streaming queries in its own FAIR scheduler pool (named after the node), so
+several nodes share one JVM on a small machine; `SPARK_MASTER` points at a real cluster instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+
+from pyspark.sql import SparkSession
+
+from dsp.kafka_source import KafkaDataSource
+
+_lock = threading.Lock()
+
+
+def spark_session(app_name: str = "hifi") -> SparkSession:
+    """Get or create the process's Spark session, with the Kafka data source registered."""
+    with _lock:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        cores = os.environ.get("HIFI_SPARK_CORES", "*")
+        builder = (
+            SparkSession.builder.appName(app_name)
+            .master(os.environ.get("SPARK_MASTER", f"local[{cores}]"))
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            # Stopping a query interrupts its thread; Spark matches the interrupt's message with a
+            # recursive regex that overflows the default 1 MB thread stack.
+            .config("spark.driver.extraJavaOptions", "-Xss16m")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", os.environ.get("HIFI_SHUFFLE_PARTITIONS", "1"))
+            .config("spark.scheduler.mode", "FAIR")
+            .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
+            .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        )
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel(os.environ.get("HIFI_SPARK_LOG_LEVEL", "ERROR"))
+        spark.dataSource.register(KafkaDataSource)
+        logging.getLogger("py4j").setLevel(logging.WARNING)
+        return spark

@@ -1,0 +1,163 @@
+"""The data plane's Kafka client helpers (kafka-python): topics, producers, offset ranges.
+
+Topic names follow DESIGN §3; build them with the functions here, never by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+
+def raw_topic(edge_node: str) -> str:
+    return f"hifi.raw.{edge_node}"
+
+
+def view_topic(node: str, view: str) -> str:
+    return f"hifi.view.{node}.{view}"
+
+
+def rqs_topic(query_id: str, node: str) -> str:
+    return f"hifi.rqs.{query_id}.{node}"
+
+
+def results_topic(query_id: str) -> str:
+    return f"hifi.results.{query_id}"
+
+
+def dead_topic(node: str) -> str:
+    return f"hifi.dead.{node}"
+
+
+def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:
+    """Create the topics that do not exist yet (idempotent)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="hifi-admin")
+    try:
+        existing = set(admin.list_topics())
+        missing = [t for t in dict.fromkeys(topics) if t not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics([NewTopic(t, partitions, 1) for t in missing])
+    finally:
+        admin.close()
+
+
+def make_producer(bootstrap: str, **overrides) -> KafkaProducer:
+    config = {"bootstrap_servers": bootstrap, "linger_ms": 5, "acks": "all", "retries": 5,
+              "max_request_size": 8 * 1024 * 1024}
+    config.update(overrides)
+    return KafkaProducer(**config)
+
+
+def make_consumer(bootstrap: str) -> KafkaConsumer:
+    # Manual assignment only: a group join costs ~20 s on the embedded broker (DESIGN §11).
+    return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
+
+
+_consumers: dict[str, KafkaConsumer] = {}
+_consumers_lock = threading.Lock()
+
+
+def shared_consumer(bootstrap: str) -> KafkaConsumer:
+    """One consumer per bootstrap per process (Spark reuses Python workers across tasks)."""
+    with _consumers_lock:
+        consumer = _consumers.get(bootstrap)
+        if consumer is None:
+            consumer = _consumers[bootstrap] = make_consumer(bootstrap)
+        return consumer
+
+
+_producers: dict[str, KafkaProducer] = {}
+
+
+def shared_producer(bootstrap: str) -> KafkaProducer:
+    """One producer per bootstrap per process (for Spark's Python workers)."""
+    with _consumers_lock:
+        producer = _producers.get(bootstrap)
+        if producer is None:
+            producer = _producers[bootstrap] = make_producer(bootstrap)
+        return producer
+
+
+def partitions_of(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
+    tps = []
+    for topic in topics:
+        parts = consumer.partitions_for_topic(topic)
+        if not parts:
+            consumer.topics()  # refresh metadata once; the topic may have just been created
+            parts = consumer.partitions_for_topic(topic) or set()
+        tps.extend(TopicPartition(topic, p) for p in sorted(parts))
+    return tps
+
+
+def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    """The true next offset of each partition.
+
+    The embedded broker (Tansu 0.6) answers ListOffsets(latest) with the base offset of the last
+    record batch plus one rather than the high watermark, so the answer is corrected by fetching
+    from there: the largest offset fetched plus one. Against Apache Kafka the correction fetches
+    just the last record and changes nothing.
+    """
+    if not tps:
+        return {}
+    reported = consumer.end_offsets(list(tps))
+    result = dict(reported)
+    probe = [tp for tp in tps if reported[tp] > 0]
+    if not probe:
+        return result
+    consumer.assign(probe)
+    for tp in probe:
+        consumer.seek(tp, reported[tp] - 1)
+    # One non-empty fetch per partition is enough: every offset it shows exists, and anything
+    # appended later is picked up by the next call.
+    pending = set(probe)
+    deadline = time.monotonic() + 5.0
+    while pending and time.monotonic() < deadline:
+        for tp, records in consumer.poll(timeout_ms=100, max_records=1_000_000).items():
+            if records:
+                result[tp] = max(result[tp], records[-1].offset + 1)
+                pending.discard(tp)
+    return result
+
+
+def read_range(consumer: KafkaConsumer, tp: TopicPartition, start: int, end: int,
+               idle_timeout_ms: int = 5000) -> Iterator:
+    """Yield the records of one partition with start <= offset < end, in order."""
+    if start >= end:
+        return
+    consumer.assign([tp])
+    consumer.seek(tp, start)
+    position = start
+    while position < end:
+        fetched = consumer.poll(timeout_ms=idle_timeout_ms, max_records=100_000).get(tp, [])
+        if not fetched:
+            raise TimeoutError(f"{tp.topic}[{tp.partition}]: no records at offset {position} (< {end})")
+        for record in fetched:
+            if record.offset >= end:
+                return
+            if record.offset >= position:
+                position = record.offset + 1
+                yield record
+
+
+def tail(bootstrap: str, topics: Sequence[str], stop: threading.Event, from_beginning: bool = True,
+         poll_ms: int = 200) -> Iterator:
+    """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group)."""
+    consumer = make_consumer(bootstrap)
+    try:
+        tps = partitions_of(consumer, topics)
+        consumer.assign(tps)
+        if from_beginning:
+            consumer.seek_to_beginning(*tps)
+        while not stop.is_set():
+            for records in consumer.poll(timeout_ms=poll_ms).values():
+                yield from records
+    finally:
+        consumer.close()

@@ -1,0 +1,112 @@
+"""The CSAVA views of a topology as node-local plans (clean, smooth, arbitrate, totals). Pure.
+
+Until the HiFi SQL front end exists, each view in a topology names a `stage`; this module builds
+that stage's plan over the node's inputs: its raw topic at the edge, its children's exported
+views above. The SQL text in the topology (`definition`) is what the plan computes, as the paper
+prints it.
+
+  clean      edge   cleaned_rfid_stream: readings with read_strength >= strength_T
+  smooth     edge   smoothed_rfid_stream: (receptor, tag) seen >= count_T times in a window
+  arbitrate  above  product_counts: each tag once per window, at the receptor that saw it most
+                    (ties: smallest receptor id), counted per receptor
+  totals     above  location_counts: product counts joined with receptor_locations, per location
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsp.plan import (
+    RAW_RFID_SOURCE_COLUMNS,
+    Aggregate,
+    AggSpec,
+    BinOp,
+    Col,
+    Filter,
+    Lit,
+    LookupJoin,
+    Plan,
+    Project,
+    Source,
+    Window,
+)
+from glue import bus
+from glue.topology import Topology, TopologyError, ViewSpec, duration_ms
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    view: ViewSpec
+    plan: Plan
+    topic: str
+
+
+def _param(topology: Topology, options: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """An option of the view, which may name a deployment parameter (e.g. 'strength_T')."""
+    value = options.get(name, default)
+    if isinstance(value, str) and value in topology.parameters:
+        value = topology.parameters[value]
+    if value is None:
+        raise TopologyError(f"parameter {name!r} is not set (give it in the view or in 'parameters')")
+    return value
+
+
+def _raw_valid(topology: Topology, node_id: str, options: Mapping[str, Any]) -> Plan:
+    """Readings of the node's raw topic that pass the read-strength threshold (the clean stage)."""
+    source = Source((bus.raw_topic(node_id),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts",
+                    duration_ms(options.get("lateness", "1 second")))
+    threshold = float(_param(topology, options, "strength_T", "strength_T"))
+    return Filter(source, BinOp(">=", Col("read_strength"), Lit(threshold)))
+
+
+def _clean(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    return Project(_raw_valid(topology, node_id, options),
+                   tuple((c, Col(c)) for c in ("receptor_id", "tag_id", "read_strength", "ts")))
+
+
+def _smooth(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    range_ms = duration_ms(_param(topology, options, "range", "t1"))
+    slide_ms = duration_ms(_param(topology, options, "slide", "t2")) if "slide" in options else range_ms
+    count_t = int(_param(topology, options, "count_T", "count_T"))
+    return Aggregate(_raw_valid(topology, node_id, options), ("receptor_id", "tag_id"),
+                     (AggSpec("reads", "count"),), BinOp(">=", Col("reads"), Lit(count_t)),
+                     Window(range_ms, slide_ms))
+
+
+def _arbitrate(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    smoothed = inputs(str(options.get("input", "smoothed_rfid_stream")))
+    winner = Aggregate(smoothed, ("window_start", "window_end", "tag_id"),
+                       (AggSpec("receptor_id", "argmax", "receptor_id", "reads"),))
+    return Aggregate(winner, ("window_start", "window_end", "receptor_id"), (AggSpec("tags", "count"),))
+
+
+def _totals(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    counts = inputs(str(options.get("input", "product_counts")))
+    located = LookupJoin(counts, "receptor_locations", "receptor_id", (("location", "string"),))
+    return Aggregate(located, ("window_start", "window_end", "location"), (AggSpec("tags", "sum", "tags"),))
+
+
+STAGES: dict[str, Callable[..., Plan]] = {"clean": _clean, "smooth": _smooth, "arbitrate": _arbitrate,
+                                          "totals": _totals}
+
+
+def view_plans(topology: Topology, node_id: str,
+               child_views: Callable[[str, str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[ViewPlan]:
+    """Plans of the views `node_id` exports. `child_views(node, view)` gives (topics, columns) of a
+    view exported by the node's children, as the MDR lists it."""
+    plans = []
+    for view in topology.views_at(node_id):
+        builder = STAGES.get(view.stage)
+        if builder is None:
+            raise TopologyError(f"view {view.name!r}: unknown stage {view.stage!r} (one of {', '.join(STAGES)})")
+
+        def inputs(name: str, view: ViewSpec = view) -> Plan:
+            topics, columns = child_views(node_id, name)
+            slack = duration_ms(view.options.get("lateness", topology.parameters.get("level_lateness", "2 seconds")))
+            return Source(topics, "rows", columns, "window_end", slack)
+
+        plans.append(ViewPlan(view, builder(topology, node_id, view.options, inputs),
+                              bus.view_topic(node_id, view.name)))
+    return plans

@@ -1,0 +1,258 @@
+"""Topology files (deploy/topologies/*.yaml): load, validate, and answer tree questions. Pure.
+
+Schema (documented in deploy/topologies/README.md):
+  name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen}],
+  receptors [{id, kind, node, location, area, x, y}], relations [{name, columns, rows, replicas}],
+  views [{name, stage, tiers, ...stage options, definition, materialize, readers}], scenario {...}
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+TIERS = ("edge", "aggregation", "core")
+RECEPTOR_KINDS = ("rfid", "mote")
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be run; the message names the file line and the problem."""
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A safe loader that records each mapping's line as the key '__line__'."""
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
+    mapping = loader.construct_mapping(node, deep=True)
+    mapping["__line__"] = node.start_mark.line + 1
+    return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    id: str
+    tier: str
+    parent: str
+    alternates: tuple[str, ...]
+    listen: str
+    line: int
+
+
+@dataclass(frozen=True)
+class ReceptorSpec:
+    id: str
+    kind: str
+    node: str
+    location: str
+    area: str
+    x: float
+    y: float
+    options: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RelationSpec:
+    name: str
+    columns: tuple[tuple[str, str], ...]
+    rows: tuple[tuple, ...]
+    replicas: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    name: str
+    stage: str
+    tiers: tuple[str, ...]
+    options: dict[str, Any]
+    definition: str
+    materialize: bool
+    readers: tuple[str, ...]
+
+
+@dataclass
+class Topology:
+    name: str
+    nodes: dict[str, NodeSpec]
+    receptors: list[ReceptorSpec]
+    relations: list[RelationSpec]
+    views: list[ViewSpec]
+    parameters: dict[str, Any]
+    scenario: dict[str, Any]
+    source: str = ""
+    _children: dict[str, list[str]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._children = {node_id: [] for node_id in self.nodes}
+        for spec in self.nodes.values():
+            if spec.parent:
+                self._children[spec.parent].append(spec.id)
+
+    @property
+    def root(self) -> str:
+        return next(n.id for n in self.nodes.values() if not n.parent)
+
+    def children(self, node_id: str) -> list[str]:
+        return list(self._children[node_id])
+
+    def ancestors(self, node_id: str) -> list[str]:
+        chain = []
+        parent = self.nodes[node_id].parent
+        while parent:
+            chain.append(parent)
+            parent = self.nodes[parent].parent
+        return chain
+
+    def bottom_up(self) -> Iterator[NodeSpec]:
+        """Nodes ordered children before parents."""
+        return iter(sorted(self.nodes.values(), key=lambda n: -len(self.ancestors(n.id))))
+
+    def edge_nodes(self) -> list[str]:
+        return [n.id for n in self.nodes.values() if n.tier == "edge"]
+
+    def receptors_of(self, node_id: str) -> list[ReceptorSpec]:
+        return [r for r in self.receptors if r.node == node_id]
+
+    def views_at(self, node_id: str) -> list[ViewSpec]:
+        tier = self.nodes[node_id].tier
+        return [v for v in self.views if tier in v.tiers]
+
+
+def _need(item: dict, key: str, where: str) -> Any:
+    if key not in item or item[key] in (None, ""):
+        raise TopologyError(f"line {item.get('__line__', '?')}: {where} has no '{key}'")
+    return item[key]
+
+
+def _clean(item: dict) -> dict[str, Any]:
+    return {k: v for k, v in item.items() if k != "__line__"}
+
+
+def parse_topology(text: str, source: str = "<topology>") -> Topology:
+    try:
+        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise TopologyError(f"{source}: a topology is a mapping with 'nodes', 'receptors', ...")
+
+    nodes: dict[str, NodeSpec] = {}
+    for item in doc.get("nodes") or []:
+        node_id = str(_need(item, "id", "a node"))
+        line = item["__line__"]
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", node_id):
+            raise TopologyError(f"line {line}: node id {node_id!r} may hold only letters, digits, '_' and '-'")
+        if node_id in nodes:
+            raise TopologyError(f"line {line}: duplicate node id {node_id!r} (first at line {nodes[node_id].line})")
+        tier = str(_need(item, "tier", f"node {node_id!r}"))
+        if tier not in TIERS:
+            raise TopologyError(f"line {line}: node {node_id!r} has unknown tier {tier!r} (one of {', '.join(TIERS)})")
+        nodes[node_id] = NodeSpec(node_id, tier, str(item.get("parent") or ""),
+                                  tuple(str(a) for a in item.get("alternates") or []), str(item.get("listen", "")),
+                                  line)
+    if not nodes:
+        raise TopologyError(f"{source}: no nodes")
+    for spec in nodes.values():
+        for other in (spec.parent, *spec.alternates):
+            if other and other not in nodes:
+                raise TopologyError(f"line {spec.line}: node {spec.id!r} names unknown parent {other!r}")
+    for spec in nodes.values():
+        seen = [spec.id]
+        parent = spec.parent
+        while parent:
+            if parent in seen:
+                cycle = " -> ".join([*seen, parent])
+                raise TopologyError(f"line {spec.line}: node {spec.id!r} is in a parent cycle: {cycle}")
+            seen.append(parent)
+            parent = nodes[parent].parent
+    roots = [n.id for n in nodes.values() if not n.parent]
+    if len(roots) != 1:
+        raise TopologyError(f"{source}: a topology has exactly one root (a node without parent); found {roots}")
+
+    receptors: list[ReceptorSpec] = []
+    seen_receptors: set[str] = set()
+    for item in doc.get("receptors") or []:
+        rid = str(_need(item, "id", "a receptor"))
+        line = item["__line__"]
+        owner = str(_need(item, "node", f"receptor {rid!r}"))
+        if rid in seen_receptors:
+            raise TopologyError(f"line {line}: duplicate receptor id {rid!r}")
+        seen_receptors.add(rid)
+        if owner not in nodes or nodes[owner].tier != "edge":
+            raise TopologyError(f"line {line}: receptor {rid!r} is attached to {owner!r}, which is not an edge node")
+        kind = str(item.get("kind", "rfid"))
+        if kind not in RECEPTOR_KINDS:
+            raise TopologyError(f"line {line}: receptor {rid!r} has unknown kind {kind!r}")
+        known = {"id", "kind", "node", "location", "area", "x", "y", "__line__"}
+        receptors.append(ReceptorSpec(rid, kind, owner, str(item.get("location", owner)), str(item.get("area", "")),
+                                      float(item.get("x", 0.0)), float(item.get("y", 0.0)),
+                                      {k: v for k, v in item.items() if k not in known}))
+
+    relations = [RelationSpec(str(_need(r, "name", "a relation")),
+                              tuple(tuple(c) for c in _need(r, "columns", "relation")),
+                              tuple(tuple(row) for row in r.get("rows") or []),
+                              tuple(r.get("replicas") or ["*"])) for r in doc.get("relations") or []]
+
+    views: list[ViewSpec] = []
+    for item in doc.get("views") or []:
+        name = str(_need(item, "name", "a view"))
+        tiers = item.get("tiers") or [item.get("tier")]
+        for tier in tiers:
+            if tier not in TIERS:
+                raise TopologyError(f"line {item['__line__']}: view {name!r} placed at unknown tier {tier!r}")
+        known = {"name", "stage", "tiers", "tier", "definition", "materialize", "readers"}
+        views.append(ViewSpec(name, str(_need(item, "stage", f"view {name!r}")), tuple(tiers),
+                              {k: v for k, v in _clean(item).items() if k not in known},
+                              str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
+                              tuple(item.get("readers") or ["*"])))
+
+    return Topology(name=str(doc.get("name", source)), nodes=nodes, receptors=receptors, relations=relations,
+                    views=views, parameters=_clean(doc.get("parameters") or {}),
+                    scenario=_strip_lines(doc.get("scenario") or {}), source=source)
+
+
+def _strip_lines(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_lines(v) for k, v in value.items() if k != "__line__"}
+    if isinstance(value, list):
+        return [_strip_lines(v) for v in value]
+    return value
+
+
+def load_topology(path: str) -> Topology:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology {path}: {exc.strerror}") from exc
+    try:
+        return parse_topology(text, path)
+    except TopologyError as exc:
+        message = str(exc)
+        raise TopologyError(message if message.startswith(path) else f"{path}: {message}") from None
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$")
+_UNIT_MS = {"ms": 1, "milli": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+            "hour": 3_600_000}
+
+
+def duration_ms(text: str | int | float) -> int:
+    """'5 seconds' -> 5000; a bare number is seconds."""
+    if isinstance(text, int | float):
+        return int(text * 1000)
+    match = _DURATION.match(str(text))
+    if not match:
+        raise TopologyError(f"not a duration: {text!r} (write e.g. '500 ms', '5 seconds', '2 minutes')")
+    value, unit = float(match.group(1)), match.group(2)
+    for prefix in ("milli", "ms", "hour", "min", "sec", "h", "m", "s"):
+        if unit.startswith(prefix):
+            return int(value * _UNIT_MS[prefix])
+    raise TopologyError(f"not a duration: {text!r}")

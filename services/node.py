@@ -1,0 +1,215 @@
+"""A HiFi node: gRPC Node service + control manager + local view manager around a DSP.
+
+Every tier runs this same class; the topology says what it does. On start it registers in the
+MDR, heartbeats (liveness with a TTL), starts its data listener on its raw topic (edge nodes),
+deploys and exports its views, and serves the Node API. Statistics reach the MDR from each
+micro-batch (counted once per batch id) and from a periodic gauge update.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from pyspark.sql import SparkSession
+
+from dsp.compiler import Ingest
+from dsp.kafka_sink import BatchReport
+from dsp.manager import DSPManager
+from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
+from glue import bus
+from glue.csava import view_plans
+from glue.topology import Topology, TopologyError
+from mdr.repository import MDR, ViewRecord, now_ms
+from protos import hifi_pb2, hifi_pb2_grpc
+
+log = logging.getLogger("hifi.node")
+
+HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_TTL_MS = 5_000
+
+
+class NodeServicer(hifi_pb2_grpc.NodeServicer):
+    def __init__(self, node: HiFiNode) -> None:
+        self.node = node
+
+    def _guard(self, context: grpc.ServicerContext, action, *args):
+        try:
+            return action(*args)
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+        except (PlanError, ValueError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+
+    def Deploy(self, request, context):  # noqa: N802 - gRPC method names
+        if request.plan.format != PLAN_FORMAT:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
+        topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as)
+        return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
+
+    def Cancel(self, request, context):  # noqa: N802
+        self._guard(context, self.node.dsp.cancel, request.query_id)
+        return hifi_pb2.Ack(ok=True)
+
+    def Suspend(self, request, context):  # noqa: N802
+        self._guard(context, self.node.dsp.suspend, request.query_id)
+        return hifi_pb2.Ack(ok=True)
+
+    def Resume(self, request, context):  # noqa: N802
+        self._guard(context, self.node.dsp.resume, request.query_id)
+        return hifi_pb2.Ack(ok=True)
+
+    def ExportView(self, request, context):  # noqa: N802
+        self._guard(context, self.node.deploy, f"view.{request.view}", request.plan.body, request.view,
+                    tuple(request.readers) or ("*",))
+        return hifi_pb2.Ack(ok=True)
+
+    def RevokeView(self, request, context):  # noqa: N802
+        revoked = self.node.revoke(request.view)
+        return hifi_pb2.Ack(ok=revoked, message="" if revoked else f"no view {request.view!r}")
+
+    def ListViews(self, request, context):  # noqa: N802
+        return hifi_pb2.ViewList(views=[
+            hifi_pb2.ViewInfo(name=v.name, node=v.node, topic=v.topic, window=v.window, definition=v.definition,
+                              readers=list(v.readers)) for v in self.node.mdr.views(self.node.id)])
+
+    def ListQueries(self, request, context):  # noqa: N802
+        return hifi_pb2.QueryList(queries=[
+            hifi_pb2.QueryInfo(query_id=q.query_id, status=q.status, output_topic=q.output_topic,
+                               plan=q.plan_json(), error=q.error) for q in self.node.dsp.queries()])
+
+    def Status(self, request, context):  # noqa: N802
+        stats = self.node.mdr.stats(self.node.id)
+        spec = self.node.topology.nodes[self.node.id]
+        return hifi_pb2.NodeStatus(
+            node=self.node.id, tier=spec.tier, parent=spec.parent, rows_in=int(stats.get("rows_in", 0)),
+            input_rate=stats.get("input_rate", 0.0), lag_ms=int(stats.get("lag_ms", 0)),
+            dead_lettered=int(stats.get("dead", 0)), running_queries=len(self.node.dsp.queries()),
+            uptime_s=int(time.time() - self.node.started_s))
+
+
+class HiFiNode:
+    def __init__(self, node_id: str, topology: Topology, mdr: MDR, spark: SparkSession, bootstrap: str,
+                 state_dir: str, trigger_ms: int = 1000) -> None:
+        if node_id not in topology.nodes:
+            raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
+        self.id = node_id
+        self.topology = topology
+        self.mdr = mdr
+        self.bootstrap = bootstrap
+        tier = topology.nodes[node_id].tier
+        ingest = Ingest(node_id, bus.raw_topic(node_id), mdr.url) if tier == "edge" else None
+        self.dsp = DSPManager(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
+                              ingest)
+        self.server: grpc.Server | None = None
+        self.address = ""
+        self.started_s = time.time()
+        self._max_event_ms: int | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        spec = self.topology.nodes[self.id]
+        self._serve(spec.listen or "127.0.0.1:0")
+        self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
+                               {"views": [v.name for v in self.topology.views_at(self.id)]})
+        self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
+        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"hb-{self.id}", daemon=True)
+        self._heartbeat.start()
+        bus.ensure_topics(self.bootstrap, [bus.dead_topic(self.id)])
+        if spec.tier == "edge":
+            bus.ensure_topics(self.bootstrap, [bus.raw_topic(self.id)])
+        for view_plan in view_plans(self.topology, self.id, self._child_view):
+            if view_plan.view.materialize:
+                self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name,
+                            view_plan.view.readers, view_plan.view.definition)
+            else:
+                self._export(view_plan.view.name, view_plan.plan, "", view_plan.view.readers,
+                             view_plan.view.definition)
+        self.dsp.ensure_ingest()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        self.dsp.stop_all()
+        if self.server is not None:
+            self.server.stop(grace=1).wait(5)
+        self.mdr.mark_down(self.id)
+
+    def _serve(self, listen: str) -> None:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"grpc-{self.id}"))
+        hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server)
+        health_servicer = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = (hifi_pb2.DESCRIPTOR.services_by_name["Node"].full_name, health.SERVICE_NAME,
+                 reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(names, server)
+        port = server.add_insecure_port(listen)
+        server.start()
+        health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
+        host = listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{port}"
+        self.server = server
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
+                progress = self.dsp.progress()
+                newest = self._max_event_ms or int(self.mdr.stats(self.id).get("max_event_ms", 0))
+                lag = now_ms() - newest if newest else 0
+                self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag,
+                                              "running_queries": len(self.dsp.queries())})
+            except Exception:  # noqa: BLE001 - a missed heartbeat must not kill the node
+                log.exception("node %s: heartbeat failed", self.id)
+
+    # ------------------------------------------------------------ views and queries
+
+    def _child_view(self, node_id: str, view: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+        """Topics and columns of `view` as exported by this node's children (from the MDR)."""
+        children = set(self.topology.children(node_id))
+        found = [v for v in self.mdr.views() if v.node in children and v.name == view and v.topic]
+        if not found:
+            raise TopologyError(f"node {node_id}: no child exports a materialized view {view!r}")
+        return tuple(v.topic for v in found), found[0].columns
+
+    def _count(self, query_id: str):
+        def on_batch(report: BatchReport) -> None:
+            self.mdr.add_counts(self.id, query_id, report.batch_id, {"rows_out": report.rows_out})
+            if report.max_event_ms is not None and self.topology.nodes[self.id].tier != "edge":
+                self._max_event_ms = max(self._max_event_ms or 0, report.max_event_ms)
+        return on_batch
+
+    def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
+               definition: str = "") -> str:
+        """Start a plan (object or JSON); with `export_as`, its output becomes an exported view."""
+        if isinstance(plan, str):
+            plan = from_json(plan)
+        topic = bus.view_topic(self.id, export_as) if export_as else bus.rqs_topic(query_id, self.id)
+        bus.ensure_topics(self.bootstrap, [topic])
+        self.dsp.deploy(query_id, plan, topic, self._count(query_id))
+        if export_as:
+            self._export(export_as, plan, topic, readers, definition)
+        return topic
+
+    def _export(self, name: str, plan, topic: str, readers: tuple[str, ...], definition: str) -> None:
+        window = window_of(plan)
+        self.mdr.export_view(ViewRecord(
+            name=name, node=self.id, topic=topic, window=window.describe() if window else "",
+            definition=definition, plan=to_json(plan), columns=output_columns(plan), readers=readers,
+            exported_ms=now_ms()))
+
+    def revoke(self, view: str) -> bool:
+        query_id = f"view.{view}"
+        if any(q.query_id == query_id for q in self.dsp.queries()):
+            self.dsp.cancel(query_id)
+        return self.mdr.revoke_view(self.id, view)
