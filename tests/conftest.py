@@ -1,0 +1,82 @@
+"""Shared fixtures: one real Redis, one real Kafka-protocol broker and one Spark session for the
+whole run (started by the project's own embedded default, or the HIFI_* endpoints if set)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+os.environ.setdefault("HIFI_HOME", os.path.join(os.path.dirname(__file__), "..", ".hifi", "test-home"))
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator:
+    from services.embedded import embedded_or_external
+
+    with embedded_or_external() as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from dsp.session import spark_session
+
+    session = spark_session("hifi-tests")
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+@pytest.fixture()
+def mdr(servers):
+    from mdr.repository import MDR
+
+    repository = MDR.connect(servers.redis_url)
+    repository.clear()
+    yield repository
+    repository.clear()
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5):
+    """Poll until `condition()` is truthy; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def topic_records(bootstrap: str, topic: str) -> list:
+    """Every record currently in `topic` (all partitions), in offset order per partition."""
+    from kafka import TopicPartition
+
+    from glue import bus
+
+    consumer = bus.make_consumer(bootstrap)
+    try:
+        tps = bus.partitions_of(consumer, [topic])
+        ends = bus.end_offsets(consumer, tps)
+        records = []
+        for tp in tps:
+            records.extend(bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, ends[tp]))
+        return records
+    finally:
+        consumer.close()
+
+
+def topic_rows(bootstrap: str, topic: str) -> list[dict]:
+    """The rows of every RowBatch message in `topic`, as dicts (plus `_emitted_ms`)."""
+    from dsp.codec import decode_row_batch
+
+    rows = []
+    for record in topic_records(bootstrap, topic):
+        batch = decode_row_batch(record.value)
+        rows.extend({**dict(zip(batch.columns, r, strict=True)), "_emitted_ms": batch.emitted_ms} for r in batch.rows)
+    return rows

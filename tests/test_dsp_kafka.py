@@ -1,0 +1,97 @@
+"""The DSP's Kafka reader and writer on real Spark and a real broker."""
+
+import math
+import time
+
+from dsp.codec import TagObservation, decode_dead_letter, encode_read_cycle
+from dsp.compiler import Ingest
+from dsp.manager import DSPManager
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Col, Project, Source
+from glue import bus
+from protos import hifi_pb2
+from tests.conftest import topic_records, topic_rows, wait_for
+
+
+def _publish_cycles(bootstrap, topic, first_cycle, cycles, reads_per_cycle=3):
+    producer = bus.make_producer(bootstrap)
+    now = int(time.time() * 1000)
+    for cycle in range(first_cycle, first_cycle + cycles):
+        reads = [TagObservation(f"tag-{cycle}-{i}", 1, 0.5) for i in range(reads_per_cycle)]
+        key, value = encode_read_cycle("r1", cycle, now - 10_000 + cycle, reads)
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+
+
+def _copy_plan(raw):
+    source = Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+    return Project(source, (("receptor_id", Col("receptor_id")), ("tag_id", Col("tag_id")), ("ts", Col("ts"))))
+
+
+def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, tmp_path):
+    raw, out = "hifi.raw.eo", "hifi.rqs.copy.eo"
+    bus.ensure_topics(servers.bootstrap, [raw, out])
+    _publish_cycles(servers.bootstrap, raw, 0, 200)
+    manager = DSPManager(spark, "eo", servers.bootstrap, str(tmp_path), trigger_ms=500)
+    manager.deploy("copy", _copy_plan(raw), out)
+    wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 600, 90, "the first 600 readings")
+
+    manager.suspend("copy")                       # stop the streaming query, keep its checkpoint
+    _publish_cycles(servers.bootstrap, raw, 200, 100)
+    manager.resume("copy")
+    wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 900, 90, "readings after resume")
+    manager.stop_all()
+
+    _publish_cycles(servers.bootstrap, raw, 300, 100)
+    restarted = DSPManager(spark, "eo", servers.bootstrap, str(tmp_path), trigger_ms=500)  # a node restart
+    restarted.deploy("copy", _copy_plan(raw), out)
+    wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 1200, 90, "readings after a restart")
+    time.sleep(2)  # a duplicate would arrive within the next micro-batches
+    restarted.stop_all()
+
+    tags = [row["tag_id"] for row in topic_rows(servers.bootstrap, out)]
+    expected = {f"tag-{c}-{i}" for c in range(400) for i in range(3)}
+    assert len(tags) == len(expected) and set(tags) == expected
+
+
+def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(servers, spark, mdr, tmp_path):
+    node, raw, out = "dl", "hifi.raw.dl", "hifi.rqs.copy.dl"
+    bus.ensure_topics(servers.bootstrap, [raw, out, bus.dead_topic(node)])
+    manager = DSPManager(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
+                         ingest=Ingest(node, raw, servers.redis_url))
+    manager.deploy("copy", _copy_plan(raw), out)
+
+    now = int(time.time() * 1000)
+    bad = {
+        b"garbage \xff\xfe": "undecodable",
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1, timestamp_ms=now,
+                               reads=[hifi_pb2.TagRead(tag_id="x", read_strength=math.nan)]).SerializeToString():
+            "read_strength is nan",
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=2, timestamp_ms=now,
+                               reads=[hifi_pb2.TagRead(tag_id="x", read_strength=-1.0)]).SerializeToString():
+            "negative read_strength",
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=3, timestamp_ms=now + 86_400_000,
+                               reads=[hifi_pb2.TagRead(tag_id="x", read_strength=0.4)]).SerializeToString():
+            "in the future",
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=4, timestamp_ms=now,
+                               reads=[hifi_pb2.TagRead(tag_id="", read_strength=0.4)]).SerializeToString():
+            "missing tag_id",
+    }
+    _publish_cycles(servers.bootstrap, raw, 0, 50)
+    producer = bus.make_producer(servers.bootstrap)
+    for payload in bad:
+        producer.send(raw, key=b"bad", value=payload)
+    producer.flush()
+    _publish_cycles(servers.bootstrap, raw, 50, 50)   # good records after the bad ones still flow
+
+    wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 300, 90, "good readings past the bad ones")
+    stats = wait_for(lambda: (s := mdr.stats(node)).get("dead") == len(bad) and s, 30, "dead-letter count")
+    assert stats["rows_in"] == 300
+    letters = [decode_dead_letter(r.value) for r in topic_records(servers.bootstrap, bus.dead_topic(node))]
+    assert len(letters) == len(bad)
+    for letter in letters:
+        assert letter.node == node and letter.topic == raw
+        assert bad[letter.payload] in letter.reason
+    assert [q.status for q in manager.queries()] == ["running"]
+    assert len(topic_rows(servers.bootstrap, out)) == 300
+    manager.stop_all()

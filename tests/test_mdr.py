@@ -1,0 +1,67 @@
+"""MDR behaviour against a real Redis server."""
+
+import time
+
+from mdr.repository import ViewRecord, now_ms
+from tests.conftest import wait_for
+
+
+def test_node_liveness_expires_when_heartbeats_stop(mdr):
+    mdr.register_node("door1", "edge", "warehouse", ["warehouse2"], "127.0.0.1:5001", {"views": ["v"]})
+    mdr.heartbeat("door1", ttl_ms=600)
+    node = mdr.node("door1")
+    assert (node.tier, node.parent, node.alternates, node.alive) == ("edge", "warehouse", ("warehouse2",), True)
+    assert node.capabilities == {"views": ["v"]}
+    wait_for(lambda: not mdr.node("door1").alive, 5, "door1 to turn dead after its heartbeat TTL", 0.1)
+    mdr.heartbeat("door1", ttl_ms=600)
+    assert mdr.node("door1").alive
+
+
+def test_views_export_list_and_revoke(mdr):
+    view = ViewRecord("smoothed", "door1", "hifi.view.door1.smoothed", "tumbling 2s", "SELECT ...", "{}",
+                      (("tag_id", "string"),), ("warehouse",), now_ms())
+    mdr.export_view(view)
+    assert mdr.views() == [view]
+    assert mdr.views("door2") == []
+    assert view.readable_by("warehouse") and not view.readable_by("someone")
+    assert mdr.revoke_view("door1", "smoothed")
+    assert mdr.views() == []
+    assert not mdr.revoke_view("door1", "smoothed")
+
+
+def test_every_change_is_announced_on_the_change_stream(mdr):
+    mdr.register_node("hq", "core", "", [], "x")
+    mdr.define_stream("rfid_stream", [("tag_id", "string")])
+    mdr.put_relation("receptor_locations", [("receptor_id", "string"), ("location", "string")], [("r1", "d1")], ["*"])
+    changes = [(c["kind"], c["op"], c["id"]) for _, c in mdr.changes()]
+    assert changes == [("node", "register", "hq"), ("stream", "define", "rfid_stream"),
+                       ("relation", "put", "receptor_locations")]
+    assert mdr.streams() == {"rfid_stream": [("tag_id", "string")]}
+    assert mdr.relations_at("anywhere") == {"receptor_locations": [("r1", "d1")]}
+
+
+def test_batch_counts_are_added_once_per_batch_id(mdr):
+    assert mdr.add_counts("n", "q1", 0, {"rows_out": 5})
+    assert not mdr.add_counts("n", "q1", 0, {"rows_out": 5})   # a replay of batch 0
+    assert mdr.add_counts("n", "q1", 1, {"rows_out": 2})
+    assert mdr.add_counts("n", "q2", 0, {"rows_out": 1})       # another query's batch 0
+    assert mdr.stats("n")["rows_out"] == 8
+
+
+def test_raw_offset_ranges_are_counted_once(mdr):
+    assert mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
+    assert not mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
+    assert mdr.add_range_counts("n", "hifi.raw.n", 1, 0, 4, 900, {"rows_in": 3})
+    assert mdr.add_range_counts("n", "hifi.raw.n", 0, 10, 12, 2000, {"rows_in": 6})
+    stats = mdr.stats("n")
+    assert (stats["rows_in"], stats["dead"], stats["max_event_ms"]) == (39, 1, 2000)
+
+
+def test_queries_are_stored_and_dropped(mdr):
+    from mdr.repository import QueryRecord
+
+    record = QueryRecord("q1", "SELECT 1", "hq", {"door1": ["q1.door1"]}, "running", int(time.time() * 1000))
+    mdr.put_query(record)
+    assert mdr.queries() == [record]
+    mdr.drop_query("q1")
+    assert mdr.queries() == []
