@@ -82,8 +82,8 @@ class ReaderAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="hifi-agent", daemon=True)
+    def start(self, duration_s: float | None = None) -> None:
+        self._thread = threading.Thread(target=self.run, args=(duration_s,), name="hifi-agent", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -2,8 +2,8 @@ import pytest
 
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
-    AggSpec,
     Aggregate,
+    AggSpec,
     BinOp,
     Col,
     Filter,

@@ -1,0 +1,44 @@
+"""Scoring against ground truth (edge.agent's JSONL): what the core should report. Pure."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+
+def true_location_counts(truth: Iterable[dict[str, Any]], window_ms: int) -> dict[tuple[int, str], int]:
+    """Distinct tags truly present at each location per tumbling window: {(window_start_ms, location): n}."""
+    present: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for cycle in truth:
+        start = cycle["t"] // window_ms * window_ms
+        present[(start, cycle["location"])].update(cycle["present"])
+    return {key: len(tags) for key, tags in present.items()}
+
+
+def covered_windows(truth: list[dict[str, Any]], window_ms: int, cycle_ms: int) -> list[int]:
+    """Window starts whose every read cycle happened during the run (no partial windows)."""
+    if not truth:
+        return []
+    first = min(c["t"] for c in truth)
+    last = max(c["t"] for c in truth) + cycle_ms
+    start = -(-first // window_ms) * window_ms
+    return list(range(start, last - window_ms + 1, window_ms))
+
+
+def readings_per_node(truth: Iterable[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for cycle in truth:
+        counts[cycle["node"]] += len(cycle["reads"])
+    return dict(counts)
+
+
+def reading_latencies_ms(truth: Iterable[dict[str, Any]], emitted_ms: dict[tuple[int, str], int],
+                         window_ms: int) -> list[int]:
+    """For every reading whose window and location reached the core: core emit time - reading time."""
+    latencies = []
+    for cycle in truth:
+        key = (cycle["t"] // window_ms * window_ms, cycle["location"])
+        if key in emitted_ms:
+            latencies.extend([emitted_ms[key] - cycle["t"]] * len(cycle["reads"]))
+    return latencies
