@@ -186,8 +186,8 @@ def shared_mdr(url: str) -> MDR:
 
 def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
     columns = list(zip(*rows, strict=True))
-    return pa.RecordBatch.from_arrays([pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)],
-                                      schema=schema)
+    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class KafkaDataSource(DataSource):

@@ -92,8 +92,10 @@ STAGES: dict[str, Callable[..., Plan]] = {"clean": _clean, "smooth": _smooth, "a
                                           "totals": _totals}
 
 
-def view_plans(topology: Topology, node_id: str,
-               child_views: Callable[[str, str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]) -> list[ViewPlan]:
+ChildViews = Callable[[str, str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]
+
+
+def view_plans(topology: Topology, node_id: str, child_views: ChildViews) -> list[ViewPlan]:
     """Plans of the views `node_id` exports. `child_views(node, view)` gives (topics, columns) of a
     view exported by the node's children, as the MDR lists it."""
     plans = []

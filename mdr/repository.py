@@ -216,7 +216,8 @@ class MDR:
             pipe.sadd(self.k("views"), view.key)
             pipe.hset(self.k("view", view.key), mapping={
                 "name": view.name, "node": view.node, "topic": view.topic, "window": view.window,
-                "definition": view.definition, "plan": view.plan, "columns": json.dumps([list(c) for c in view.columns]),
+                "definition": view.definition, "plan": view.plan,
+                "columns": json.dumps([list(c) for c in view.columns]),
                 "readers": json.dumps(list(view.readers)), "exported_ms": view.exported_ms,
             })
             self._announce(pipe, "view", "export", view.key)

@@ -47,7 +47,8 @@ def test_default_views_build_plans_at_every_tier():
 
 @pytest.mark.parametrize("text, message", [
     (NODES_OK + "  - id: d1\n    tier: edge\n    parent: wh\n", r"line 11: duplicate node id 'd1' \(first at line 8\)"),
-    (NODES_OK + "  - id: d2\n    tier: edge\n    parent: nowhere\n", "line 11: node 'd2' names unknown parent 'nowhere'"),
+    (NODES_OK + "  - id: d2\n    tier: edge\n    parent: nowhere\n",
+     "line 11: node 'd2' names unknown parent 'nowhere'"),
     ("nodes:\n  - {id: a, tier: core, parent: b}\n  - {id: b, tier: aggregation, parent: a}\n",
      "line 2: node 'a' is in a parent cycle: a -> b -> a"),
     ("nodes:\n  - {id: a, tier: cloud}\n", "line 2: node 'a' has unknown tier 'cloud'"),
