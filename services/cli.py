@@ -157,6 +157,15 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from services.bench import run_pipeline_bench
+
+    figures = run_pipeline_bench(load_topology(args.topology), args.duration, _progress, args.trigger_ms)
+    _stop_spark()
+    _say(figures.table())
+    return 0
+
+
 # ---------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +195,14 @@ def build_parser() -> argparse.ArgumentParser:
     agents.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
     agents.add_argument("--truth", default=None, help="write ground truth JSONL here")
     agents.set_defaults(func=cmd_agents)
+
+    bench = sub.add_parser("bench", help="benchmarks that print figures")
+    bench.add_argument("which", choices=["pipeline"],
+                       help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy")
+    bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
+    bench.add_argument("--duration", type=float, default=60.0, help="seconds the agents run (default 60)")
+    bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

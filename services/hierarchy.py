@@ -56,7 +56,9 @@ class Hierarchy:
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
         if not self.state_dir:
-            self.state_dir = tempfile.mkdtemp(prefix="hifi-state-")
+            # Checkpoints are rewritten every micro-batch; tmpfs keeps that off the disk.
+            shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+            self.state_dir = tempfile.mkdtemp(prefix="hifi-state-", dir=shm)
 
     def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
         self.mdr.clear()

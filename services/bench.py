@@ -1,0 +1,109 @@
+"""`hifi bench pipeline`: run a topology end to end and print its figures.
+
+Figures: seconds from start (Spark included) to the first result at the core; raw readings per
+second the edge nodes consumed; p50/p95/max latency from a reading's timestamp to the core result
+that includes it (the core's emit time of that window and location); accuracy of the core's
+per-location counts against ground truth.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edge.agent import read_truth
+from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
+from glue.topology import Topology, duration_ms
+
+
+@dataclass
+class PipelineFigures:
+    seconds_to_first_result: float | None
+    edge_readings_per_s: float
+    readings_consumed: int
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    latency_max_ms: float | None
+    windows_scored: int
+    windows_exact: int
+
+    def table(self) -> str:
+        def fmt(value: float | None, unit: str) -> str:
+            return "n/a" if value is None else f"{value:,.1f} {unit}"
+
+        rows = [
+            ("time from start to first core result", fmt(self.seconds_to_first_result, "s")),
+            ("raw readings consumed by edge nodes", f"{self.readings_consumed:,}"),
+            ("edge input rate", fmt(self.edge_readings_per_s, "readings/s")),
+            ("latency reading -> core result, p50", fmt(self.latency_p50_ms, "ms")),
+            ("latency reading -> core result, p95", fmt(self.latency_p95_ms, "ms")),
+            ("latency reading -> core result, max", fmt(self.latency_max_ms, "ms")),
+            ("closed windows exact at the core", f"{self.windows_exact} of {self.windows_scored}"),
+        ]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+
+
+def _percentile(values: list[int], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return float(values[0])
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable[[str], None],
+                       trigger_ms: int = 1000) -> PipelineFigures:
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy, follow_results
+
+    window_ms = duration_ms(topology.parameters.get("t1", "2 seconds"))
+    started = time.monotonic()
+    core_rows: list[dict] = []
+    first_result: list[float] = []
+    stop = threading.Event()
+
+    def collect(topic: str, row: dict) -> None:
+        if not first_result:
+            first_result.append(time.monotonic() - started)
+            progress(f"first core result after {first_result[0]:.1f} s")
+        core_rows.append(row)
+
+    with embedded_or_external() as servers:
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, trigger_ms=trigger_ms)
+        try:
+            hierarchy.start(progress)
+            agent = hierarchy.start_agents()
+            follower = threading.Thread(target=follow_results,
+                                        args=(servers.bootstrap, hierarchy.root_topics(), stop, collect), daemon=True)
+            follower.start()
+            progress(f"running for {duration_s:.0f} s")
+            time.sleep(duration_s)
+            agent.stop()
+            edge_nodes = topology.edge_nodes()
+            consumed = sum(int(hierarchy.mdr.stats(n).get("rows_in", 0)) for n in edge_nodes)
+            run_s = max((agent.stats.stopped_ms - agent.stats.started_ms) / 1000, 1e-9)
+            truth = read_truth(hierarchy.truth_path)
+        finally:
+            stop.set()
+            hierarchy.stop()
+
+    produced = sum(readings_per_node(truth).values())
+    progress(f"agents produced {produced} readings; edge nodes consumed {consumed}")
+    emitted = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["_emitted_ms"] for r in core_rows}
+    latencies = reading_latencies_ms(truth, emitted, window_ms)
+    expected = true_location_counts(truth, window_ms)
+    got = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["tags"] for r in core_rows}
+    emitted_windows = {w for w, _ in got}
+    scored = [w for w in covered_windows(truth, window_ms, agent.scenario.cycle_ms) if w in emitted_windows]
+    locations = {loc for _, loc in expected if loc != "away"}
+    exact = sum(all(got.get((w, loc), 0) == expected.get((w, loc), 0) for loc in locations) for w in scored)
+    return PipelineFigures(
+        seconds_to_first_result=first_result[0] if first_result else None,
+        edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
+        latency_p50_ms=_percentile(latencies, 50), latency_p95_ms=_percentile(latencies, 95),
+        latency_max_ms=float(max(latencies)) if latencies else None,
+        windows_scored=len(scored), windows_exact=exact)
