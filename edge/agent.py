@@ -79,6 +79,8 @@ class ReaderAgent:
         self.truth_path = truth_path
         self.on_cycle = on_cycle
         self.stats = AgentStats()
+        if truth_path:
+            open(truth_path, "a").close()  # exists from now on, even before the first cycle
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
