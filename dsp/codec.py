@@ -41,7 +41,7 @@ def encode_read_cycle(receptor_id: str, cycle: int, timestamp_ms: int,
     return f"{receptor_id}:{cycle}".encode(), msg.SerializeToString()
 
 
-def _ms_to_datetime(ms: int) -> dt.datetime:
+def ms_to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
 
 
@@ -74,7 +74,7 @@ def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int) ->
     problem = cycle_problem(msg, now_ms)
     if problem is not None:
         return [(msg.receptor_id or None, None, None, None, None, msg.cycle, partition, offset, problem, value)]
-    ts = _ms_to_datetime(msg.timestamp_ms)
+    ts = ms_to_datetime(msg.timestamp_ms)
     return [(msg.receptor_id, r.tag_id, r.antenna, r.read_strength, ts, msg.cycle, partition, offset, None, None)
             for r in msg.reads]
 
@@ -94,6 +94,8 @@ def _to_value(value: Any) -> hifi_pb2.Value:
         if value.tzinfo is None:
             value = value.replace(tzinfo=dt.UTC)
         return hifi_pb2.Value(ts_ms=round(value.timestamp() * 1000))
+    if isinstance(value, list | tuple):
+        return hifi_pb2.Value(list=hifi_pb2.ValueList(items=[_to_value(v) for v in value]))
     return hifi_pb2.Value(s=str(value))
 
 
@@ -102,14 +104,17 @@ def _from_value(value: hifi_pb2.Value) -> Any:
     if kind is None:
         return None
     if kind == "ts_ms":
-        return _ms_to_datetime(value.ts_ms)
+        return ms_to_datetime(value.ts_ms)
+    if kind == "list":
+        return [_from_value(v) for v in value.list.items]
     return getattr(value, kind)
 
 
 def encode_row_batch(producer: str, stream: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                     batch_id: int, emitted_ms: int) -> bytes:
+                     batch_id: int, emitted_ms: int, watermark_ms: int = 0) -> bytes:
+    """A RowBatch; with `watermark_ms` and no rows it is a progress marker."""
     msg = hifi_pb2.RowBatch(producer=producer, stream=stream, columns=list(columns), batch_id=batch_id,
-                            emitted_ms=emitted_ms)
+                            emitted_ms=emitted_ms, watermark_ms=watermark_ms)
     for row in rows:
         msg.rows.add(values=[_to_value(v) for v in row])
     return msg.SerializeToString()
@@ -123,13 +128,15 @@ class DecodedBatch:
     rows: list[tuple]
     batch_id: int
     emitted_ms: int
+    watermark_ms: int = 0
 
 
 def decode_row_batch(value: bytes) -> DecodedBatch:
     msg = hifi_pb2.RowBatch()
     msg.ParseFromString(value)
     rows = [tuple(_from_value(v) for v in row.values) for row in msg.rows]
-    return DecodedBatch(msg.producer, msg.stream, list(msg.columns), rows, msg.batch_id, msg.emitted_ms)
+    return DecodedBatch(msg.producer, msg.stream, list(msg.columns), rows, msg.batch_id, msg.emitted_ms,
+                        msg.watermark_ms)
 
 
 def project_rows(batch: DecodedBatch, wanted: Sequence[str]) -> list[tuple]:

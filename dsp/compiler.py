@@ -14,6 +14,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from dsp.kafka_source import PROGRESS_COLUMN
 from dsp.plan import (
     Aggregate,
     AggSpec,
@@ -21,6 +22,7 @@ from dsp.plan import (
     Col,
     Expr,
     Filter,
+    Func,
     LookupJoin,
     Plan,
     PlanError,
@@ -41,8 +43,19 @@ _BINARY: dict[str, Callable[[SparkColumn, SparkColumn], SparkColumn]] = {
 }
 
 
+def spark_type(kind: str) -> str:
+    if kind.startswith("array<") and kind.endswith(">"):
+        return f"ARRAY<{spark_type(kind[6:-1])}>"
+    return SPARK_TYPES[kind]
+
+
 def ddl(columns: Sequence[tuple[str, str]]) -> str:
-    return ", ".join(f"`{name}` {SPARK_TYPES[kind]}" for name, kind in columns)
+    return ", ".join(f"`{name}` {spark_type(kind)}" for name, kind in columns)
+
+
+_FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
+    "not": operator.invert, "size": F.size, "double": lambda c: c.cast("double"),
+}
 
 
 def compile_expr(expr: Expr) -> SparkColumn:
@@ -50,6 +63,8 @@ def compile_expr(expr: Expr) -> SparkColumn:
         return F.col(expr.name)
     if isinstance(expr, BinOp):
         return _BINARY[expr.op](compile_expr(expr.left), compile_expr(expr.right))
+    if isinstance(expr, Func):
+        return _FUNCTIONS[expr.name](*[compile_expr(a) for a in expr.args])
     return F.lit(expr.value)
 
 
@@ -62,6 +77,8 @@ def _aggregate(spec: AggSpec) -> SparkColumn:
         result = F.size(F.collect_set(column))
     elif spec.fn == "argmax":
         result = F.min_by(column, F.struct(-F.col(spec.by), column))
+    elif spec.fn == "union_sets":
+        result = F.array_distinct(F.flatten(F.collect_list(column)))
     else:
         result = getattr(F, spec.fn)(column)
     return result.alias(spec.name)
@@ -90,19 +107,42 @@ def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
 
 
 def read_source(source: Source, ctx: CompileContext, valid_only: bool = True) -> DataFrame:
-    """The source's stream; raw RFID sources keep only valid readings unless `valid_only` is off."""
+    """The source's stream; raw RFID sources keep only valid readings unless `valid_only` is off.
+
+    With markers, every topic is read as its own stream with its own watermark and the streams
+    are unioned: Spark's global watermark is then the minimum over the children (a child that
+    is behind holds it back instead of seeing its rows dropped as late). Marker rows advance
+    their stream's watermark and are dropped right after it.
+    """
+    if source.markers:
+        frames = [_read_topic(source, (topic,), ctx, valid_only) for topic in source.topics]
+        result = frames[0]
+        for frame in frames[1:]:
+            result = result.unionByName(frame)
+        return result
+    return _read_topic(source, source.topics, ctx, valid_only)
+
+
+def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool) -> DataFrame:
     reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
-              .option("topics", ",".join(source.topics)).option("format", source.format))
+              .option("topics", ",".join(topics)).option("format", source.format))
     if source.format == "rows":
-        reader = reader.option("schema", ddl(source.columns))
+        columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
+        reader = reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
     if ctx.ingest is not None and source.topics == (ctx.ingest.raw_topic,):
         reader = reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
     df = reader.load()
     if source.format == "rfid" and valid_only:
         df = df.where(F.col("error").isNull())
-    if valid_only:
-        df = df.select(*[name for name, _ in source.columns])
-    return df.withWatermark(source.event_time, f"{source.watermark_ms} milliseconds")
+    names = [name for name, _ in source.columns]
+    if valid_only and not source.markers:
+        df = df.select(*names)
+    df = df.withWatermark(source.event_time, f"{source.watermark_ms} milliseconds")
+    if source.markers:
+        # The condition names the event-time column so the optimizer keeps it above the watermark
+        # (predicates that do not are pushed below it, and markers would never count).
+        df = df.where(F.col(PROGRESS_COLUMN).isNull() | F.col(source.event_time).isNull()).select(*names)
+    return df
 
 
 def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:

@@ -7,6 +7,9 @@ Options:
                      with `error` set on rows of records that fail validation
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
   schema     Spark DDL of the rows (format "rows")
+  markers    "true": a RowBatch progress marker (no rows, watermark_ms set) becomes one row with
+             `__progress` true, every column null but the event-time ones (timestamps), which
+             carry the marker's time; the compiler drops it right after the watermark
   startingOffsets  "earliest" (default) or "latest"
   ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
              reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
@@ -26,6 +29,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     BooleanType,
     DataType,
@@ -43,6 +47,7 @@ from dsp.codec import (
     decode_read_cycle,
     decode_row_batch,
     encode_dead_letter,
+    ms_to_datetime,
     project_rows,
 )
 from glue import bus
@@ -56,8 +61,24 @@ _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
 }
 
 
+PROGRESS_COLUMN = "__progress"
+
+
+def _arrow_type(kind: DataType) -> pa.DataType:
+    if isinstance(kind, ArrayType):
+        return pa.list_(_arrow_type(kind.elementType))
+    return _ARROW_TYPES[type(kind)]
+
+
 def arrow_schema(schema: StructType) -> pa.Schema:
-    return pa.schema([pa.field(f.name, _ARROW_TYPES[type(f.dataType)]) for f in schema.fields])
+    return pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in schema.fields])
+
+
+def marker_row(schema: StructType, watermark_ms: int) -> tuple:
+    """The row a progress marker becomes: its time in every timestamp column, the flag set."""
+    at = ms_to_datetime(watermark_ms)
+    return tuple(True if f.name == PROGRESS_COLUMN else at if isinstance(f.dataType, TimestampType) else None
+                 for f in schema.fields)
 
 
 def _key(topic: str, partition: int) -> str:
@@ -85,6 +106,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.format = options.get("format", "rows")
         self.starting = options.get("startingoffsets", options.get("startingOffsets", "earliest"))
         self.ingest_node = options.get("ingest_node", "")
+        self.markers = options.get("markers", "false") == "true"
         self.mdr_url = options.get("mdr_url", "")
 
     def _offsets(self, which: str) -> dict:
@@ -133,7 +155,11 @@ class KafkaStreamReader(DataSourceStreamReader):
                     ingest.add(decoded)
                 rows.extend(decoded)
             else:
-                rows.extend(project_rows(decode_row_batch(record.value), names))
+                batch = decode_row_batch(record.value)
+                if batch.rows:
+                    rows.extend(project_rows(batch, names))
+                elif self.markers and batch.watermark_ms:
+                    rows.append(marker_row(self.schema, batch.watermark_ms))
             if len(rows) >= self.ROWS_PER_ARROW_BATCH:
                 yield _to_arrow(rows, schema)
                 rows = []

@@ -18,7 +18,17 @@ from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
 from dsp.kafka_sink import BatchHook, RowBatchSink
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Plan, Source, event_time_column, output_columns, sources, to_json
+from dsp.plan import (
+    RAW_RFID_SOURCE_COLUMNS,
+    Plan,
+    Source,
+    event_time_column,
+    output_columns,
+    sources,
+    to_json,
+    window_of,
+)
+from dsp.progress import MarkerTarget, markers_for
 
 
 @dataclass
@@ -67,8 +77,11 @@ class DSPManager:
         finally:
             sc.setLocalProperty("spark.scheduler.pool", None)
 
+    def _name(self, query_id: str) -> str:
+        return f"{self.node_id}/{query_id}"
+
     def _writer(self, df, query_id: str):
-        return (df.writeStream.queryName(f"{self.node_id}/{query_id}")
+        return (df.writeStream.queryName(self._name(query_id))
                 .option("checkpointLocation", os.path.join(self._checkpoint(query_id), "spark"))
                 .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
 
@@ -93,6 +106,10 @@ class DSPManager:
                 return self._writer(df, query_id).outputMode("append").foreachBatch(sink).start()
 
             managed = ManagedQuery(query_id, plan, output_topic, start=start, sinks=[sink])
+            window = window_of(plan)
+            if window is not None and "window_start" in columns:
+                markers_for(self.spark).watch(self._name(query_id), MarkerTarget(
+                    self.bootstrap, output_topic, self.node_id, query_id, window))
             self._launch(managed)
             self._queries[query_id] = managed
             if ingest is not None:
@@ -143,6 +160,7 @@ class DSPManager:
             if managed is None:
                 raise KeyError(f"no query {query_id!r} on node {self.node_id}")
             self._stop(managed)
+            markers_for(self.spark).unwatch(self._name(query_id))
             if drop_state:
                 shutil.rmtree(self._checkpoint(query_id), ignore_errors=True)
             if self._ingest_owner == query_id:

@@ -2,7 +2,12 @@
 
 A plan is a tree of operators ending in the rows a node's query emits:
 
-  Source(topics, format, columns, event_time, watermark_ms)   Kafka topics read as one stream
+  Source(topics, format, columns, event_time, watermark_ms, markers)
+                                                              Kafka topics read as one stream; with
+                                                              `markers`, each topic is its own input
+                                                              whose progress markers advance its
+                                                              own watermark (the global one is
+                                                              their minimum: per-child progress)
   Filter(child, predicate)                                    keep rows where predicate holds
   Project(child, outputs)                                     name := expression
   Aggregate(child, keys, aggregates, having, window)          GROUP BY (+ tumbling/sliding window)
@@ -14,7 +19,8 @@ without a window over an already-windowed stream groups by those columns like an
 must then have its event time among the keys so state is bounded by the watermark.
 
 JSON form ("hifi-plan/1"): every node is {"op": <class name>, ...fields}, expressions are
-{"col": name} | {"lit": value} | {"op": symbol, "left": e, "right": e}. Pure: no I/O here.
+{"col": name} | {"lit": value} | {"op": symbol, "left": e, "right": e} | {"fn": name, "args": [e]}.
+Column types are those of COLUMN_TYPES or "array<T>" (partial distinct sets). Pure: no I/O here.
 """
 
 from __future__ import annotations
@@ -56,7 +62,16 @@ class BinOp:
     right: Expr
 
 
-Expr = Union[Col, Lit, BinOp]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
+@dataclass(frozen=True)
+class Func:
+    """A scalar function: not(b), size(array), double(x) (a cast)."""
+
+    name: str
+    args: tuple[Expr, ...]
+
+
+Expr = Union[Col, Lit, BinOp, Func]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
+FUNCTIONS = {"not": "boolean", "size": "long", "double": "double"}
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 LOGICAL = ("AND", "OR")
 ARITHMETIC = ("+", "-", "*", "/")
@@ -76,6 +91,12 @@ def expr_type(expr: Expr, schema: dict[str, str]) -> str:
         if isinstance(value, float):
             return "double"
         return "string"
+    if isinstance(expr, Func):
+        if expr.name not in FUNCTIONS:
+            raise PlanError(f"unknown function {expr.name!r}")
+        for arg in expr.args:
+            expr_type(arg, schema)
+        return FUNCTIONS[expr.name]
     left, right = expr_type(expr.left, schema), expr_type(expr.right, schema)
     if expr.op in COMPARISONS or expr.op in LOGICAL:
         return "boolean"
@@ -110,6 +131,7 @@ class Source:
     columns: tuple[Column, ...]
     event_time: str
     watermark_ms: int
+    markers: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,7 +146,7 @@ class Project:
     outputs: tuple[tuple[str, Expr], ...]
 
 
-AGGREGATES = ("count", "count_distinct", "sum", "min", "max", "avg", "argmax")
+AGGREGATES = ("count", "count_distinct", "sum", "min", "max", "avg", "argmax", "collect_set", "union_sets")
 
 
 @dataclass(frozen=True)
@@ -133,6 +155,8 @@ class AggSpec:
 
     argmax(column, by): the `column` value of the row with the largest `by`, ties going to the
     smallest `column` value, so the choice is deterministic (the paper's arbitration).
+    collect_set(column): the set of distinct values (a partial for count DISTINCT);
+    union_sets(column): the union of such sets.
     """
 
     name: str
@@ -177,6 +201,10 @@ def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
         raise PlanError(f"aggregate {spec.name}: {spec.fn} needs an existing column (got {spec.column!r})")
     if spec.fn == "avg":
         return "double"
+    if spec.fn == "collect_set":
+        return f"array<{schema[spec.column]}>"
+    if spec.fn == "union_sets" and not schema[spec.column].startswith("array<"):
+        raise PlanError(f"aggregate {spec.name}: union_sets needs an array column (got {schema[spec.column]})")
     if spec.fn == "argmax" and (spec.by is None or spec.by not in schema):
         raise PlanError(f"aggregate {spec.name}: argmax needs an existing 'by' column (got {spec.by!r})")
     return schema[spec.column]
@@ -272,6 +300,8 @@ def _encode(value: Any) -> Any:
         return {"lit": value.value}
     if isinstance(value, BinOp):
         return {"op": value.op, "left": _encode(value.left), "right": _encode(value.right)}
+    if isinstance(value, Func):
+        return {"fn": value.name, "args": [_encode(a) for a in value.args]}
     if isinstance(value, Window):
         return {"range_ms": value.range_ms, "slide_ms": value.slide_ms}
     if isinstance(value, AggSpec):
@@ -289,6 +319,8 @@ def _decode_expr(data: Any) -> Expr:
         return Col(data["col"])
     if "lit" in data:
         return Lit(data["lit"])
+    if "fn" in data:
+        return Func(data["fn"], tuple(_decode_expr(a) for a in data["args"]))
     return BinOp(data["op"], _decode_expr(data["left"]), _decode_expr(data["right"]))
 
 
@@ -298,7 +330,7 @@ def _decode(data: dict) -> Plan:
         raise PlanError(f"unknown plan operator {op!r}")
     if op == "Source":
         return Source(tuple(data["topics"]), data["format"], tuple(tuple(c) for c in data["columns"]),
-                      data["event_time"], int(data["watermark_ms"]))
+                      data["event_time"], int(data["watermark_ms"]), bool(data.get("markers", False)))
     if op == "Filter":
         return Filter(_decode(data["child"]), _decode_expr(data["predicate"]))
     if op == "Project":

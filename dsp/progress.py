@@ -1,0 +1,111 @@
+"""Progress markers: a query's watermark, published beside its rows, so parents close windows
+as soon as every child has passed them (DESIGN §7, windows without per-level lag).
+
+After each micro-batch Spark reports the watermark the batch ran with; every window that ends at
+or before it has been emitted by then. The next window a query can still emit therefore starts
+at `next_window_start(watermark, window)`, and a marker (a RowBatch with no rows and
+`watermark_ms` set) promises that every later row's `window_start` is at least that. A parent
+reads each child as its own stream whose watermark such markers advance (dsp.compiler), so the
+parent's watermark is the slowest child's promise, never a guess padded with slack.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+from dsp.codec import encode_row_batch
+from dsp.plan import Window
+from glue import bus
+
+log = logging.getLogger("hifi.progress")
+
+
+def next_window_start(watermark_ms: int, window: Window) -> int:
+    """The start of the earliest window of `window` that ends after `watermark_ms` (pure)."""
+    return (watermark_ms - window.range_ms) // window.slide_ms * window.slide_ms + window.slide_ms
+
+
+def parse_watermark(text: str | None) -> int | None:
+    """Spark's progress watermark ('2026-11-22T19:00:00.000Z') in epoch ms; None before the first."""
+    if not text:
+        return None
+    ms = int(dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+    return ms if ms > 0 else None
+
+
+@dataclass
+class MarkerTarget:
+    bootstrap: str
+    topic: str
+    producer: str
+    stream: str
+    window: Window
+    last_ms: int = 0
+
+
+class ProgressMarkers(StreamingQueryListener):
+    """One per Spark session: publishes a marker after every batch that moved a query's promise."""
+
+    def __init__(self) -> None:
+        self._targets: dict[str, MarkerTarget] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, query_name: str, target: MarkerTarget) -> None:
+        with self._lock:
+            self._targets[query_name] = target
+
+    def unwatch(self, query_name: str) -> None:
+        with self._lock:
+            self._targets.pop(query_name, None)
+
+    def onQueryStarted(self, event) -> None:  # noqa: N802 - Spark's listener interface
+        return None
+
+    def onQueryIdle(self, event) -> None:  # noqa: N802
+        return None
+
+    def onQueryTerminated(self, event) -> None:  # noqa: N802
+        return None
+
+    def onQueryProgress(self, event) -> None:  # noqa: N802
+        progress = event.progress
+        with self._lock:
+            target = self._targets.get(progress.name)
+        if target is None:
+            return
+        watermark = parse_watermark((progress.eventTime or {}).get("watermark"))
+        if watermark is None:
+            return
+        promise = next_window_start(watermark, target.window)
+        if promise <= target.last_ms:
+            return
+        try:
+            producer = bus.shared_producer(target.bootstrap)
+            value = encode_row_batch(target.producer, target.stream, [], [], progress.batchId,
+                                     int(time.time() * 1000), promise)
+            producer.send(target.topic, key=f"{target.producer}:wm:{progress.batchId}".encode(), value=value)
+            producer.flush()
+            target.last_ms = promise
+        except Exception:  # noqa: BLE001 - a lost marker only delays the parent; the next one repairs it
+            log.exception("progress marker for %s failed", progress.name)
+
+
+_markers: dict[int, ProgressMarkers] = {}
+_markers_lock = threading.Lock()
+
+
+def markers_for(spark: SparkSession) -> ProgressMarkers:
+    """The session's marker listener, registered on first use."""
+    with _markers_lock:
+        key = id(spark)
+        if key not in _markers:
+            _markers[key] = ProgressMarkers()
+            spark.streams.addListener(_markers[key])
+        return _markers[key]
