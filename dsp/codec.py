@@ -81,7 +81,7 @@ def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int) ->
 
 # ---------------------------------------------------------------- view rows
 
-def _to_value(value: Any) -> hifi_pb2.Value:
+def to_value(value: Any) -> hifi_pb2.Value:
     if value is None:
         return hifi_pb2.Value()
     if isinstance(value, bool):
@@ -95,18 +95,18 @@ def _to_value(value: Any) -> hifi_pb2.Value:
             value = value.replace(tzinfo=dt.UTC)
         return hifi_pb2.Value(ts_ms=round(value.timestamp() * 1000))
     if isinstance(value, list | tuple):
-        return hifi_pb2.Value(list=hifi_pb2.ValueList(items=[_to_value(v) for v in value]))
+        return hifi_pb2.Value(list=hifi_pb2.ValueList(items=[to_value(v) for v in value]))
     return hifi_pb2.Value(s=str(value))
 
 
-def _from_value(value: hifi_pb2.Value) -> Any:
+def from_value(value: hifi_pb2.Value) -> Any:
     kind = value.WhichOneof("kind")
     if kind is None:
         return None
     if kind == "ts_ms":
         return ms_to_datetime(value.ts_ms)
     if kind == "list":
-        return [_from_value(v) for v in value.list.items]
+        return [from_value(v) for v in value.list.items]
     return getattr(value, kind)
 
 
@@ -116,7 +116,7 @@ def encode_row_batch(producer: str, stream: str, columns: Sequence[str], rows: I
     msg = hifi_pb2.RowBatch(producer=producer, stream=stream, columns=list(columns), batch_id=batch_id,
                             emitted_ms=emitted_ms, watermark_ms=watermark_ms)
     for row in rows:
-        msg.rows.add(values=[_to_value(v) for v in row])
+        msg.rows.add(values=[to_value(v) for v in row])
     return msg.SerializeToString()
 
 
@@ -134,7 +134,7 @@ class DecodedBatch:
 def decode_row_batch(value: bytes) -> DecodedBatch:
     msg = hifi_pb2.RowBatch()
     msg.ParseFromString(value)
-    rows = [tuple(_from_value(v) for v in row.values) for row in msg.rows]
+    rows = [tuple(from_value(v) for v in row.values) for row in msg.rows]
     return DecodedBatch(msg.producer, msg.stream, list(msg.columns), rows, msg.batch_id, msg.emitted_ms,
                         msg.watermark_ms)
 

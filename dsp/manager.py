@@ -31,6 +31,10 @@ from dsp.plan import (
 from dsp.progress import MarkerTarget, markers_for
 
 
+class QueryExists(ValueError):
+    """A deploy of a query id that already runs on the node (a shared view deployed twice)."""
+
+
 @dataclass
 class ManagedQuery:
     query_id: str
@@ -93,7 +97,7 @@ class DSPManager:
         """Compile and start `plan`, writing its rows to `output_topic`."""
         with self._lock:
             if query_id in self._queries:
-                raise ValueError(f"query {query_id!r} is already deployed on {self.node_id}")
+                raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
             sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
                                 os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),

@@ -7,6 +7,8 @@ Key layout (all keys under the prefix, default "hifi:"):
   node:<id>:alive            STR   last heartbeat (epoch ms); expires after the heartbeat TTL,
                                    so a node that stops heartbeating turns dead by itself
   streams                    HASH  stream name -> JSON [[attribute, type], ...] (mediated schema)
+  receptors                  HASH  receptor id -> JSON {kind, node, location, area}
+  parameters                 HASH  deployment parameter -> JSON value (strength_T, t1, ...)
   relations                  SET   static relation names
   relation:<name>            HASH  columns (JSON), rows (JSON), replicas (JSON list of node ids)
   views                      SET   "<node>.<view>"
@@ -105,6 +107,9 @@ class QueryRecord:
     remote: dict[str, list[str]]
     status: str
     submitted_ms: int
+    result_topic: str = ""
+    explain: str = ""
+    columns: tuple[str, ...] = ()
 
 
 class MDR:
@@ -171,6 +176,28 @@ class MDR:
         return next((n for n in self.nodes() if n.id == node_id), None)
 
     # ------------------------------------------------------------ schema and static relations
+
+    def put_receptors(self, receptors: dict[str, dict[str, Any]]) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(self.k("receptors"))
+            if receptors:
+                pipe.hset(self.k("receptors"), mapping={rid: json.dumps(info) for rid, info in receptors.items()})
+            self._announce(pipe, "receptors", "put", str(len(receptors)))
+            pipe.execute()
+
+    def receptors(self) -> dict[str, dict[str, Any]]:
+        return {rid: json.loads(info) for rid, info in self.r.hgetall(self.k("receptors")).items()}
+
+    def put_parameters(self, parameters: dict[str, Any]) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(self.k("parameters"))
+            if parameters:
+                pipe.hset(self.k("parameters"), mapping={k: json.dumps(v) for k, v in parameters.items()})
+            self._announce(pipe, "parameters", "put", str(len(parameters)))
+            pipe.execute()
+
+    def parameters(self) -> dict[str, Any]:
+        return {name: json.loads(value) for name, value in self.r.hgetall(self.k("parameters")).items()}
 
     def define_stream(self, name: str, attributes: Sequence[tuple[str, str]]) -> None:
         with self.r.pipeline(transaction=True) as pipe:
@@ -253,7 +280,8 @@ class MDR:
             pipe.sadd(self.k("queries"), query.id)
             pipe.hset(self.k("query", query.id), mapping={
                 "text": query.text, "root": query.root, "remote": json.dumps(query.remote),
-                "status": query.status, "submitted_ms": query.submitted_ms,
+                "status": query.status, "submitted_ms": query.submitted_ms, "result_topic": query.result_topic,
+                "explain": query.explain, "columns": json.dumps(list(query.columns)),
             })
             self._announce(pipe, "query", "put", query.id)
             pipe.execute()
@@ -271,7 +299,8 @@ class MDR:
             d = self.r.hgetall(self.k("query", query_id))
             if d:
                 result.append(QueryRecord(query_id, d["text"], d["root"], json.loads(d["remote"]), d["status"],
-                                          int(d["submitted_ms"])))
+                                          int(d["submitted_ms"]), d.get("result_topic", ""), d.get("explain", ""),
+                                          tuple(json.loads(d.get("columns", "[]")))))
         return result
 
     # ------------------------------------------------------------ runtime statistics

@@ -35,6 +35,9 @@ def run_file() -> str:
 def load_metadata(mdr: MDR, topology: Topology) -> None:
     """The mediated schema and static relations of a topology, into the MDR."""
     mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
+    mdr.put_parameters(topology.parameters)
+    mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
+                       for r in topology.receptors})
     for relation in topology.relations:
         rows = list(relation.rows)
         if relation.name == "receptor_locations":

@@ -11,22 +11,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from pyspark.sql import SparkSession
 
 from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
-from dsp.manager import DSPManager
+from dsp.manager import DSPManager, QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
 from glue import bus
 from glue.csava import view_plans
 from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.grpc_server import start_server
 
 log = logging.getLogger("hifi.node")
 
@@ -43,13 +41,16 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
             return action(*args)
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+        except QueryExists as exc:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except (PlanError, ValueError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def Deploy(self, request, context):  # noqa: N802 - gRPC method names
         if request.plan.format != PLAN_FORMAT:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
-        topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as)
+        topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as,
+                            tuple(request.readers) or ("*",), "", request.output_topic)
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
@@ -145,20 +146,8 @@ class HiFiNode:
         self.mdr.mark_down(self.id)
 
     def _serve(self, listen: str) -> None:
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"grpc-{self.id}"))
-        hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server)
-        health_servicer = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        names = (hifi_pb2.DESCRIPTOR.services_by_name["Node"].full_name, health.SERVICE_NAME,
-                 reflection.SERVICE_NAME)
-        reflection.enable_server_reflection(names, server)
-        port = server.add_insecure_port(listen)
-        server.start()
-        health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-        health_servicer.set(names[0], health_pb2.HealthCheckResponse.SERVING)
-        host = listen.rsplit(":", 1)[0]
-        self.address = f"{host}:{port}"
-        self.server = server
+        self.server, self.address = start_server(
+            lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen)
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
@@ -190,11 +179,15 @@ class HiFiNode:
         return on_batch
 
     def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
-               definition: str = "") -> str:
-        """Start a plan (object or JSON); with `export_as`, its output becomes an exported view."""
+               definition: str = "", output_topic: str = "") -> str:
+        """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
+        Without, it goes to `output_topic`, or to the remote query's own topic."""
         if isinstance(plan, str):
             plan = from_json(plan)
-        topic = bus.view_topic(self.id, export_as) if export_as else bus.rqs_topic(query_id, self.id)
+        if export_as:
+            topic = bus.view_topic(self.id, export_as)
+        else:
+            topic = output_topic or bus.rqs_topic(query_id, self.id)
         bus.ensure_topics(self.bootstrap, [topic])
         self.dsp.deploy(query_id, plan, topic, self._count(query_id))
         if export_as:

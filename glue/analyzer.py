@@ -1,0 +1,332 @@
+"""Bind a parsed HiFi SQL statement to the catalog: names resolved, parameters substituted,
+windows in milliseconds, aggregates collected. The result, a LogicalQuery, is what placement,
+rewriting and the reference evaluator work on. Pure.
+
+Reading of the language (DESIGN §6):
+- A windowed source `[range by 'R', slide by 'S']` assigns each row to every window
+  [s, s + R) with s a multiple of S (windows aligned to the epoch) that holds its event time;
+  tumbling when the slide is omitted. The event time of a raw stream is `ts`; a row of a
+  windowed view is stamped with its `window_start`.
+- An aggregate query needs a window on its source (or a windowed view as its source, whose
+  window it then keeps); its output rows carry `window_start` and `window_end`.
+- A definition-only view (exported with no topic) is expanded into the query that names it.
+- The arbitration form `HAVING count(*) >= ALL (SELECT count(*) FROM <same source> WHERE k =
+  alias.k GROUP BY c)` assigns each k, per window, to the c with the most rows (ties: the
+  smallest c); the select list is then computed per c over the k it won. So the paper's
+  `product_counts` counts each tag once per window, at the receptor that read it most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window
+from glue.catalog import Catalog, ExportedView
+from glue.sql import ast
+from glue.sql.lexer import Pos, SqlError
+from glue.sql.parser import parse
+from glue.topology import TopologyError, duration_ms
+
+RAW_STREAMS = {"rfid_stream": RAW_RFID_SOURCE_COLUMNS}
+
+
+@dataclass(frozen=True)
+class AggCall:
+    name: str
+    fn: str                 # count | count_distinct | sum | min | max | avg
+    column: str | None      # None: count(*)
+
+
+@dataclass(frozen=True)
+class RelationJoin:
+    relation: str
+    on: str
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
+class Arbitration:
+    by: str                 # the correlated column (each value assigned once per window)
+    winner: str             # the subquery's grouping column (who wins it)
+
+
+@dataclass(frozen=True)
+class LogicalQuery:
+    text: str
+    source: str                              # stream or materialized view name
+    source_kind: str                         # "stream" | "view"
+    source_columns: tuple[Column, ...]
+    event_time: str                          # ts for raw streams, window_start for views
+    source_window: Window | None             # a view's own window
+    window: Window | None
+    joins: tuple[RelationJoin, ...]
+    predicate: Expr | None                   # over source and joined columns
+    keys: tuple[str, ...]
+    aggregates: tuple[AggCall, ...]
+    having: Expr | None                      # over keys and aggregate names
+    outputs: tuple[tuple[str, Expr], ...]    # the select list
+    arbitration: Arbitration | None = None
+    view_name: str | None = None             # CREATE VIEW
+
+    @property
+    def is_aggregate(self) -> bool:
+        return bool(self.aggregates) or bool(self.keys)
+
+    @property
+    def visible_columns(self) -> tuple[Column, ...]:
+        return self.source_columns + tuple(c for j in self.joins for c in j.columns)
+
+
+def _err(message: str, pos: Pos) -> SqlError:
+    return SqlError(message, pos.line, pos.column)
+
+
+class _Binder:
+    def __init__(self, catalog: Catalog, principal: str) -> None:
+        self.catalog = catalog
+        self.principal = principal
+
+    # ------------------------------------------------------------ sources
+
+    def duration(self, text: str, pos: Pos) -> int:
+        value = self.catalog.parameter(text)
+        try:
+            return duration_ms(value if value is not None else text)
+        except (TopologyError, ValueError):
+            raise _err(f"cannot read duration {text!r} (e.g. '5 seconds', or a parameter name)", pos) from None
+
+    def window(self, clause: ast.WindowClause | None) -> Window | None:
+        if clause is None:
+            return None
+        range_ms = self.duration(clause.range, clause.pos)
+        slide_ms = self.duration(clause.slide, clause.pos) if clause.slide else range_ms
+        if range_ms <= 0 or slide_ms <= 0 or slide_ms > range_ms:
+            raise _err(f"window needs 0 < slide <= range (got range {range_ms} ms, slide {slide_ms} ms)", clause.pos)
+        return Window(range_ms, slide_ms)
+
+    def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
+        exports = self.catalog.exports_of(ref.name)
+        readable = [v for v in exports if v.readable_by(self.principal)]
+        if exports and not readable:
+            raise _err(f"view {ref.name!r} is not exported to {self.principal!r}", ref.pos)
+        return readable
+
+    def source(self, ref: ast.SourceRef) -> tuple[dict[str, Any], Expr | None, tuple[str, ...] | None]:
+        """(source facts, predicate of an expanded definition-only view, columns it exposes)."""
+        streams = {**RAW_STREAMS, **self.catalog.streams}
+        if ref.name in streams:
+            columns = tuple(tuple(c) for c in streams[ref.name])
+            return {"source": ref.name, "source_kind": "stream", "source_columns": columns, "event_time": "ts",
+                    "source_window": None}, None, None
+        exports = self.readable_exports(ref)
+        materialized = [v for v in exports if v.topic]
+        if materialized:
+            first = materialized[0]
+            return {"source": ref.name, "source_kind": "view", "source_columns": first.columns,
+                    "event_time": "window_start", "source_window": first.window}, None, None
+        if exports:
+            inner = analyze_statement(parse(exports[0].definition), self.catalog, self.principal, exports[0].definition)
+            if inner.is_aggregate or inner.joins:
+                raise _err(f"view {ref.name!r} is exported as a definition only and is not a plain selection", ref.pos)
+            facts = {"source": inner.source, "source_kind": inner.source_kind, "source_columns": inner.source_columns,
+                     "event_time": inner.event_time, "source_window": inner.source_window}
+            exposed = tuple(name for name, _ in inner.outputs) + (inner.event_time,)
+            return facts, inner.predicate, exposed
+        if ref.name in self.catalog.relations:
+            raise _err(f"{ref.name!r} is a static relation; join it to a stream (JOIN {ref.name} USING (...))",
+                       ref.pos)
+        raise _err(f"unknown stream or view {ref.name!r}", ref.pos)
+
+    # ------------------------------------------------------------ expressions
+
+    def scalar(self, node: ast.Node, columns: dict[str, str], qualifiers: set[str],
+               outer: dict[str, str] | None = None) -> Expr:
+        if isinstance(node, ast.Literal):
+            return Lit(node.value)
+        if isinstance(node, ast.Name):
+            if node.qualifier is not None and node.qualifier not in qualifiers:
+                if outer is not None and node.qualifier in outer:
+                    return Col("__outer." + node.name)
+                raise _err(f"unknown table or alias {node.qualifier!r}", node.pos)
+            if node.name in columns:
+                return Col(node.name)
+            value = self.catalog.parameter(node.name) if node.qualifier is None else None
+            if value is not None:
+                return Lit(value)
+            raise _err(f"unknown column {node.name!r} (available: {', '.join(columns)})", node.pos)
+        if isinstance(node, ast.Binary):
+            return BinOp(node.op, self.scalar(node.left, columns, qualifiers, outer),
+                         self.scalar(node.right, columns, qualifiers, outer))
+        if isinstance(node, ast.Unary):
+            operand = self.scalar(node.operand, columns, qualifiers, outer)
+            return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+        if isinstance(node, ast.InList):
+            operand = self.scalar(node.operand, columns, qualifiers, outer)
+            result: Expr | None = None
+            for value in node.values:
+                test = BinOp("=", operand, self.scalar(value, columns, qualifiers, outer))
+                result = test if result is None else BinOp("OR", result, test)
+            assert result is not None
+            return Func("not", (result,)) if node.negated else result
+        if isinstance(node, ast.Call):
+            raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
+        raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
+
+
+def _contains_aggregate(node: ast.Node) -> bool:
+    if isinstance(node, ast.Call):
+        return True
+    if isinstance(node, ast.Binary):
+        return _contains_aggregate(node.left) or _contains_aggregate(node.right)
+    if isinstance(node, ast.Unary):
+        return _contains_aggregate(node.operand)
+    return isinstance(node, ast.CompareAll)
+
+
+def _agg_name(call: ast.Call, column: str | None) -> str:
+    if call.name == "count" and column is None:
+        return "count"
+    return f"{call.name}_distinct_{column}" if call.distinct else f"{call.name}_{column}"
+
+
+def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str = "*",
+                      text: str = "") -> LogicalQuery:
+    view_name = statement.name if isinstance(statement, ast.CreateView) else None
+    select = statement.select if isinstance(statement, ast.CreateView) else statement
+    binder = _Binder(catalog, principal)
+    facts, inner_predicate, exposed = binder.source(select.source)
+    columns = dict(facts["source_columns"])
+    if exposed is not None:
+        columns = {name: kind for name, kind in columns.items() if name in exposed}
+    qualifiers = {select.source.name, *([select.source.alias] if select.source.alias else [])}
+
+    joins = []
+    for join in select.joins:
+        relation = catalog.relations.get(join.source.name)
+        if relation is None:
+            raise _err(f"unknown static relation {join.source.name!r} (joins are with static relations)",
+                       join.source.pos)
+        if len(join.using) != 1:
+            raise _err("a join with a static relation needs USING (one column)", join.pos)
+        on = join.using[0]
+        rel_columns = dict(relation.columns)
+        if on not in columns or on not in rel_columns:
+            raise _err(f"join column {on!r} must be in both {select.source.name!r} and {relation.name!r}", join.pos)
+        taken = tuple((n, k) for n, k in relation.columns if n != on and n not in columns)
+        joins.append(RelationJoin(relation.name, on, taken))
+        columns.update(dict(taken))
+        qualifiers |= {join.source.name, *([join.source.alias] if join.source.alias else [])}
+
+    predicate = binder.scalar(select.where, columns, qualifiers) if select.where is not None else None
+    if inner_predicate is not None:
+        predicate = inner_predicate if predicate is None else BinOp("AND", inner_predicate, predicate)
+
+    window = binder.window(select.source.window)
+    source_window: Window | None = facts["source_window"]
+    keys = tuple(binder.scalar(name, columns, qualifiers).name for name in select.group_by)  # type: ignore[union-attr]
+    aggregate_query = bool(keys) or any(_contains_aggregate(i.expr) for i in select.items) or select.having is not None
+
+    if aggregate_query and window is None:
+        if source_window is None:
+            raise _err(f"an aggregate over stream {select.source.name!r} needs a window: "
+                       f"{select.source.name} [range by '5 seconds']", select.source.pos)
+        window = source_window
+    if window is not None and source_window is not None and (
+            window.range_ms % source_window.slide_ms or window.slide_ms % source_window.slide_ms):
+        raise _err(f"window {window.describe()} cannot be derived from view {select.source.name!r}, whose "
+                   f"rows are {source_window.describe()} windows (use multiples of "
+                   f"{source_window.slide_ms / 1000:g}s)", select.source.window.pos if select.source.window
+                   else select.source.pos)
+    if not aggregate_query:
+        window = None
+
+    aggregates: dict[str, AggCall] = {}
+
+    def bind_output(node: ast.Node) -> Expr:
+        """An expression over keys and aggregates (aggregate queries)."""
+        if isinstance(node, ast.Call):
+            column = None
+            if node.arg is not None:
+                if not isinstance(node.arg, ast.Name):
+                    raise _err(f"the argument of {node.name}() must be a column", node.pos)
+                column = binder.scalar(node.arg, columns, qualifiers).name  # type: ignore[union-attr]
+                if node.name in ("sum", "avg") and columns[column] not in ("int", "long", "double"):
+                    raise _err(f"{node.name}({column}) needs a numeric column ({column} is {columns[column]})",
+                               node.pos)
+            fn = "count_distinct" if node.distinct and node.name == "count" else node.name
+            if node.distinct and node.name != "count":
+                raise _err(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
+            call = AggCall(_agg_name(node, column), fn, column)
+            aggregates.setdefault(call.name, call)
+            return Col(call.name)
+        if isinstance(node, ast.Name):
+            bound = binder.scalar(node, columns, qualifiers)
+            if isinstance(bound, Col) and bound.name not in keys:
+                raise _err(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
+            return bound
+        if isinstance(node, ast.Binary):
+            return BinOp(node.op, bind_output(node.left), bind_output(node.right))
+        if isinstance(node, ast.Unary):
+            operand = bind_output(node.operand)
+            return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+        if isinstance(node, ast.Literal):
+            return Lit(node.value)
+        return binder.scalar(node, columns, qualifiers)
+
+    outputs: list[tuple[str, Expr]] = []
+    items = select.items or tuple(ast.SelectItem(ast.Name(n, None, select.pos), None, select.pos)
+                                  for n in columns if n not in ("window_start", "window_end") or not aggregate_query)
+    for item in items:
+        expr = bind_output(item.expr) if aggregate_query else binder.scalar(item.expr, columns, qualifiers)
+        name = item.alias or (expr.name if isinstance(expr, Col) else None)
+        if name is None:
+            raise _err("give this expression a name: <expression> AS name", item.pos)
+        if any(name == existing for existing, _ in outputs):
+            raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
+        outputs.append((name, expr))
+
+    having = None
+    arbitration = None
+    if select.having is not None:
+        if isinstance(select.having, ast.CompareAll):
+            arbitration = _arbitration(select, select.having, keys, binder, columns, qualifiers)
+        else:
+            having = bind_output(select.having)
+
+    query = LogicalQuery(text=text, window=window, joins=tuple(joins), predicate=predicate, keys=keys,
+                         aggregates=tuple(aggregates.values()), having=having, outputs=tuple(outputs),
+                         arbitration=arbitration, view_name=view_name, **facts)
+    if arbitration is not None:
+        query = replace(query, keys=tuple(k for k in keys if k != arbitration.by))
+    return query
+
+
+def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: _Binder,
+                 columns: dict[str, str], qualifiers: set[str]) -> Arbitration:
+    sub = having.subquery
+    shape = ("HAVING count(*) >= ALL (SELECT count(*) FROM <the same source> WHERE <column> = <alias>.<column> "
+             "GROUP BY <column>)")
+    if not (having.op == ">=" and isinstance(having.left, ast.Call) and having.left.name == "count"
+            and having.left.arg is None and sub.source.name == select.source.name and len(sub.group_by) == 1
+            and isinstance(sub.where, ast.Binary) and sub.where.op == "="):
+        raise _err(f"the only ALL form supported is the arbitration form: {shape}", having.pos)
+    sub_qualifiers = {sub.source.name, *([sub.source.alias] if sub.source.alias else [])}
+    outer_names = {q: "" for q in qualifiers}
+    sides = [binder.scalar(side, columns, sub_qualifiers, outer_names) for side in (sub.where.left, sub.where.right)]
+    inner = [s for s in sides if isinstance(s, Col) and not s.name.startswith("__outer.")]
+    outer = [s for s in sides if isinstance(s, Col) and s.name.startswith("__outer.")]
+    if len(inner) != 1 or len(outer) != 1 or inner[0].name != outer[0].name.removeprefix("__outer."):
+        raise _err(f"the arbitration subquery must correlate one column with the outer query: {shape}", sub.pos)
+    by = inner[0].name
+    winner = binder.scalar(sub.group_by[0], columns, sub_qualifiers).name  # type: ignore[union-attr]
+    if set(keys) != {by, winner}:
+        raise _err(f"arbitration groups by ({winner}, {by}); GROUP BY must name exactly those", select.pos)
+    if binder.window(sub.source.window) != binder.window(select.source.window):
+        raise _err("the arbitration subquery must use the outer query's window", sub.source.pos)
+    return Arbitration(by, winner)
+
+
+def analyze(text: str, catalog: Catalog, principal: str = "*") -> LogicalQuery:
+    """Parse and bind one statement; SqlError names the position and the problem."""
+    return analyze_statement(parse(text), catalog, principal, text)

@@ -1,0 +1,95 @@
+"""What a query can name: the MDR's catalog as plain data, for the analyzer and planner. Pure.
+
+The placement service fills a Catalog from the MDR and the topology; everything downstream of it
+(analysis, placement, rewriting, the reference evaluator) works on this snapshot without I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsp.plan import Column, Window
+
+
+@dataclass(frozen=True)
+class ExportedView:
+    """One node's export of a view (the MDR's view record, as the planner needs it)."""
+
+    name: str
+    node: str
+    topic: str                     # "" when only the definition is exported
+    columns: tuple[Column, ...]
+    window: Window | None          # the view's own window (its rows carry window_start/window_end)
+    definition: str
+    readers: tuple[str, ...] = ("*",)
+    plan_key: str = ""             # normalized plan signature, for reuse by equality
+
+    def readable_by(self, principal: str) -> bool:
+        return "*" in self.readers or principal in self.readers
+
+
+@dataclass(frozen=True)
+class Relation:
+    name: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple, ...]
+    replicas: tuple[str, ...]      # node ids, or "*"
+
+    def replicated_at(self, node: str) -> bool:
+        return "*" in self.replicas or node in self.replicas
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    id: str
+    tier: str
+    parent: str
+    alive: bool = True
+    address: str = ""
+
+
+@dataclass(frozen=True)
+class ReceptorInfo:
+    id: str
+    node: str
+    location: str
+    area: str
+
+
+@dataclass
+class Catalog:
+    streams: dict[str, tuple[Column, ...]]
+    views: list[ExportedView]
+    relations: dict[str, Relation]
+    nodes: dict[str, NodeInfo]
+    receptors: list[ReceptorInfo]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def parameter(self, name: str) -> Any | None:
+        lowered = {k.lower(): v for k, v in self.parameters.items()}
+        return lowered.get(name.lower())
+
+    def exports_of(self, view: str) -> list[ExportedView]:
+        return [v for v in self.views if v.name == view]
+
+    def children(self, node: str) -> list[str]:
+        return sorted(n.id for n in self.nodes.values() if n.parent == node)
+
+    def ancestors(self, node: str) -> list[str]:
+        """`node` and every node above it, bottom up."""
+        chain = [node]
+        while self.nodes[chain[-1]].parent:
+            chain.append(self.nodes[chain[-1]].parent)
+        return chain
+
+    def edges_below(self, node: str) -> list[str]:
+        if self.nodes[node].tier == "edge":
+            return [node]
+        return [e for child in self.children(node) for e in self.edges_below(child)]
+
+    def lowest_common_ancestor(self, nodes: Sequence[str]) -> str:
+        paths = [self.ancestors(n) for n in nodes]
+        common = set(paths[0]).intersection(*map(set, paths[1:]))
+        return next(n for n in paths[0] if n in common)

@@ -1,0 +1,139 @@
+"""The centralized reference evaluator: any supported query computed in one place over the raw
+readings of a run, with the windows and semantics of glue.analyzer. It is the judge the
+hierarchy's answers must equal (DESIGN §7), and `hifi query --reference` shows it to users. Pure.
+
+Readings are the rows of `rfid_stream` (receptor_id, tag_id, antenna, read_strength, ts) with
+`ts` in epoch milliseconds; times in results are epoch milliseconds too. A materialized view
+used as a source is recomputed from its exported definition over the same readings.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from dsp.plan import BinOp, Col, Expr, Func, Lit
+from glue.analyzer import AggCall, LogicalQuery, analyze
+from glue.catalog import Catalog
+from glue.rewrite.windows import window_starts
+
+Row = dict[str, Any]
+
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+}
+
+
+def evaluate_expr(expr: Expr, row: Row) -> Any:
+    """SQL semantics: NULL in, NULL out; AND/OR with NULL as in three-valued logic."""
+    if isinstance(expr, Col):
+        return row.get(expr.name)
+    if isinstance(expr, Lit):
+        return expr.value
+    if isinstance(expr, Func):
+        args = [evaluate_expr(a, row) for a in expr.args]
+        if args[0] is None:
+            return None
+        return {"not": lambda v: not v, "size": len, "double": float}[expr.name](args[0])
+    assert isinstance(expr, BinOp)
+    left, right = evaluate_expr(expr.left, row), evaluate_expr(expr.right, row)
+    if expr.op == "AND":
+        return False if left is False or right is False else (None if left is None or right is None else True)
+    if expr.op == "OR":
+        return True if left is True or right is True else (None if left is None or right is None else False)
+    if left is None or right is None:
+        return None
+    if expr.op in _COMPARE:
+        return _COMPARE[expr.op](left, right)
+    if expr.op == "/" and right == 0:
+        return None
+    return _ARITHMETIC[expr.op](left, right)
+
+
+def _aggregate(call: AggCall, rows: Sequence[Row]) -> Any:
+    if call.column is None:
+        return len(rows)
+    values = [r[call.column] for r in rows if r.get(call.column) is not None]
+    if call.fn == "count":
+        return len(values)
+    if call.fn == "count_distinct":
+        return len(set(values))
+    if not values:
+        return None
+    if call.fn == "avg":
+        return sum(values) / len(values)
+    return {"sum": sum, "min": min, "max": max}[call.fn](values)
+
+
+class Reference:
+    """Evaluates queries over one run's readings; `catalog` resolves names and view definitions."""
+
+    def __init__(self, readings: Iterable[Row], catalog: Catalog) -> None:
+        self.readings = list(readings)
+        self.catalog = catalog
+
+    def source_rows(self, query: LogicalQuery) -> list[Row]:
+        if query.source_kind == "stream":
+            return self.readings
+        export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
+        return self.run(analyze(export.definition, self.catalog))
+
+    def run(self, query: LogicalQuery) -> list[Row]:
+        rows = self.source_rows(query)
+        for join in query.joins:
+            relation = self.catalog.relations[join.relation]
+            names = [name for name, _ in relation.columns]
+            index = {r[names.index(join.on)]: dict(zip(names, r, strict=True)) for r in relation.rows}
+            rows = [{**row, **{name: index.get(row[join.on], {}).get(name) for name, _ in join.columns}}
+                    for row in rows]
+        if query.predicate is not None:
+            rows = [row for row in rows if evaluate_expr(query.predicate, row) is True]
+        if not query.is_aggregate:
+            return [{name: evaluate_expr(expr, row) for name, expr in query.outputs} for row in rows]
+        assert query.window is not None
+        groups: dict[tuple, list[Row]] = defaultdict(list)
+        keys = tuple(dict.fromkeys(query.keys + ((query.arbitration.winner, query.arbitration.by)
+                                                 if query.arbitration else ())))
+        for row in rows:
+            for start in window_starts(row[query.event_time], query.window):
+                groups[(start, *(row.get(k) for k in keys))].append(row)
+        if query.arbitration is not None:
+            groups = _arbitrate(groups)
+        results = []
+        for group, members in sorted(groups.items(), key=lambda item: repr(item[0])):
+            start = group[0]
+            values: Row = {"window_start": start, "window_end": start + query.window.range_ms}
+            values.update(zip(query.keys, group[1:1 + len(query.keys)], strict=True))
+            values.update({call.name: _aggregate(call, members) for call in query.aggregates})
+            if query.having is not None and evaluate_expr(query.having, values) is not True:
+                continue
+            results.append({"window_start": values["window_start"], "window_end": values["window_end"],
+                            **{name: evaluate_expr(expr, values) for name, expr in query.outputs}})
+        return results
+
+
+def _arbitrate(groups: dict[tuple, list[Row]]) -> dict[tuple, list[Row]]:
+    """(window, .., winner, by) groups -> (window, winner) groups of the rows each winner won."""
+    best: dict[tuple, tuple[int, Any]] = {}
+    for group, members in groups.items():
+        start, winner, by = group[0], group[-2], group[-1]
+        contender = (-len(members), winner)
+        if (start, by) not in best or contender < best[(start, by)]:
+            best[(start, by)] = contender
+    won: dict[tuple, list[Row]] = defaultdict(list)
+    for group, members in groups.items():
+        start, winner, by = group[0], group[-2], group[-1]
+        if best[(start, by)][1] == winner:
+            won[(start, winner)].extend(members)
+    return won
+
+
+def readings_from_truth(truth: Iterable[dict[str, Any]]) -> list[Row]:
+    """rfid_stream rows from the agents' ground-truth log (edge.agent): one per emitted read."""
+    return [{"receptor_id": cycle["receptor"], "tag_id": tag, "antenna": antenna, "read_strength": strength,
+             "ts": cycle["t"]} for cycle in truth for tag, antenna, strength in cycle["reads"]]

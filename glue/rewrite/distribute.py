@@ -1,0 +1,228 @@
+"""The hierarchical plan of a query: one node-local plan per node of the root's subtree. Pure.
+
+    producer   reads the source (a raw topic, or a child-exported view), joins static relations,
+               filters, and emits tumbling pane partials (aggregates) or the selected rows
+    merge      a node between the root and the producers: merges its children's panes per pane
+               (or passes rows through), so each level sends one row per pane and key upward
+    final      the root: assembles range/slide windows from panes, finishes the aggregates,
+               applies HAVING, and projects the select list; with arbitration a second root
+               query ("window" -> "final") runs the contest over the windowed counts
+
+Producer and merge outputs are exported as views named after a hash of their plan, so a second
+query that needs the same partial stream reuses it instead of deploying it again (the shared view
+infrastructure). Every parent reads each child as its own stream with progress markers, so it
+closes a window as soon as the slowest child has passed it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from dsp.plan import (
+    RAW_RFID_SOURCE_COLUMNS,
+    Aggregate,
+    AggSpec,
+    Col,
+    Filter,
+    LookupJoin,
+    Plan,
+    Project,
+    Source,
+    output_columns,
+    to_json,
+)
+from glue import bus
+from glue.analyzer import LogicalQuery
+from glue.catalog import Catalog
+from glue.rewrite.partials import split_all
+from glue.rewrite.placement import Placement, place
+from glue.rewrite.windows import pane_of
+from glue.sql.lexer import SqlError
+from glue.topology import duration_ms
+
+EVENT_TIME = "__ts"          # the event time carried by a selection's rows up the tree
+WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
+
+
+@dataclass(frozen=True)
+class NodeTask:
+    node: str
+    role: str                # producer | merge | final
+    query_id: str            # the DSP query id on that node
+    plan: Plan
+    topic: str
+    export_as: str           # the view the output is exported as ("" for results)
+    reused: bool = False     # an equal view already runs there
+
+
+@dataclass
+class DistributedPlan:
+    query_id: str
+    query: LogicalQuery
+    placement: Placement
+    tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
+
+    @property
+    def result_topic(self) -> str:
+        return self.tasks[-1].topic
+
+    @property
+    def columns(self) -> list[str]:
+        return [name for name, _ in output_columns(self.tasks[-1].plan)]
+
+    def explain(self) -> str:
+        q = self.query
+        lines = [f"query {self.query_id}: root {self.placement.root}, producers {', '.join(self.placement.producers)}"]
+        if q.window is not None:
+            lines.append(f"  window {q.window.describe()}, panes {pane_of(q.window).describe()}")
+        for task in reversed(self.tasks):
+            what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
+            target = task.export_as or task.topic
+            lines.append(f"  {task.node:<12} {task.role:<8} {what} {target} -> {task.topic}")
+        return "\n".join(lines)
+
+
+def _view_name(role: str, plan: Plan) -> str:
+    return f"{role}_{hashlib.sha1(to_json(plan).encode()).hexdigest()[:12]}"
+
+
+class _Builder:
+    def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement) -> None:
+        self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
+        self.nodes = placement.path_nodes(catalog)
+        self.tasks: list[NodeTask] = []
+        self.pane = pane_of(query.window) if query.window is not None else None
+        self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
+
+    # ------------------------------------------------------------ leaves
+
+    def source(self, node: str) -> Source:
+        q = self.q
+        if q.source_kind == "stream":
+            return Source((bus.raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
+        view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
+        return Source((view.topic,), "rows", view.columns, "window_start", 0, markers=True)
+
+    def selection(self, node: str) -> Plan:
+        plan: Plan = self.source(node)
+        for join in self.q.joins:
+            relation = self.catalog.relations[join.relation]
+            if not relation.replicated_at(node):
+                raise SqlError(f"static relation {join.relation!r} is not replicated at {node}, where "
+                               f"{self.q.source!r} is read")
+            plan = LookupJoin(plan, join.relation, join.on, join.columns)
+        if self.q.predicate is not None:
+            plan = Filter(plan, self.q.predicate)
+        return plan
+
+    def producer_plan(self, node: str) -> Plan:
+        q = self.q
+        if not q.is_aggregate:
+            outputs = [(name, expr) for name, expr in q.outputs]
+            return Project(self.selection(node), (*outputs, (EVENT_TIME, Col(q.event_time))))
+        keys, _ = self.merge_specs()
+        partials = (AggSpec("__rows", "count"),) if q.arbitration else split_all(q.aggregates)[0]
+        return Aggregate(self.selection(node), keys, partials, None, self.pane)
+
+    # ------------------------------------------------------------ inner levels
+
+    def children_source(self, child_tasks: list[NodeTask]) -> Source:
+        columns = output_columns(child_tasks[0].plan)
+        event_time = "window_start" if self.q.is_aggregate else EVENT_TIME
+        return Source(tuple(t.topic for t in child_tasks), "rows", columns, event_time, 0, markers=True)
+
+    def merge_specs(self) -> tuple[tuple[str, ...], tuple[AggSpec, ...]]:
+        """Grouping keys and merge aggregates of the partial streams (arbitration: rows per contender)."""
+        q = self.q
+        if q.arbitration:
+            return tuple(dict.fromkeys((*q.keys, q.arbitration.winner, q.arbitration.by))), (
+                AggSpec("__rows", "sum", "__rows"),)
+        return q.keys, split_all(q.aggregates)[1]
+
+    def merge_plan(self, child_tasks: list[NodeTask]) -> Plan:
+        source = self.children_source(child_tasks)
+        if not self.q.is_aggregate:
+            return Project(source, tuple((name, Col(name)) for name, _ in source.columns))
+        keys, merges = self.merge_specs()
+        return Aggregate(source, keys, merges, None, self.pane)
+
+    def final_plan(self, child_tasks: list[NodeTask]) -> Plan:
+        q = self.q
+        source = self.children_source(child_tasks)
+        if not q.is_aggregate:
+            return Project(source, tuple((name, Col(name)) for name, _ in q.outputs))
+        keys, merges = self.merge_specs()
+        windowed = Aggregate(source, keys, merges, None, q.window)
+        if q.arbitration is not None:
+            return windowed  # the contest runs in a second query on the root (arbitration_plan)
+        _, _, finals = split_all(q.aggregates)
+        finished = Project(windowed, (*WINDOW_BOUNDS, *((k, Col(k)) for k in q.keys), *finals))
+        kept: Plan = Filter(finished, q.having) if q.having is not None else finished
+        return Project(kept, (*WINDOW_BOUNDS, *q.outputs))
+
+    def arbitration_plan(self, windowed: NodeTask) -> Plan:
+        """Each `by` value once per window, at the `winner` with the most rows (ties: smallest),
+        then the select list per winner. Reads the root's windowed counts as a stream of its own:
+        chained aggregations need their grouping time to carry a watermark."""
+        q = self.q
+        arb = q.arbitration
+        assert arb is not None
+        for call in q.aggregates:
+            if call.fn != "count_distinct" or call.column != arb.by:
+                raise SqlError(f"with arbitration the select list holds {arb.winner} and count(DISTINCT {arb.by}) "
+                               f"(not {call.fn}({call.column or '*'}))")
+        # Rows carry window_start; a 1 ms delay lets a group keyed by it close exactly when the
+        # child promises nothing earlier than the next window start.
+        source = Source((windowed.topic,), "rows", output_columns(windowed.plan), "window_start", 1, markers=True)
+        contest = Aggregate(source, ("window_start", "window_end", arb.by),
+                            (AggSpec(arb.winner, "argmax", arb.winner, "__rows"),))
+        won = Aggregate(contest, ("window_start", "window_end", arb.winner),
+                        tuple(AggSpec(call.name, "count") for call in q.aggregates))
+        return Project(won, (*WINDOW_BOUNDS, *q.outputs))
+
+    # ------------------------------------------------------------ the walk
+
+    def task(self, node: str, role: str, plan: Plan) -> NodeTask:
+        if role == "final":
+            if self.q.view_name:
+                return NodeTask(node, role, f"view.{self.q.view_name}", plan,
+                                bus.view_topic(node, self.q.view_name), self.q.view_name)
+            return NodeTask(node, role, self.query_id, plan, bus.results_topic(self.query_id), "")
+        name = _view_name(role, plan)
+        reused = any(v.node == node and v.name == name for v in self.catalog.views)
+        return NodeTask(node, role, f"view.{name}", plan, bus.view_topic(node, name), name, reused)
+
+    def build(self, node: str) -> NodeTask:
+        """Plan `node` (and, first, every child on the way to the producers); return its task."""
+        root = node == self.placement.root
+        if node in self.placement.producers:
+            produced = self.task(node, "producer", self.producer_plan(node))
+            self.tasks.append(produced)
+            if not root:
+                return produced
+            children = [produced]
+        else:
+            children = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
+        if not root:
+            task = self.task(node, "merge", self.merge_plan(children))
+        elif self.q.arbitration is not None:
+            windowed = self.task(node, "window", self.final_plan(children))
+            self.tasks.append(windowed)
+            task = self.task(node, "final", self.arbitration_plan(windowed))
+        else:
+            task = self.task(node, "final", self.final_plan(children))
+        self.tasks.append(task)
+        return task
+
+
+def distribute(query: LogicalQuery, catalog: Catalog, query_id: str) -> DistributedPlan:
+    """Place `query` and build every node's plan; SqlError when it cannot be planned."""
+    placement = place(query, catalog)
+    builder = _Builder(query, catalog, query_id, placement)
+    builder.build(placement.root)
+    plan = DistributedPlan(query_id, query, placement, builder.tasks)
+    for task in plan.tasks:
+        output_columns(task.plan)  # every plan type-checks before anything is deployed
+    return plan
+

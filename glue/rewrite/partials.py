@@ -1,0 +1,54 @@
+"""Rewrite rule: split aggregates into partials below, merges in between, and a final above. Pure.
+
+    count(*), count(x)   partial count        merge sum          final the sum
+    sum(x)               partial sum          merge sum          final the sum
+    min(x) / max(x)      partial min / max    merge min / max    final as is
+    avg(x)               partial sum, count   merge sum, sum     final sum / count
+    count(DISTINCT x)    partial set of x     merge set union    final size of the set
+
+Every stage's columns keep the aggregate's name (with a suffix where it needs two), so a merge
+can run any number of levels deep and the final projection finds its inputs by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsp.plan import AggSpec, BinOp, Col, Expr, Func
+from glue.analyzer import AggCall
+
+
+@dataclass(frozen=True)
+class SplitAggregate:
+    partial: tuple[AggSpec, ...]   # over raw input rows
+    merge: tuple[AggSpec, ...]     # over partial (or merged) rows
+    final: Expr                    # over merged rows: the aggregate's value
+
+
+def split(call: AggCall) -> SplitAggregate:
+    name, column = call.name, call.column
+    if call.fn == "count":
+        return SplitAggregate((AggSpec(name, "count", column),), (AggSpec(name, "sum", name),), Col(name))
+    if call.fn in ("sum", "min", "max"):
+        merge_fn = "sum" if call.fn == "sum" else call.fn
+        return SplitAggregate((AggSpec(name, call.fn, column),), (AggSpec(name, merge_fn, name),), Col(name))
+    if call.fn == "avg":
+        total, n = f"{name}__sum", f"{name}__n"
+        return SplitAggregate((AggSpec(total, "sum", column), AggSpec(n, "count", column)),
+                              (AggSpec(total, "sum", total), AggSpec(n, "sum", n)),
+                              BinOp("/", Func("double", (Col(total),)), Col(n)))
+    if call.fn == "count_distinct":
+        members = f"{name}__set"
+        return SplitAggregate((AggSpec(members, "collect_set", column),), (AggSpec(members, "union_sets", members),),
+                              Func("size", (Col(members),)))
+    raise ValueError(f"aggregate {call.fn!r} cannot be split")
+
+
+Specs = tuple[AggSpec, ...]
+
+
+def split_all(calls: tuple[AggCall, ...]) -> tuple[Specs, Specs, tuple[tuple[str, Expr], ...]]:
+    """(partials, merges, finals as (name, expression)) for a query's aggregates."""
+    parts = [split(call) for call in calls]
+    return (tuple(s for p in parts for s in p.partial), tuple(s for p in parts for s in p.merge),
+            tuple((call.name, p.final) for call, p in zip(calls, parts, strict=True)))

@@ -1,0 +1,87 @@
+"""Rewrite rule: a query's scope and its root (DESIGN §7, placement). Pure.
+
+The scope is the set of receptors a query can touch: top-level conjuncts of its predicate that
+pin `receptor_id`, `location` or `area` to constants (=, IN) narrow it, through the receptors
+of the catalog. Its producers are the nodes that hold its source for those receptors (the edge
+nodes for a raw stream, the exporting nodes for a view); the root is their lowest common ancestor,
+and only the root's subtree on the way to the producers does any work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dsp.plan import BinOp, Col, Expr, Lit
+from glue.analyzer import LogicalQuery
+from glue.catalog import Catalog
+from glue.sql.lexer import SqlError
+
+SCOPE_COLUMNS = ("receptor_id", "location", "area")
+
+
+@dataclass(frozen=True)
+class Placement:
+    root: str
+    producers: tuple[str, ...]      # nodes that read the source
+    receptors: tuple[str, ...]      # receptors in scope ("*" for a source not tied to receptors)
+
+    def path_nodes(self, catalog: Catalog) -> set[str]:
+        """Every node between the root and a producer (both included)."""
+        nodes: set[str] = set()
+        for producer in self.producers:
+            for node in catalog.ancestors(producer):
+                nodes.add(node)
+                if node == self.root:
+                    break
+        return nodes
+
+
+def _conjuncts(expr: Expr | None) -> list[Expr]:
+    if expr is None:
+        return []
+    if isinstance(expr, BinOp) and expr.op == "AND":
+        return _conjuncts(expr.left) + _conjuncts(expr.right)
+    return [expr]
+
+
+def _pinned(expr: Expr) -> tuple[str, set[str]] | None:
+    """(column, values) when `expr` is column = constant, or an OR of those on one column."""
+    if isinstance(expr, BinOp) and expr.op == "=":
+        for col, lit in ((expr.left, expr.right), (expr.right, expr.left)):
+            if isinstance(col, Col) and isinstance(lit, Lit) and col.name in SCOPE_COLUMNS:
+                return col.name, {str(lit.value)}
+    if isinstance(expr, BinOp) and expr.op == "OR":
+        left, right = _pinned(expr.left), _pinned(expr.right)
+        if left and right and left[0] == right[0]:
+            return left[0], left[1] | right[1]
+    return None
+
+
+def scope_receptors(query: LogicalQuery, catalog: Catalog) -> list[str]:
+    chosen = {r.id for r in catalog.receptors}
+    for conjunct in _conjuncts(query.predicate):
+        pinned = _pinned(conjunct)
+        if pinned is not None:
+            column, values = pinned
+            chosen &= {r.id for r in catalog.receptors
+                       if {"receptor_id": r.id, "location": r.location, "area": r.area}[column] in values}
+    return sorted(chosen)
+
+
+def place(query: LogicalQuery, catalog: Catalog) -> Placement:
+    receptors = scope_receptors(query, catalog)
+    node_of = {r.id: r.node for r in catalog.receptors}
+    edges = sorted({node_of[r] for r in receptors if r in node_of})
+    if query.source_kind == "stream":
+        producers = edges
+    else:
+        exporters = {v.node for v in catalog.exports_of(query.source) if v.topic}
+        in_scope = sorted(n for n in exporters if any(e in catalog.edges_below(n) for e in edges))
+        # A view exported at several levels is read where it is lowest.
+        producers = [n for n in in_scope if not any(n in catalog.ancestors(p)[1:] for p in in_scope)]
+    if not producers:
+        raise SqlError(f"no receptor or node matches the scope of this query over {query.source!r}")
+    dead = [n for n in producers if not catalog.nodes[n].alive]
+    if dead:
+        raise SqlError(f"node(s) {', '.join(dead)} holding {query.source!r} are not alive")
+    return Placement(catalog.lowest_common_ancestor(producers), tuple(producers), tuple(receptors))

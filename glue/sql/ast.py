@@ -1,0 +1,120 @@
+"""The HiFi SQL syntax tree: plain frozen dataclasses, every node with its position. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from glue.sql.lexer import Pos
+
+
+@dataclass(frozen=True)
+class Name:
+    """A column reference, maybe qualified (`rs.tag_id`), or a deployment parameter."""
+
+    name: str
+    qualifier: str | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Literal:
+    value: Any
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str          # = != < <= > >= + - * / AND OR
+    left: Node
+    right: Node
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str          # NOT | -
+    operand: Node
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class InList:
+    operand: Node
+    values: tuple[Node, ...]
+    negated: bool
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Call:
+    """An aggregate call: count(*), count(DISTINCT x), sum(x), ..."""
+
+    name: str
+    arg: Node | None     # None for count(*)
+    distinct: bool
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class CompareAll:
+    """`left op ALL (subquery)` — the paper's arbitration form."""
+
+    op: str
+    left: Node
+    subquery: Select
+    pos: Pos
+
+
+Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll]  # noqa: UP007
+
+
+@dataclass(frozen=True)
+class WindowClause:
+    range: str
+    slide: str | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    name: str
+    alias: str | None
+    window: WindowClause | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class JoinClause:
+    source: SourceRef
+    using: tuple[str, ...]
+    on: Node | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class SelectItem:
+    expr: Node
+    alias: str | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Select:
+    items: tuple[SelectItem, ...]   # empty tuple means `*`
+    source: SourceRef
+    joins: tuple[JoinClause, ...]
+    where: Node | None
+    group_by: tuple[Name, ...]
+    having: Node | None
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class CreateView:
+    name: str
+    select: Select
+    pos: Pos
+
+
+Statement = Union[Select, CreateView]  # noqa: UP007

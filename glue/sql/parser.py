@@ -1,0 +1,278 @@
+"""HiFi SQL text -> syntax tree (glue.sql.ast), by recursive descent. Pure.
+
+    statement  := CREATE VIEW name AS ( select ) | select          [;]
+    select     := SELECT (* | item {, item}) FROM source {JOIN source (USING (cols) | ON expr)}
+                  [WHERE expr] [GROUP BY name {, name}] [HAVING expr]
+    source     := name [[AS] alias] ['[' RANGE BY 'D' [, SLIDE BY 'D'] ']'] [[AS] alias]
+    expr       := or;  or := and {OR and};  and := not {AND not};  not := [NOT] cmp
+    cmp        := sum [(= | != | < | <= | > | >=) (ALL ( select ) | sum) | [NOT] IN ( expr, ... )]
+    sum        := term {(+|-) term};  term := unary {(*|/) unary};  unary := [-] atom
+    atom       := number | 'string' | TRUE | FALSE | name[.name] | agg ( [DISTINCT] expr | * ) | ( expr )
+"""
+
+from __future__ import annotations
+
+from glue.sql import ast
+from glue.sql.lexer import SqlError, Token, tokenize
+
+AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
+COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.tokens = tokenize(text)
+        self.i = 0
+
+    # ------------------------------------------------------------ token helpers
+
+    @property
+    def tok(self) -> Token:
+        return self.tokens[self.i]
+
+    def _fail(self, what: str, tok: Token | None = None) -> SqlError:
+        tok = tok or self.tok
+        found = "end of query" if tok.kind == "end" else repr(tok.text)
+        return SqlError(f"expected {what}, found {found}", tok.pos.line, tok.pos.column)
+
+    def _is(self, kind: str, text: str | None = None) -> bool:
+        return self.tok.kind == kind and (text is None or self.tok.text == text)
+
+    def _accept(self, kind: str, text: str | None = None) -> Token | None:
+        if self._is(kind, text):
+            tok = self.tok
+            self.i += 1
+            return tok
+        return None
+
+    def _expect(self, kind: str, text: str | None = None, what: str | None = None) -> Token:
+        tok = self._accept(kind, text)
+        if tok is None:
+            raise self._fail(what or (text if text else kind))
+        return tok
+
+    def _ident(self, what: str) -> Token:
+        return self._expect("ident", what=what)
+
+    # ------------------------------------------------------------ statements
+
+    def statement(self) -> ast.Statement:
+        if self._is("keyword", "CREATE"):
+            start = self.tok.pos
+            self.i += 1
+            self._expect("keyword", "VIEW")
+            name = self._ident("a view name").text
+            self._expect("keyword", "AS")
+            parenthesized = self._accept("symbol", "(") is not None
+            select = self.select()
+            if parenthesized:
+                self._expect("symbol", ")")
+            result: ast.Statement = ast.CreateView(name, select, start)
+        else:
+            result = self.select()
+        self._accept("symbol", ";")
+        if not self._is("end"):
+            raise self._fail("end of query")
+        return result
+
+    def select(self) -> ast.Select:
+        start = self._expect("keyword", "SELECT", "SELECT").pos
+        items: list[ast.SelectItem] = []
+        if not self._accept("symbol", "*"):
+            items.append(self.item())
+            while self._accept("symbol", ","):
+                items.append(self.item())
+        self._expect("keyword", "FROM", "FROM")
+        source = self.source()
+        joins = []
+        while self._is("keyword", "JOIN"):
+            join_pos = self.tok.pos
+            self.i += 1
+            joined = self.source()
+            if self._accept("keyword", "USING"):
+                self._expect("symbol", "(")
+                cols = [self._ident("a column name").text]
+                while self._accept("symbol", ","):
+                    cols.append(self._ident("a column name").text)
+                self._expect("symbol", ")")
+                joins.append(ast.JoinClause(joined, tuple(cols), None, join_pos))
+            elif self._accept("keyword", "ON"):
+                joins.append(ast.JoinClause(joined, (), self.expr(), join_pos))
+            else:
+                raise self._fail("USING or ON")
+        where = self.expr() if self._accept("keyword", "WHERE") else None
+        group_by: list[ast.Name] = []
+        if self._accept("keyword", "GROUP"):
+            self._expect("keyword", "BY")
+            group_by.append(self.name())
+            while self._accept("symbol", ","):
+                group_by.append(self.name())
+        having = self.expr() if self._accept("keyword", "HAVING") else None
+        return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start)
+
+    def item(self) -> ast.SelectItem:
+        pos = self.tok.pos
+        expr = self.expr()
+        alias = None
+        if self._accept("keyword", "AS"):
+            alias = self._ident("an alias").text
+        elif self._is("ident"):
+            alias = self._accept("ident").text
+        return ast.SelectItem(expr, alias, pos)
+
+    def source(self) -> ast.SourceRef:
+        tok = self._ident("a stream, view or relation name")
+        alias = self._alias()
+        window = self.window() if self._is("symbol", "[") else None
+        alias = alias or self._alias()
+        return ast.SourceRef(tok.text, alias, window, tok.pos)
+
+    def _alias(self) -> str | None:
+        if self._accept("keyword", "AS"):
+            return self._ident("an alias").text
+        tok = self._accept("ident")
+        return tok.text if tok else None
+
+    def window(self) -> ast.WindowClause:
+        pos = self._expect("symbol", "[").pos
+        self._expect("keyword", "RANGE", "RANGE BY")
+        self._expect("keyword", "BY")
+        range_text = self._expect("string", what="a quoted duration such as '5 seconds'").text
+        slide_text = None
+        if self._accept("symbol", ","):
+            self._expect("keyword", "SLIDE", "SLIDE BY")
+            self._expect("keyword", "BY")
+            slide_text = self._expect("string", what="a quoted duration such as '1 second'").text
+        self._expect("symbol", "]")
+        return ast.WindowClause(range_text, slide_text, pos)
+
+    def name(self) -> ast.Name:
+        tok = self._ident("a column name")
+        if self._accept("symbol", "."):
+            column = self._ident("a column name after '.'")
+            return ast.Name(column.text, tok.text, tok.pos)
+        return ast.Name(tok.text, None, tok.pos)
+
+    # ------------------------------------------------------------ expressions
+
+    def expr(self) -> ast.Node:
+        left = self._and()
+        while self._is("keyword", "OR"):
+            pos = self.tok.pos
+            self.i += 1
+            left = ast.Binary("OR", left, self._and(), pos)
+        return left
+
+    def _and(self) -> ast.Node:
+        left = self._not()
+        while self._is("keyword", "AND"):
+            pos = self.tok.pos
+            self.i += 1
+            left = ast.Binary("AND", left, self._not(), pos)
+        return left
+
+    def _not(self) -> ast.Node:
+        if self._is("keyword", "NOT"):
+            pos = self.tok.pos
+            self.i += 1
+            return ast.Unary("NOT", self._not(), pos)
+        return self._comparison()
+
+    def _comparison(self) -> ast.Node:
+        left = self._sum()
+        if self.tok.kind == "symbol" and self.tok.text in COMPARISONS:
+            op_tok = self.tok
+            self.i += 1
+            if self._accept("keyword", "ALL"):
+                self._expect("symbol", "(")
+                sub = self.select()
+                self._expect("symbol", ")")
+                return ast.CompareAll(op_tok.text, left, sub, op_tok.pos)
+            return ast.Binary(op_tok.text, left, self._sum(), op_tok.pos)
+        negated_pos = self.tok.pos
+        negated = False
+        if self._is("keyword", "NOT") and self.tokens[self.i + 1].kind == "keyword" \
+                and self.tokens[self.i + 1].text == "IN":
+            self.i += 1
+            negated = True
+        if self._accept("keyword", "IN"):
+            self._expect("symbol", "(")
+            values = [self._sum()]
+            while self._accept("symbol", ","):
+                values.append(self._sum())
+            self._expect("symbol", ")")
+            return ast.InList(left, tuple(values), negated, negated_pos)
+        return left
+
+    def _sum(self) -> ast.Node:
+        left = self._term()
+        while self.tok.kind == "symbol" and self.tok.text in ("+", "-"):
+            op = self.tok
+            self.i += 1
+            left = ast.Binary(op.text, left, self._term(), op.pos)
+        return left
+
+    def _term(self) -> ast.Node:
+        left = self._unary()
+        while self.tok.kind == "symbol" and self.tok.text in ("*", "/"):
+            op = self.tok
+            self.i += 1
+            left = ast.Binary(op.text, left, self._unary(), op.pos)
+        return left
+
+    def _unary(self) -> ast.Node:
+        if self._is("symbol", "-"):
+            pos = self.tok.pos
+            self.i += 1
+            operand = self._unary()
+            if isinstance(operand, ast.Literal) and isinstance(operand.value, int | float):
+                return ast.Literal(-operand.value, pos)
+            return ast.Unary("-", operand, pos)
+        return self._atom()
+
+    def _atom(self) -> ast.Node:
+        tok = self.tok
+        if tok.kind == "number":
+            self.i += 1
+            try:
+                return ast.Literal(float(tok.text) if "." in tok.text else int(tok.text), tok.pos)
+            except ValueError:
+                raise SqlError(f"malformed number {tok.text!r}", tok.pos.line, tok.pos.column) from None
+        if tok.kind == "string":
+            self.i += 1
+            return ast.Literal(tok.text, tok.pos)
+        if tok.kind == "keyword" and tok.text in ("TRUE", "FALSE"):
+            self.i += 1
+            return ast.Literal(tok.text == "TRUE", tok.pos)
+        if self._accept("symbol", "("):
+            inner = self.expr()
+            self._expect("symbol", ")")
+            return inner
+        if tok.kind == "ident" and self.tokens[self.i + 1].kind == "symbol" and self.tokens[self.i + 1].text == "(":
+            return self._call()
+        if tok.kind == "ident":
+            return self.name()
+        raise self._fail("a value, column or aggregate")
+
+    def _call(self) -> ast.Call:
+        tok = self._ident("a function name")
+        if tok.text not in AGGREGATE_NAMES:
+            raise SqlError(f"unknown function {tok.text!r} (aggregates: {', '.join(AGGREGATE_NAMES)})",
+                           tok.pos.line, tok.pos.column)
+        self._expect("symbol", "(")
+        if self._accept("symbol", "*"):
+            if tok.text != "count":
+                raise SqlError(f"{tok.text}(*) is not defined; only count(*)", tok.pos.line, tok.pos.column)
+            self._expect("symbol", ")")
+            return ast.Call("count", None, False, tok.pos)
+        distinct = self._accept("keyword", "DISTINCT") is not None
+        arg = self.expr()
+        self._expect("symbol", ")")
+        return ast.Call(tok.text, arg, distinct, tok.pos)
+
+
+def parse(text: str) -> ast.Statement:
+    """Parse one HiFi SQL statement; SqlError names the line, the column and the problem."""
+    if not text.strip():
+        raise SqlError("empty query", 1, 1)
+    return _Parser(text).statement()

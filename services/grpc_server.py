@@ -1,0 +1,29 @@
+"""Starting a HiFi gRPC server: the service, plus health checking and reflection on every server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from protos import hifi_pb2
+
+
+def start_server(add_servicer: Callable[[grpc.Server], None], service: str, listen: str,
+                 workers: int = 8) -> tuple[grpc.Server, str]:
+    """Serve `service` ("Node", "Placement") on `listen` ("host:port", port 0 for any free one);
+    returns the server and the address it listens on."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{service}"))
+    add_servicer(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    full_name = hifi_pb2.DESCRIPTOR.services_by_name[service].full_name
+    reflection.enable_server_reflection((full_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    port = server.add_insecure_port(listen)
+    server.start()
+    for name in ("", full_name):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, f"{listen.rsplit(':', 1)[0]}:{port}"

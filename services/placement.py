@@ -1,0 +1,189 @@
+"""The placement service: submit a HiFi SQL query -> place it, rewrite it into one plan per node,
+deploy those plans on the nodes over their gRPC Node API, stream the results; cancel; list.
+
+It is the query listener + logical planner + physical planner + dispatcher of DESIGN §4, for
+every query posed to the hierarchy. It keeps no state of its own: the catalog it plans against
+and the queries it runs are in the MDR, so a restarted service picks up where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+
+import grpc
+
+from dsp.codec import decode_row_batch, to_value
+from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
+from glue import bus
+from glue.analyzer import analyze
+from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
+from glue.rewrite.distribute import DistributedPlan, distribute
+from glue.sql.lexer import SqlError
+from mdr.repository import MDR, QueryRecord, now_ms
+from protos import hifi_pb2, hifi_pb2_grpc
+from services.grpc_server import start_server
+
+log = logging.getLogger("hifi.placement")
+
+
+class PlacementError(Exception):
+    """A submitted query that was planned but could not be deployed; names the node and why."""
+
+
+def load_catalog(mdr: MDR) -> Catalog:
+    """The MDR's catalog as plain data for the planner."""
+    views = []
+    for v in mdr.views():
+        window = None
+        if v.plan:
+            try:
+                window = window_of(from_json(v.plan))
+            except PlanError:
+                window = None
+        views.append(ExportedView(v.name, v.node, v.topic, v.columns, window, v.definition, v.readers))
+    relations = {}
+    for name in mdr.r.smembers(mdr.k("relations")):
+        found = mdr.relation(name)
+        if found:
+            relations[name] = Relation(name, tuple(found[0]), tuple(found[1]), tuple(found[2]))
+    nodes = {n.id: NodeInfo(n.id, n.tier, n.parent, n.alive, n.address) for n in mdr.nodes()}
+    receptors = [ReceptorInfo(rid, info["node"], info.get("location", ""), info.get("area", ""))
+                 for rid, info in sorted(mdr.receptors().items())]
+    return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
+                   mdr.parameters())
+
+
+class Placement:
+    def __init__(self, mdr: MDR, bootstrap: str) -> None:
+        self.mdr = mdr
+        self.bootstrap = bootstrap
+        self._lock = threading.Lock()
+
+    def plan(self, sql: str, principal: str = "*", query_id: str | None = None) -> DistributedPlan:
+        catalog = load_catalog(self.mdr)
+        query = analyze(sql, catalog, principal or "*")
+        return distribute(query, catalog, query_id or f"q{uuid.uuid4().hex[:8]}")
+
+    def submit(self, sql: str, principal: str = "*") -> DistributedPlan:
+        """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused)."""
+        with self._lock:  # plans see the views that earlier submissions created
+            plan = self.plan(sql, principal)
+            deployed: list[tuple[str, str]] = []
+            try:
+                for task in plan.tasks:
+                    if task.reused:
+                        continue
+                    if self._deploy(task.node, task.query_id, task.plan, task.export_as, task.topic, principal):
+                        deployed.append((task.node, task.query_id))
+            except PlacementError:
+                for node, query_id in reversed(deployed):
+                    self._cancel_on(node, query_id)
+                raise
+            remote: dict[str, list[str]] = {}
+            for task in plan.tasks:
+                remote.setdefault(task.node, []).append(task.query_id)
+            self.mdr.put_query(QueryRecord(plan.query_id, sql, plan.placement.root, remote, "running", now_ms(),
+                                           plan.result_topic, plan.explain(), tuple(plan.columns)))
+            return plan
+
+    def _stub(self, node: str) -> hifi_pb2_grpc.NodeStub:
+        record = self.mdr.node(node)
+        if record is None or not record.alive:
+            raise PlacementError(f"node {node} is not alive")
+        return hifi_pb2_grpc.NodeStub(grpc.insecure_channel(record.address))
+
+    def _deploy(self, node: str, query_id: str, plan, export_as: str, topic: str, principal: str) -> bool:
+        """Deploy on `node`; False when the node already runs it (a view another query created)."""
+        request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(plan)),
+                                         export_as=export_as, output_topic="" if export_as else topic)
+        try:
+            self._stub(node).Deploy(request, timeout=60)
+            return True
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                return False
+            raise PlacementError(f"node {node} refused {query_id}: {exc.details()}") from None
+
+    def _cancel_on(self, node: str, query_id: str) -> None:
+        try:
+            stub = self._stub(node)
+            stub.Cancel(hifi_pb2.QueryRef(query_id=query_id), timeout=30)
+            if query_id.startswith("view."):
+                stub.RevokeView(hifi_pb2.ViewRef(view=query_id.removeprefix("view.")), timeout=10)
+        except (grpc.RpcError, PlacementError) as exc:
+            log.warning("cancel %s on %s: %s", query_id, node, exc)
+
+    def cancel(self, query_id: str) -> QueryRecord:
+        """Tear down the query's remote queries, keeping those another running query uses."""
+        with self._lock:
+            queries = {q.id: q for q in self.mdr.queries()}
+            record = queries.get(query_id)
+            if record is None:
+                raise KeyError(f"no query {query_id!r}")
+            in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
+                      for task in tasks}
+            for node, tasks in record.remote.items():
+                for task in reversed(tasks):
+                    if (node, task) not in in_use:
+                        self._cancel_on(node, task)
+            self.mdr.drop_query(query_id)
+            return record
+
+    def results(self, query_id: str, stop: threading.Event) -> Iterator[tuple[list[str], tuple, int]]:
+        record = next((q for q in self.mdr.queries() if q.id == query_id), None)
+        if record is None:
+            raise KeyError(f"no query {query_id!r}")
+        for message in bus.tail(self.bootstrap, [record.result_topic], stop):
+            batch = decode_row_batch(message.value)
+            for row in batch.rows:
+                yield batch.columns, row, batch.emitted_ms
+
+
+class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
+
+    def Submit(self, request, context):  # noqa: N802 - gRPC method names
+        try:
+            if request.explain_only:
+                plan = self.placement.plan(request.sql, request.principal)
+            else:
+                plan = self.placement.submit(request.sql, request.principal)
+        except (SqlError, PlanError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except PlacementError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+        return hifi_pb2.SubmitReply(query_id=plan.query_id, root_node=plan.placement.root, plan=plan.explain(),
+                                    result_topic=plan.result_topic, columns=plan.columns)
+
+    def Cancel(self, request, context):  # noqa: N802
+        try:
+            self.placement.cancel(request.query_id)
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+        return hifi_pb2.Ack(ok=True)
+
+    def List(self, request, context):  # noqa: N802
+        return hifi_pb2.QueryList(queries=[
+            hifi_pb2.QueryInfo(query_id=q.id, status=q.status, output_topic=q.result_topic, plan=q.explain,
+                               root=q.root, text=q.text) for q in self.placement.mdr.queries()])
+
+    def Results(self, request, context):  # noqa: N802
+        stop = threading.Event()
+        context.add_callback(stop.set)
+        try:
+            for columns, row, emitted_ms in self.placement.results(request.query_id, stop):
+                yield hifi_pb2.ResultRow(query_id=request.query_id, columns=columns,
+                                         row=hifi_pb2.Row(values=[to_value(v) for v in row]), emitted_ms=emitted_ms)
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+
+
+def serve(placement: Placement, listen: str = "127.0.0.1:0") -> tuple[grpc.Server, str]:
+    """Start the Placement gRPC server; returns it and its address."""
+    return start_server(lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(PlacementServicer(placement),
+                                                                                     server),
+                        "Placement", listen, workers=16)
