@@ -36,6 +36,10 @@ def spark_session(app_name: str = "hifi") -> SparkSession:
             .config("spark.sql.shuffle.partitions", os.environ.get("HIFI_SHUFFLE_PARTITIONS", "1"))
             .config("spark.scheduler.mode", "FAIR")
             .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
+            # A watermark move would otherwise cost an extra (empty) micro-batch per query; the next
+            # data batch closes the windows instead (data and progress markers arrive every trigger).
+            .config("spark.sql.streaming.noDataMicroBatches.enabled",
+                    os.environ.get("HIFI_NO_DATA_BATCHES", "false"))
             .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )

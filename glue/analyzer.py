@@ -99,8 +99,8 @@ class _Binder:
     def window(self, clause: ast.WindowClause | None) -> Window | None:
         if clause is None:
             return None
-        range_ms = self.duration(clause.range, clause.pos)
-        slide_ms = self.duration(clause.slide, clause.pos) if clause.slide else range_ms
+        range_ms = self.duration(clause.range, clause.range_pos)
+        slide_ms = self.duration(clause.slide, clause.slide_pos or clause.pos) if clause.slide else range_ms
         if range_ms <= 0 or slide_ms <= 0 or slide_ms > range_ms:
             raise _err(f"window needs 0 < slide <= range (got range {range_ms} ms, slide {slide_ms} ms)", clause.pos)
         return Window(range_ms, slide_ms)

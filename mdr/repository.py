@@ -20,6 +20,7 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    updated_ms
   stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
+  placement                  STR   the placement service's gRPC address
   changes                    STREAM  one entry per change: kind, op, id (nodes and dashboard watch it)
 
 Every change is one MULTI/EXEC transaction (or one Lua script) that also appends to `changes`.

@@ -141,6 +141,144 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _placement_stub():
+    import grpc
+
+    from protos import hifi_pb2_grpc
+
+    address = os.environ.get("HIFI_PLACEMENT") or _mdr().r.get(_mdr().k("placement"))
+    if not address:
+        raise CLIError("no placement service found: start the hierarchy with `hifi up`, or set HIFI_PLACEMENT")
+    return hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(address))
+
+
+def _rpc_error(exc) -> CLIError:
+    return CLIError(exc.details() or str(exc.code()))
+
+
+def _cell(value: object) -> str:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return value.strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "NULL" if value is None else str(value)
+
+
+def _json_cell(value: object) -> object:
+    import datetime as dt
+
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def _print_rows(columns: Sequence[str], rows, fmt: str, limit: int | None) -> int:
+    """Print rows as they come (a table, or JSON lines); returns how many were printed."""
+    widths = [max(len(c), 12) for c in columns]
+    if fmt == "table":
+        _say("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    printed = 0
+    for row in rows:
+        if fmt == "json":
+            _say(json.dumps({c: _json_cell(v) for c, v in zip(columns, row, strict=True)}))
+        else:
+            _say("  ".join(_cell(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        printed += 1
+        if limit is not None and printed >= limit:
+            break
+    return printed
+
+
+def _reference_rows(sql: str, principal: str):
+    """The centralized answer over the running hierarchy's recorded readings."""
+    import datetime as dt
+
+    from edge.agent import read_truth
+    from glue.analyzer import analyze
+    from glue.reference import Reference, readings_from_truth
+    from services.hierarchy import run_file
+    from services.placement import load_catalog
+
+    try:
+        with open(run_file()) as fh:
+            truth_path = json.load(fh)["truth"]
+    except (OSError, ValueError, KeyError):
+        raise CLIError("--reference needs a running `hifi up` (its recorded readings)") from None
+    catalog = load_catalog(_mdr())
+    query = analyze(sql, catalog, principal)
+    rows = Reference(readings_from_truth(read_truth(truth_path)), catalog).run(query)
+    columns = (["window_start", "window_end"] if query.is_aggregate else []) + [n for n, _ in query.outputs]
+    as_time = {"window_start", "window_end"}
+    return columns, [[dt.datetime.fromtimestamp(r[c] / 1000, tz=dt.UTC) if c in as_time else r[c]
+                      for c in columns] for r in rows]
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import grpc
+
+    from dsp.codec import from_value
+    from glue.sql.lexer import SqlError
+    from protos import hifi_pb2
+
+    if args.reference:
+        try:
+            columns, rows = _reference_rows(args.sql, args.principal)
+        except SqlError as exc:
+            raise CLIError(str(exc)) from None
+        _print_rows(columns, rows, args.format, args.limit)
+        return 0
+    stub = _placement_stub()
+    try:
+        reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal,
+                                                   explain_only=args.explain), timeout=120)
+    except grpc.RpcError as exc:
+        raise _rpc_error(exc) from None
+    if args.explain:
+        _say(reply.plan)
+        return 0
+    _progress(f"query {reply.query_id} placed at {reply.root_node}; results on {reply.result_topic}")
+    if args.detach:
+        _say(reply.query_id)
+        return 0
+    keep = args.keep or args.sql.lstrip().upper().startswith("CREATE")
+    stream = stub.Results(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=args.timeout)
+    try:
+        _print_rows(list(reply.columns), ([from_value(v) for v in r.row.values] for r in stream), args.format,
+                    args.limit)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise _rpc_error(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stream.cancel()
+        if not keep:
+            stub.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
+            _progress(f"query {reply.query_id} cancelled")
+    return 0
+
+
+def cmd_queries(args: argparse.Namespace) -> int:
+    queries = _mdr().queries()
+    _say(_table(["query", "root", "status", "submitted", "results", "text"],
+                [[q.id, q.root, q.status, time.strftime("%H:%M:%S", time.localtime(q.submitted_ms / 1000)),
+                  q.result_topic, " ".join(q.text.split())[:60]] for q in queries]))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import grpc
+
+    from protos import hifi_pb2
+
+    try:
+        _placement_stub().Cancel(hifi_pb2.QueryRef(query_id=args.query_id), timeout=60)
+    except grpc.RpcError as exc:
+        raise _rpc_error(exc) from None
+    _say(f"cancelled {args.query_id}")
+    return 0
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     from edge.agent import ReaderAgent, scenario_from_topology
 
@@ -189,6 +327,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="per-node input rate, lag, dead letters")
     status.set_defaults(func=cmd_status)
+
+    query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
+    query.add_argument("sql", help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "
+                                   "[range by '4 seconds'] GROUP BY tag_id\"")
+    query.add_argument("--explain", action="store_true", help="print the placement and per-node plan, run nothing")
+    query.add_argument("--reference", action="store_true",
+                       help="compute the answer centrally over the running hierarchy's recorded readings")
+    query.add_argument("--limit", type=int, default=None, help="stop after this many result rows")
+    query.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    query.add_argument("--format", choices=["table", "json"], default="table", help="row format (default table)")
+    query.add_argument("--principal", default="*", help="who asks (views not exported to it are refused)")
+    query.add_argument("--keep", action="store_true", help="leave a SELECT running after this command exits")
+    query.add_argument("--detach", action="store_true", help="submit, print the query id and exit (keeps it)")
+    query.set_defaults(func=cmd_query)
+
+    queries = sub.add_parser("queries", help="running queries with their root node and result topic")
+    queries.set_defaults(func=cmd_queries)
+
+    cancel = sub.add_parser("cancel", help="cancel a query: its remote queries and the views only it used")
+    cancel.add_argument("query_id")
+    cancel.set_defaults(func=cmd_cancel)
 
     agents = sub.add_parser("agents", help="run the topology's receptor agents alone")
     agents.add_argument("--topology", default=DEFAULT_TOPOLOGY)

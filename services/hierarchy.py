@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import grpc
+
 from dsp.codec import decode_row_batch
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
@@ -22,6 +24,7 @@ from glue import bus
 from glue.topology import Topology
 from mdr.repository import MDR
 from services.node import HiFiNode
+from services.placement import Placement, serve
 
 
 def hifi_home() -> str:
@@ -55,6 +58,9 @@ class Hierarchy:
     nodes: dict[str, HiFiNode] = field(default_factory=dict)
     agent: ReaderAgent | None = None
     truth_path: str = ""
+    placement: Placement | None = None
+    placement_address: str = ""
+    _placement_server: grpc.Server | None = None
 
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
@@ -74,6 +80,10 @@ class Hierarchy:
                             self.trigger_ms)
             node.start()
             self.nodes[spec.id] = node
+        self.placement = Placement(self.mdr, self.bootstrap)
+        self._placement_server, self.placement_address = serve(self.placement)
+        self.mdr.r.set(self.mdr.k("placement"), self.placement_address)
+        progress(f"placement service at {self.placement_address}")
 
     def start_agents(self, truth_path: str | None = None) -> ReaderAgent:
         self.truth_path = truth_path or os.path.join(self.state_dir, "truth.jsonl")
@@ -87,6 +97,9 @@ class Hierarchy:
     def stop(self) -> None:
         if self.agent is not None:
             self.agent.stop()
+        if self._placement_server is not None:
+            self._placement_server.stop(grace=1).wait(5)
+            self._placement_server = None
         for node in reversed(list(self.nodes.values())):
             node.stop()
         self.nodes.clear()
@@ -96,7 +109,7 @@ class Hierarchy:
         with open(run_file(), "w") as fh:
             json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
                        "topology": self.topology.source, "truth": self.truth_path,
-                       "state_dir": self.state_dir}, fh)
+                       "state_dir": self.state_dir, "placement": self.placement_address}, fh)
 
 
 def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,

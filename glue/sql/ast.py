@@ -74,6 +74,8 @@ class WindowClause:
     range: str
     slide: str | None
     pos: Pos
+    range_pos: Pos
+    slide_pos: Pos | None
 
 
 @dataclass(frozen=True)

@@ -137,14 +137,15 @@ class _Parser:
         pos = self._expect("symbol", "[").pos
         self._expect("keyword", "RANGE", "RANGE BY")
         self._expect("keyword", "BY")
-        range_text = self._expect("string", what="a quoted duration such as '5 seconds'").text
-        slide_text = None
+        range_tok = self._expect("string", what="a quoted duration such as '5 seconds'")
+        slide_tok = None
         if self._accept("symbol", ","):
             self._expect("keyword", "SLIDE", "SLIDE BY")
             self._expect("keyword", "BY")
-            slide_text = self._expect("string", what="a quoted duration such as '1 second'").text
+            slide_tok = self._expect("string", what="a quoted duration such as '1 second'")
         self._expect("symbol", "]")
-        return ast.WindowClause(range_text, slide_text, pos)
+        return ast.WindowClause(range_tok.text, slide_tok.text if slide_tok else None, pos, range_tok.pos,
+                                slide_tok.pos if slide_tok else None)
 
     def name(self) -> ast.Name:
         tok = self._ident("a column name")

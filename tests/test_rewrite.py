@@ -1,0 +1,141 @@
+"""Rewriting and placement (pure): panes, partial aggregates, scope and LCA, per-node plans,
+and the reference evaluator the hierarchy is judged by."""
+
+import pytest
+
+from dsp.plan import Aggregate, AggSpec, Col, LookupJoin, Source, Window, output_columns
+from glue.analyzer import AggCall, analyze
+from glue.catalog import ExportedView, NodeInfo
+from glue.reference import Reference, evaluate_expr
+from glue.rewrite.distribute import distribute
+from glue.rewrite.partials import split
+from glue.rewrite.placement import place
+from glue.rewrite.windows import pane_of, window_starts
+from glue.sql.lexer import SqlError
+from tests.catalogs import supply_chain_catalog
+
+COUNT_BY_TAG = ("SELECT tag_id, count(*) AS n FROM rfid_stream [range by '6 seconds', slide by '4 seconds'] "
+                "GROUP BY tag_id")
+
+
+def test_panes_are_the_gcd_of_range_and_slide():
+    assert pane_of(Window(6000, 4000)) == Window(2000, 2000)
+    assert pane_of(Window(5000, 5000)) == Window(5000, 5000)
+    assert pane_of(Window(10_000, 1000)) == Window(1000, 1000)
+
+
+def test_window_starts_cover_exactly_the_windows_holding_a_time():
+    assert list(window_starts(5000, Window(6000, 4000))) == [0, 4000]
+    assert list(window_starts(4000, Window(6000, 4000))) == [0, 4000]
+    assert list(window_starts(6000, Window(6000, 4000))) == [4000]
+    assert list(window_starts(1999, Window(2000, 2000))) == [0]
+
+
+def test_partial_aggregates_merge_and_finish():
+    avg = split(AggCall("avg_x", "avg", "x"))
+    assert [s.fn for s in avg.partial] == ["sum", "count"] and [s.fn for s in avg.merge] == ["sum", "sum"]
+    assert evaluate_expr(avg.final, {"avg_x__sum": 9.0, "avg_x__n": 3}) == 3.0
+    distinct = split(AggCall("d", "count_distinct", "tag"))
+    assert distinct.partial == (AggSpec("d__set", "collect_set", "tag"),)
+    assert distinct.merge == (AggSpec("d__set", "union_sets", "d__set"),)
+    assert evaluate_expr(distinct.final, {"d__set": ["a", "b"]}) == 2
+    count = split(AggCall("n", "count", None))
+    assert count.merge == (AggSpec("n", "sum", "n"),)
+
+
+@pytest.mark.parametrize("where, root, producers", [
+    ("", "warehouse", ("door1", "door2")),
+    ("WHERE receptor_id = 'door2-r1'", "door2", ("door2",)),
+    ("WHERE receptor_id IN ('door1-r1', 'door2-r1')", "warehouse", ("door1", "door2")),
+    ("WHERE area = 'inbound'", "door1", ("door1",)),
+    ("WHERE location = 'dock-door-2' AND read_strength > 0.5", "door2", ("door2",)),
+])
+def test_the_root_is_the_lowest_common_ancestor_of_the_scope(where, root, producers):
+    catalog = supply_chain_catalog()
+    join = "JOIN receptor_locations USING (receptor_id)" if "location" in where or "area" in where else ""
+    text = f"SELECT tag_id FROM rfid_stream {join} {where}"
+    if "area" in where:
+        # area is receptor metadata: expose it the way a deployment would, through a relation column
+        from dataclasses import replace
+        relation = catalog.relations["receptor_locations"]
+        catalog.relations["receptor_locations"] = replace(
+            relation, columns=(*relation.columns, ("area", "string")),
+            rows=tuple((*row, next(r.area for r in catalog.receptors if r.id == row[0])) for row in relation.rows))
+    placement = place(analyze(text, catalog), catalog)
+    assert (placement.root, placement.producers) == (root, producers)
+
+
+def test_a_scope_that_matches_nothing_is_an_error():
+    catalog = supply_chain_catalog()
+    with pytest.raises(SqlError, match="no receptor or node matches"):
+        place(analyze("SELECT tag_id FROM rfid_stream WHERE receptor_id = 'nowhere'", catalog), catalog)
+
+
+def test_dead_producers_are_refused():
+    catalog = supply_chain_catalog()
+    catalog.nodes["door2"] = NodeInfo("door2", "edge", "warehouse", alive=False)
+    with pytest.raises(SqlError, match="door2 holding 'rfid_stream' are not alive"):
+        distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+
+
+def test_producers_emit_pane_partials_and_the_root_assembles_windows():
+    catalog = supply_chain_catalog()
+    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    roles = [(t.node, t.role) for t in plan.tasks]
+    assert roles == [("door1", "producer"), ("door2", "producer"), ("warehouse", "final")]
+    producer = plan.tasks[0].plan
+    assert isinstance(producer, Aggregate) and producer.window == Window(2000, 2000)
+    assert producer.child == Source(("hifi.raw.door1",), "rfid", producer.child.columns, "ts", 1000)
+    final = plan.tasks[-1]
+    assert final.topic == "hifi.results.q1" and plan.columns == ["window_start", "window_end", "tag_id", "n"]
+    windowed = final.plan.child.child
+    assert windowed.window == Window(6000, 4000) and windowed.aggregates == (AggSpec("count", "sum", "count"),)
+    assert windowed.child.markers and windowed.child.topics == tuple(t.topic for t in plan.tasks[:2])
+
+
+def test_joins_run_where_the_relation_is_replicated_and_views_are_reused():
+    catalog = supply_chain_catalog()
+    text = "SELECT location, count(*) AS n FROM rfid_stream [range by '2 seconds'] " \
+           "JOIN receptor_locations USING (receptor_id) GROUP BY location"
+    first = distribute(analyze(text, catalog), catalog, "q1")
+    assert isinstance(first.tasks[0].plan.child, LookupJoin)
+    catalog.views += [ExportedView(t.export_as, t.node, t.topic, output_columns(t.plan), Window(2000, 2000), "")
+                      for t in first.tasks if t.export_as]
+    second = distribute(analyze(text, catalog), catalog, "q2")
+    assert [t.reused for t in second.tasks] == [True, True, False]
+    assert "reuses view" in second.explain()
+    from dataclasses import replace
+    catalog.relations["receptor_locations"] = replace(catalog.relations["receptor_locations"], replicas=("hq",))
+    with pytest.raises(SqlError, match="not replicated at door1"):
+        distribute(analyze(text, catalog), catalog, "q3")
+
+
+def test_the_reference_evaluates_windows_having_and_arbitration():
+    catalog = supply_chain_catalog()
+    readings = [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "ts": ts}
+                for r, t, s, ts in [("door1-r1", "a", 0.5, 100), ("door1-r1", "a", 0.7, 900),
+                                    ("door1-r2", "a", 0.9, 1500), ("door1-r2", "b", 0.4, 2500),
+                                    ("door1-r1", "b", 0.1, 2600)]]
+    reference = Reference(readings, catalog)
+    rows = reference.run(analyze("SELECT tag_id, count(*) AS n, avg(read_strength) AS s FROM rfid_stream "
+                                 "[range by '2 seconds'] GROUP BY tag_id HAVING count(*) > 1",
+                                 catalog))
+    assert [(r["window_start"], r["tag_id"], r["n"]) for r in rows] == [(0, "a", 3), (2000, "b", 2)]
+    assert rows[0]["s"] == pytest.approx(0.7)
+    arbitrated = reference.run(analyze(
+        "SELECT receptor_id, count(DISTINCT tag_id) AS tags FROM rfid_stream r [range by '2 seconds'] "
+        "GROUP BY receptor_id, tag_id HAVING count(*) >= ALL (SELECT count(*) FROM rfid_stream "
+        "[range by '2 seconds'] WHERE tag_id = r.tag_id GROUP BY receptor_id)", catalog))
+    # window 0: door1-r1 read a twice, door1-r2 once; window 2000: b read once by each -> smallest id
+    assert [(r["window_start"], r["receptor_id"], r["tags"]) for r in arbitrated] == [
+        (0, "door1-r1", 1), (2000, "door1-r1", 1)]
+
+
+def test_plans_type_check_and_mark_their_event_time():
+    catalog = supply_chain_catalog()
+    plan = distribute(analyze("SELECT receptor_id, tag_id, ts FROM rfid_stream WHERE read_strength > 0.8", catalog),
+                      catalog, "q1")
+    producer = plan.tasks[0].plan
+    assert dict(output_columns(producer))["__ts"] == "timestamp"
+    assert plan.tasks[-1].plan.outputs == (("receptor_id", Col("receptor_id")), ("tag_id", Col("tag_id")),
+                                           ("ts", Col("ts")))

@@ -1,0 +1,110 @@
+"""HiFi SQL front end (pure): parsing, binding to the catalog, precise errors."""
+
+import pytest
+
+from dsp.plan import BinOp, Col, Lit, Window
+from glue.analyzer import Arbitration, analyze
+from glue.sql import ast
+from glue.sql.lexer import SqlError
+from glue.sql.parser import parse
+from tests.catalogs import supply_chain_catalog
+
+PAPER_CLEANED = """CREATE VIEW cleaned_rfid_stream AS
+(SELECT receptor_id, tag_id
+ FROM rfid_stream rs
+ WHERE read_strength >= strength_T)"""
+
+PAPER_SMOOTHED = """CREATE VIEW smoothed_rfid_stream AS
+(SELECT receptor_id, tag_id
+ FROM cleaned_rfid_stream
+ [range by 't1', slide by 't2']
+ GROUP BY receptor_id, tag_id
+ HAVING count(*) >= count_T)"""
+
+PAPER_PRODUCT_COUNTS = """CREATE VIEW product_counts AS
+(SELECT receptor_id,
+ count (distinct tag_id)
+ FROM smoothed_rfid_stream rs
+ [range by 't3', slide by 't4']
+ GROUP BY receptor_id, tag_id
+ HAVING count(*) >= ALL
+ (SELECT count(*)
+  FROM smoothed_rfid_stream
+  [range by 't3', slide by 't4']
+  WHERE tag_id = rs.tag_id
+  GROUP BY receptor_id))"""
+
+
+@pytest.fixture()
+def catalog():
+    c = supply_chain_catalog()
+    c.parameters.update({"t3": "4 seconds", "t4": "2 seconds"})
+    return c
+
+
+def test_the_papers_three_views_parse_as_printed():
+    for text in (PAPER_CLEANED, PAPER_SMOOTHED, PAPER_PRODUCT_COUNTS):
+        statement = parse(text)
+        assert isinstance(statement, ast.CreateView)
+    having = parse(PAPER_PRODUCT_COUNTS).select.having
+    assert isinstance(having, ast.CompareAll) and having.subquery.where.right == ast.Name(
+        "tag_id", "rs", having.subquery.where.right.pos)
+
+
+def test_the_papers_views_bind_with_deployment_parameters(catalog):
+    cleaned = analyze(PAPER_CLEANED, catalog)
+    assert cleaned.predicate == BinOp(">=", Col("read_strength"), Lit(0.2)) and not cleaned.is_aggregate
+    smoothed = analyze(PAPER_SMOOTHED, catalog)  # over the definition-only cleaned view: expanded
+    assert smoothed.source == "rfid_stream" and smoothed.window == Window(2000, 2000)
+    assert smoothed.predicate == cleaned.predicate
+    assert smoothed.having == BinOp(">=", Col("count"), Lit(1))
+    counts = analyze(PAPER_PRODUCT_COUNTS, catalog)
+    assert counts.source_kind == "view" and counts.window == Window(4000, 2000)
+    assert counts.arbitration == Arbitration(by="tag_id", winner="receptor_id")
+    assert counts.keys == ("receptor_id",)
+    assert [name for name, _ in counts.outputs] == ["receptor_id", "count_distinct_tag_id"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("SELECT tag_id FROM rfid_streem", "line 1, column 20: unknown stream or view 'rfid_streem'"),
+    ("SELECT colour FROM rfid_stream", "line 1, column 8: unknown column 'colour'"),
+    ("SELECT tag_id FROM rfid_stream WHERE", "line 1, column 37: expected a value, column or aggregate, found end"),
+    ("SELECT tag_id, count(*) FROM rfid_stream GROUP BY tag_id", "needs a window"),
+    ("SELECT receptor_id, tag_id, count(*) FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id",
+     "column 'tag_id' must appear in GROUP BY"),
+    ("SELECT median(read_strength) FROM rfid_stream [range by '2 seconds']", "unknown function 'median'"),
+    ("SELECT sum(tag_id) AS s FROM rfid_stream [range by '2 seconds']", "sum(tag_id) needs a numeric column"),
+    ("SELECT tag_id FROM rfid_stream [range by 'soon']", "line 1, column 42: cannot read duration 'soon'"),
+    ("SELECT tag_id FROM rfid_stream [range by '1 second', slide by '2 seconds']", "0 < slide <= range"),
+    ("SELECT receptor_id, count(*) AS n FROM smoothed_rfid_stream [range by '3 seconds'] GROUP BY receptor_id",
+     "cannot be derived from view 'smoothed_rfid_stream'"),
+    ("SELECT tag_id FROM receptor_locations", "is a static relation"),
+    ("SELECT location FROM rfid_stream JOIN shelves USING (receptor_id)", "unknown static relation 'shelves'"),
+    ("SELECT 'unterminated FROM rfid_stream", "line 1, column 8: unterminated quoted text"),
+    ("SELECT tag_id FROM rfid_stream\n WHERE tag_id = ?", "line 2, column 17: unexpected character '?'"),
+    ("SELECT tag_id, tag_id FROM rfid_stream", "two output columns are named 'tag_id'"),
+    ("SELECT receptor_id, count(*) FROM rfid_stream r [range by '2 seconds'] GROUP BY receptor_id, tag_id "
+     "HAVING count(*) >= ALL (SELECT max(read_strength) FROM rfid_stream)", "only ALL form supported"),
+])
+def test_errors_name_the_position_and_the_problem(catalog, text, message):
+    with pytest.raises(SqlError) as error:
+        analyze(text, catalog)
+    assert message in str(error.value)
+
+
+def test_views_not_exported_to_the_asker_are_refused(catalog):
+    from dataclasses import replace
+
+    catalog.views = [replace(v, readers=("hq",)) if v.name == "smoothed_rfid_stream" else v for v in catalog.views]
+    text = "SELECT receptor_id, count(*) AS n FROM smoothed_rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
+    assert analyze(text, catalog, "hq").source_kind == "view"
+    with pytest.raises(SqlError, match="view 'smoothed_rfid_stream' is not exported to 'store-7'"):
+        analyze(text, catalog, "store-7")
+
+
+def test_in_lists_not_and_arithmetic_bind_to_plan_expressions(catalog):
+    query = analyze("SELECT tag_id, read_strength * 2 AS doubled FROM rfid_stream "
+                    "WHERE receptor_id IN ('door1-r1', 'door2-r2') AND NOT read_strength < 0.5", catalog)
+    assert query.predicate.left == BinOp("OR", BinOp("=", Col("receptor_id"), Lit("door1-r1")),
+                                         BinOp("=", Col("receptor_id"), Lit("door2-r2")))
+    assert query.outputs[1] == ("doubled", BinOp("*", Col("read_strength"), Lit(2)))
