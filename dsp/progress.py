@@ -23,13 +23,14 @@ from pyspark.sql.streaming import StreamingQueryListener
 from dsp.codec import encode_row_batch
 from dsp.plan import Window
 from glue import bus
+from glue.rewrite.windows import window_starts
 
 log = logging.getLogger("hifi.progress")
 
 
 def next_window_start(watermark_ms: int, window: Window) -> int:
     """The start of the earliest window of `window` that ends after `watermark_ms` (pure)."""
-    return (watermark_ms - window.range_ms) // window.slide_ms * window.slide_ms + window.slide_ms
+    return window_starts(watermark_ms, window).start
 
 
 def parse_watermark(text: str | None) -> int | None:

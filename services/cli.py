@@ -296,6 +296,11 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "planning":
+        from services.bench_planning import run_planning_bench
+
+        _say(run_planning_bench(args.queries, args.fanout, args.levels).table())
+        return 0
     from services.bench import run_pipeline_bench
 
     figures = run_pipeline_bench(load_topology(args.topology), args.duration, _progress, args.trigger_ms)
@@ -356,11 +361,15 @@ def build_parser() -> argparse.ArgumentParser:
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline"],
-                       help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy")
+    bench.add_argument("which", choices=["pipeline", "planning"],
+                       help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
+                            "planning: parse+place+rewrite time on a large generated hierarchy")
     bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
     bench.add_argument("--duration", type=float, default=60.0, help="seconds the agents run (default 60)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
+    bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
+    bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")
     bench.set_defaults(func=cmd_bench)
     return parser
 

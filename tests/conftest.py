@@ -41,6 +41,17 @@ def mdr(servers):
     repository.clear()
 
 
+def running_hierarchy(topology, servers, state_dir: str) -> Iterator:
+    """A started hierarchy of `topology` with its agents publishing; stopped when done."""
+    from services.hierarchy import Hierarchy
+
+    running = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=state_dir)
+    running.start()
+    running.start_agents()
+    yield running
+    running.stop()
+
+
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5):
     """Poll until `condition()` is truthy; fail naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s

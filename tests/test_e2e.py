@@ -14,22 +14,14 @@ from edge.truth import covered_windows, readings_per_node, true_location_counts
 from glue.topology import duration_ms, load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.cli import DEFAULT_TOPOLOGY
-from tests.conftest import topic_rows, wait_for
+from tests.conftest import running_hierarchy, topic_rows, wait_for
 
 MIN_WINDOWS = 6
 
 
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    from services.hierarchy import Hierarchy
-
-    topology = load_topology(DEFAULT_TOPOLOGY)
-    running = Hierarchy(topology, servers.redis_url, servers.bootstrap,
-                        state_dir=str(tmp_path_factory.mktemp("state")))
-    running.start()
-    running.start_agents()
-    yield running
-    running.stop()
+    yield from running_hierarchy(load_topology(DEFAULT_TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
 
 
 def _core_rows(hierarchy):

@@ -24,25 +24,18 @@ from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.cli import DEFAULT_TOPOLOGY
 from services.placement import load_catalog
-from tests.conftest import topic_rows, wait_for
+from tests.conftest import running_hierarchy, topic_rows, wait_for
 
 WINDOWS_TO_COMPARE = 3
 
 
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    from services.hierarchy import Hierarchy
-
     # Only the edges' CSAVA views (the queries below read smoothed_rfid_stream): on two cores every
     # streaming query costs about a second of CPU per micro-batch, so the suite runs lean.
     topology = load_topology(DEFAULT_TOPOLOGY)
     topology.views = [v for v in topology.views if v.tiers == ("edge",)]
-    running = Hierarchy(topology, servers.redis_url, servers.bootstrap,
-                        state_dir=str(tmp_path_factory.mktemp("state")))
-    running.start()
-    running.start_agents()
-    yield running
-    running.stop()
+    yield from running_hierarchy(topology, servers, str(tmp_path_factory.mktemp("state")))
 
 
 def _ms(value):
@@ -53,30 +46,34 @@ def _rounded(value):
     return round(value, 6) if isinstance(value, float) else value
 
 
-def _compare(hierarchy, plan) -> tuple[list, list] | None:
-    """(hierarchy rows, reference rows) over the comparable span, once it holds enough windows."""
+def _span(hierarchy, plan) -> tuple[int, int] | None:
+    """The span of event time to compare, once the results hold enough of it (a cheap poll: the
+    reference is computed once, afterwards)."""
     start = hierarchy.agent.stats.started_ms
+    rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
+    if plan.query.is_aggregate:
+        starts = sorted({_ms(r["window_start"]) for r in rows if _ms(r["window_start"]) >= start})
+        return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
+    times = [_ms(r["ts"]) for r in rows if _ms(r["ts"]) >= start]
+    # rows of the last seconds may still be on their way
+    return (start, max(times) - 3000) if len(times) >= 20 else None
+
+
+def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
+    """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
     columns = plan.columns
+    at = 0 if plan.query.is_aggregate else columns.index("ts")
     got = [tuple(_rounded(_ms(r[c])) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
     reference = Reference(readings_from_truth(read_truth(hierarchy.truth_path)), catalog)
     want = [tuple(_rounded(r[c]) for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
-    if plan.query.is_aggregate:
-        starts = sorted({row[0] for row in got if row[0] >= start})
-        if len(starts) < WINDOWS_TO_COMPARE:
-            return None
-        last = starts[-1]
-        return (sorted(r for r in got if start <= r[0] <= last), sorted(r for r in want if start <= r[0] <= last))
-    ts = columns.index("ts")
-    times = [row[ts] for row in got if row[ts] >= start]
-    if len(times) < 20:
-        return None
-    last = max(times) - 3000  # rows of the last seconds may still be on their way
-    return (sorted(r for r in got if start <= r[ts] <= last), sorted(r for r in want if start <= r[ts] <= last))
+    low, high = span
+    return sorted(r for r in got if low <= r[at] <= high), sorted(r for r in want if low <= r[at] <= high)
 
 
 def _assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
-    got, want = wait_for(lambda: _compare(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results")
+    span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
+    got, want = _compare(hierarchy, plan, span)
     missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
     assert not missing and not extra, (f"{plan.query.text}\nmissing from the hierarchy: {sorted(missing)[:5]}\n"
                                        f"not in the reference: {sorted(extra)[:5]}")

@@ -1,0 +1,91 @@
+"""`hifi bench planning`: how long parsing, binding, placement and rewriting take on a large
+generated hierarchy (the MDR's catalog as the placement service sees it, no I/O).
+
+The topology is a tree of `fanout`-wide levels (core, regions, warehouses, doors); every edge has
+receptors, every node exports views, so the planner looks through hundreds of them for reuse.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Window
+from glue.analyzer import analyze
+from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
+from glue.rewrite.distribute import distribute
+
+VIEW_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), ("receptor_id", "string"),
+                ("tag_id", "string"), ("reads", "long"))
+
+
+def generated_catalog(fanout: int = 4, levels: int = 4, receptors_per_edge: int = 4, views_per_node: int = 6,
+                      ) -> Catalog:
+    """A `levels`-deep tree with `fanout` children per node and `views_per_node` exported views each."""
+    nodes = {"core": NodeInfo("core", "core", "")}
+    frontier = ["core"]
+    for level in range(1, levels):
+        tier = "edge" if level == levels - 1 else "aggregation"
+        frontier = [f"{parent}.{i}" for parent in frontier for i in range(fanout)]
+        for node in frontier:
+            nodes[node] = NodeInfo(node, tier, node.rsplit(".", 1)[0])
+    receptors = [ReceptorInfo(f"{edge}-r{i}", edge, f"loc-{edge}", f"area-{edge.split('.')[1]}")
+                 for edge in frontier for i in range(receptors_per_edge)]
+    views = [ExportedView(f"view_{i}", node, f"hifi.view.{node}.view_{i}", VIEW_COLUMNS, Window(2000, 2000), "")
+             for node in nodes for i in range(views_per_node)]
+    views += [ExportedView("smoothed_rfid_stream", edge, f"hifi.view.{edge}.smoothed_rfid_stream", VIEW_COLUMNS,
+                           Window(2000, 2000), "") for edge in frontier]
+    relation = Relation("receptor_locations", (("receptor_id", "string"), ("location", "string")),
+                        tuple((r.id, r.location) for r in receptors), ("*",))
+    return Catalog({"rfid_stream": RAW_RFID_SOURCE_COLUMNS}, views, {"receptor_locations": relation}, nodes,
+                   receptors, {})
+
+
+def _queries(catalog: Catalog, n: int, seed: int = 7) -> list[str]:
+    rng = random.Random(seed)
+    receptors = [r.id for r in catalog.receptors]
+    shapes = [
+        "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '10 seconds', slide by '2 seconds'] GROUP BY tag_id",
+        "SELECT location, count(DISTINCT tag_id) AS tags FROM rfid_stream [range by '6 seconds', slide by '4 seconds']"
+        " JOIN receptor_locations USING (receptor_id) GROUP BY location",
+        "SELECT receptor_id, avg(read_strength) AS s FROM rfid_stream [range by '4 seconds'] "
+        "WHERE receptor_id IN ('{a}', '{b}') GROUP BY receptor_id HAVING count(*) > 2",
+        "SELECT receptor_id, count(*) AS seen FROM smoothed_rfid_stream [range by '8 seconds'] "
+        "WHERE receptor_id = '{a}' GROUP BY receptor_id",
+    ]
+    return [rng.choice(shapes).format(a=rng.choice(receptors), b=rng.choice(receptors)) for _ in range(n)]
+
+
+@dataclass
+class PlanningFigures:
+    nodes: int
+    views: int
+    queries: int
+    p50_ms: float
+    p95_ms: float
+    max_ms: float
+    tasks_per_query: float
+
+    def table(self) -> str:
+        rows = [("nodes in the hierarchy", f"{self.nodes}"), ("exported views in the catalog", f"{self.views}"),
+                ("queries planned", f"{self.queries}"), ("node plans per query (mean)", f"{self.tasks_per_query:.1f}"),
+                ("parse + bind + place + rewrite, p50", f"{self.p50_ms:.2f} ms"),
+                ("parse + bind + place + rewrite, p95", f"{self.p95_ms:.2f} ms"),
+                ("parse + bind + place + rewrite, max", f"{self.max_ms:.2f} ms")]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+
+
+def run_planning_bench(queries: int = 200, fanout: int = 4, levels: int = 4) -> PlanningFigures:
+    catalog = generated_catalog(fanout, levels)
+    timings, tasks = [], []
+    for i, text in enumerate(_queries(catalog, queries)):
+        began = time.perf_counter()
+        plan = distribute(analyze(text, catalog), catalog, f"q{i}")
+        timings.append((time.perf_counter() - began) * 1000)
+        tasks.append(len(plan.tasks))
+    cuts = statistics.quantiles(timings, n=100, method="inclusive")
+    return PlanningFigures(len(catalog.nodes), len(catalog.views), queries, cuts[49], cuts[94], max(timings),
+                           statistics.mean(tasks))
