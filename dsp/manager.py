@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
@@ -182,9 +183,13 @@ class DSPManager:
         managed.status = "stopped"
 
     def stop_all(self) -> None:
+        """Stop every query at once: each stop waits for its query's batch to end, so in turn
+        they would add up."""
         with self._lock:
-            for managed in self._queries.values():
-                self._stop(managed)
+            running = list(self._queries.values())
+            if running:
+                with ThreadPoolExecutor(max_workers=len(running), thread_name_prefix=f"stop-{self.node_id}") as pool:
+                    list(pool.map(self._stop, running))
             self._queries.clear()
             self._ingest_owner = None
 

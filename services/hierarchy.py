@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import grpc
@@ -100,8 +101,9 @@ class Hierarchy:
         if self._placement_server is not None:
             self._placement_server.stop(grace=1).wait(5)
             self._placement_server = None
-        for node in reversed(list(self.nodes.values())):
-            node.stop()
+        if self.nodes:  # nodes stop side by side: each waits for its queries' batches to end
+            with ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix="stop-node") as pool:
+                list(pool.map(HiFiNode.stop, self.nodes.values()))
         self.nodes.clear()
 
     def write_run_file(self) -> None:

@@ -12,13 +12,20 @@ SMOOTHED_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), 
 
 
 def supply_chain_catalog(extra_views: tuple[ExportedView, ...] = ()) -> Catalog:
-    topology = load_topology(DEFAULT_TOPOLOGY)
+    return topology_catalog(DEFAULT_TOPOLOGY, extra_views)
+
+
+def topology_catalog(path: str, extra_views: tuple[ExportedView, ...] = ()) -> Catalog:
+    """The catalog of a topology file: its edge views exported at every edge node."""
+    topology = load_topology(path)
     views = []
-    by_name = {v.name: v for v in topology.views}
-    for edge in ("door1", "door2"):
-        views.append(ExportedView("cleaned_rfid_stream", edge, "", (), None, by_name["cleaned_rfid_stream"].definition))
-        views.append(ExportedView("smoothed_rfid_stream", edge, f"hifi.view.{edge}.smoothed_rfid_stream",
-                                  SMOOTHED_COLUMNS, Window(2000, 2000), by_name["smoothed_rfid_stream"].definition))
+    for edge in topology.edge_nodes():
+        for view in topology.views_at(edge):
+            if view.materialize:
+                views.append(ExportedView(view.name, edge, f"hifi.view.{edge}.{view.name}", SMOOTHED_COLUMNS,
+                                          Window(2000, 2000), view.definition))
+            else:
+                views.append(ExportedView(view.name, edge, "", (), None, view.definition))
     receptors = [ReceptorInfo(r.id, r.node, r.location, r.area) for r in topology.receptors]
     relation = Relation("receptor_locations", (("receptor_id", "string"), ("location", "string")),
                         tuple((r.id, r.location) for r in receptors), ("*",))

@@ -103,6 +103,21 @@ QUERIES = {
     "a view as source, a coarser window": (
         "SELECT receptor_id, count(*) AS seen FROM smoothed_rfid_stream [range by '4 seconds'] GROUP BY receptor_id",
         "warehouse"),
+    "count(x) and sum over a filtered stream, range 6 s slide 4 s": (
+        "SELECT receptor_id, count(tag_id) AS reads, sum(antenna) AS antennas FROM rfid_stream "
+        "[range by '6 seconds', slide by '4 seconds'] WHERE read_strength >= 0.5 GROUP BY receptor_id", "warehouse"),
+    "a global aggregate (no GROUP BY)": (
+        "SELECT count(*) AS reads, count(DISTINCT tag_id) AS tags FROM rfid_stream [range by '2 seconds']",
+        "warehouse"),
+    "scope by location through the join: root at that door": (
+        "SELECT location, min(read_strength) AS weakest FROM rfid_stream [range by '4 seconds', slide by '2 seconds'] "
+        "JOIN receptor_locations USING (receptor_id) WHERE location = 'dock-door-2' GROUP BY location", "door2"),
+    "arithmetic over aggregates, HAVING on one not selected": (
+        "SELECT tag_id, max(read_strength) - min(read_strength) AS spread FROM rfid_stream [range by '4 seconds'] "
+        "GROUP BY tag_id HAVING avg(read_strength) > 0.5", "warehouse"),
+    "the paper's smoothed view as CREATE VIEW over the definition-only cleaned view": (
+        "CREATE VIEW smoothed_sql AS (SELECT receptor_id, tag_id FROM cleaned_rfid_stream [range by 't1', "
+        "slide by 't2'] GROUP BY receptor_id, tag_id HAVING count(*) >= count_T)", "warehouse"),
     "selection and projection only": (
         "SELECT receptor_id, tag_id, read_strength, ts FROM rfid_stream WHERE read_strength > 0.75", "warehouse"),
 }

@@ -93,6 +93,26 @@ def test_producers_emit_pane_partials_and_the_root_assembles_windows():
     assert windowed.child.markers and windowed.child.topics == tuple(t.topic for t in plan.tasks[:2])
 
 
+def test_nodes_between_the_root_and_the_producers_merge_panes():
+    import os
+
+    from tests.catalogs import topology_catalog
+
+    path = os.path.join(os.path.dirname(__file__), "..", "deploy", "topologies", "regional.yaml")
+    catalog = topology_catalog(path)
+    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    assert [(t.node, t.role) for t in plan.tasks] == [
+        ("door1", "producer"), ("door2", "producer"), ("warehouse1", "merge"), ("door3", "producer"),
+        ("door4", "producer"), ("warehouse2", "merge"), ("region", "final")]
+    merge = plan.tasks[2].plan
+    assert merge.window == Window(2000, 2000) and merge.aggregates == (AggSpec("count", "sum", "count"),)
+    assert merge.child.topics == (plan.tasks[0].topic, plan.tasks[1].topic) and merge.child.markers
+    north = COUNT_BY_TAG.replace("GROUP BY", "JOIN receptor_locations USING (receptor_id) "
+                                             "WHERE location = 'dock-door-2' OR location = 'dock-door-1' GROUP BY")
+    north = distribute(analyze(north, catalog), catalog, "q2")
+    assert north.placement.root == "warehouse1" and {t.node for t in north.tasks} == {"door1", "door2", "warehouse1"}
+
+
 def test_joins_run_where_the_relation_is_replicated_and_views_are_reused():
     catalog = supply_chain_catalog()
     text = "SELECT location, count(*) AS n FROM rfid_stream [range by '2 seconds'] " \
