@@ -178,24 +178,23 @@ class MDR:
 
     # ------------------------------------------------------------ schema and static relations
 
-    def put_receptors(self, receptors: dict[str, dict[str, Any]]) -> None:
+    def _put_json_hash(self, key: str, mapping: dict[str, Any]) -> None:
+        """Replace a whole HASH of JSON values at once."""
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.delete(self.k("receptors"))
-            if receptors:
-                pipe.hset(self.k("receptors"), mapping={rid: json.dumps(info) for rid, info in receptors.items()})
-            self._announce(pipe, "receptors", "put", str(len(receptors)))
+            pipe.delete(self.k(key))
+            if mapping:
+                pipe.hset(self.k(key), mapping={name: json.dumps(value) for name, value in mapping.items()})
+            self._announce(pipe, key, "put", str(len(mapping)))
             pipe.execute()
+
+    def put_receptors(self, receptors: dict[str, dict[str, Any]]) -> None:
+        self._put_json_hash("receptors", receptors)
 
     def receptors(self) -> dict[str, dict[str, Any]]:
         return {rid: json.loads(info) for rid, info in self.r.hgetall(self.k("receptors")).items()}
 
     def put_parameters(self, parameters: dict[str, Any]) -> None:
-        with self.r.pipeline(transaction=True) as pipe:
-            pipe.delete(self.k("parameters"))
-            if parameters:
-                pipe.hset(self.k("parameters"), mapping={k: json.dumps(v) for k, v in parameters.items()})
-            self._announce(pipe, "parameters", "put", str(len(parameters)))
-            pipe.execute()
+        self._put_json_hash("parameters", parameters)
 
     def parameters(self) -> dict[str, Any]:
         return {name: json.loads(value) for name, value in self.r.hgetall(self.k("parameters")).items()}

@@ -65,3 +65,22 @@ def test_queries_are_stored_and_dropped(mdr):
     assert mdr.queries() == [record]
     mdr.drop_query("q1")
     assert mdr.queries() == []
+
+
+def test_receptors_parameters_and_queries_round_trip_and_are_announced(mdr):
+    from mdr.repository import QueryRecord
+
+    mdr.put_receptors({"door1-r1": {"kind": "rfid", "node": "door1", "location": "dock-door-1", "area": "in"}})
+    mdr.put_parameters({"strength_T": 0.2, "t1": "2 seconds"})
+    assert mdr.receptors()["door1-r1"]["node"] == "door1"
+    assert mdr.parameters() == {"strength_T": 0.2, "t1": "2 seconds"}
+    mdr.put_parameters({"t1": "4 seconds"})  # a put replaces the whole set
+    assert mdr.parameters() == {"t1": "4 seconds"}
+    query = QueryRecord("q1", "SELECT ...", "warehouse", {"door1": ["view.producer_x"], "warehouse": ["q1"]},
+                        "running", now_ms(), "hifi.results.q1", "query q1: root warehouse", ("tag_id", "n"))
+    mdr.put_query(query)
+    assert mdr.queries() == [query]
+    kinds = [(fields["kind"], fields["op"]) for _, fields in mdr.changes()]
+    assert kinds == [("receptors", "put"), ("parameters", "put"), ("parameters", "put"), ("query", "put")]
+    mdr.drop_query("q1")
+    assert mdr.queries() == []

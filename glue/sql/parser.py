@@ -156,21 +156,20 @@ class _Parser:
 
     # ------------------------------------------------------------ expressions
 
-    def expr(self) -> ast.Node:
-        left = self._and()
-        while self._is("keyword", "OR"):
-            pos = self.tok.pos
+    def _left_assoc(self, operand, kind: str, ops: tuple[str, ...]) -> ast.Node:
+        """operand {op operand}, grouping to the left."""
+        left = operand()
+        while self.tok.kind == kind and self.tok.text in ops:
+            op = self.tok
             self.i += 1
-            left = ast.Binary("OR", left, self._and(), pos)
+            left = ast.Binary(op.text, left, operand(), op.pos)
         return left
 
+    def expr(self) -> ast.Node:
+        return self._left_assoc(self._and, "keyword", ("OR",))
+
     def _and(self) -> ast.Node:
-        left = self._not()
-        while self._is("keyword", "AND"):
-            pos = self.tok.pos
-            self.i += 1
-            left = ast.Binary("AND", left, self._not(), pos)
-        return left
+        return self._left_assoc(self._not, "keyword", ("AND",))
 
     def _not(self) -> ast.Node:
         if self._is("keyword", "NOT"):
@@ -206,20 +205,10 @@ class _Parser:
         return left
 
     def _sum(self) -> ast.Node:
-        left = self._term()
-        while self.tok.kind == "symbol" and self.tok.text in ("+", "-"):
-            op = self.tok
-            self.i += 1
-            left = ast.Binary(op.text, left, self._term(), op.pos)
-        return left
+        return self._left_assoc(self._term, "symbol", ("+", "-"))
 
     def _term(self) -> ast.Node:
-        left = self._unary()
-        while self.tok.kind == "symbol" and self.tok.text in ("*", "/"):
-            op = self.tok
-            self.i += 1
-            left = ast.Binary(op.text, left, self._unary(), op.pos)
-        return left
+        return self._left_assoc(self._unary, "symbol", ("*", "/"))
 
     def _unary(self) -> ast.Node:
         if self._is("symbol", "-"):
