@@ -13,8 +13,9 @@ from collections.abc import Sequence
 
 from glue.topology import TopologyError, load_topology
 
-DEFAULT_TOPOLOGY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy",
-                                "topologies", "supply-chain.yaml")
+TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "topologies")
+DEFAULT_TOPOLOGY = os.path.join(TOPOLOGIES, "supply-chain.yaml")
+DEEP_TOPOLOGY = os.path.join(TOPOLOGIES, "deep.yaml")
 
 
 class CLIError(Exception):
@@ -296,6 +297,14 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "lag":
+        from services.bench_lag import run_lag_bench, table
+
+        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
+        figures = run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)
+        _stop_spark()
+        _say(table(figures))
+        return 0
     if args.which == "planning":
         from services.bench_planning import run_planning_bench
 
@@ -361,11 +370,15 @@ def build_parser() -> argparse.ArgumentParser:
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning"],
+    bench.add_argument("which", choices=["pipeline", "planning", "lag"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
-                            "planning: parse+place+rewrite time on a large generated hierarchy")
+                            "planning: parse+place+rewrite time on a large generated hierarchy; "
+                            "lag: lag added per level, pane partials vs naive windows (topology deep.yaml)")
     bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
-    bench.add_argument("--duration", type=float, default=60.0, help="seconds the agents run (default 60)")
+    bench.add_argument("--duration", type=float, default=60.0,
+                       help="seconds the agents run (lag: per query; default 60)")
+    bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
+                       help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")

@@ -62,15 +62,16 @@ class Placement:
         self.bootstrap = bootstrap
         self._lock = threading.Lock()
 
-    def plan(self, sql: str, principal: str = "*", query_id: str | None = None) -> DistributedPlan:
+    def plan(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
         catalog = load_catalog(self.mdr)
         query = analyze(sql, catalog, principal or "*")
-        return distribute(query, catalog, query_id or f"q{uuid.uuid4().hex[:8]}")
+        return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
-    def submit(self, sql: str, principal: str = "*") -> DistributedPlan:
-        """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused)."""
+    def submit(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
+        """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
+        `naive` deploys the lag benchmark's baseline plan (glue.rewrite.distribute)."""
         with self._lock:  # plans see the views that earlier submissions created
-            plan = self.plan(sql, principal)
+            plan = self.plan(sql, principal, naive)
             deployed: list[tuple[str, str]] = []
             try:
                 for task in plan.tasks:

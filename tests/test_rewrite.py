@@ -159,3 +159,23 @@ def test_plans_type_check_and_mark_their_event_time():
     assert dict(output_columns(producer))["__ts"] == "timestamp"
     assert plan.tasks[-1].plan.outputs == (("receptor_id", Col("receptor_id")), ("tag_id", Col("tag_id")),
                                            ("ts", Col("ts")))
+
+
+def test_the_naive_baseline_re_forms_whole_windows_at_every_level():
+    catalog = supply_chain_catalog()
+    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1", naive=True)
+    assert plan.tasks[0].plan.window == Window(6000, 4000)
+    combined = plan.tasks[-1].plan.child.child
+    assert combined.window is None and combined.keys[:2] == ("window_start", "window_end")
+    assert combined.child.event_time == "window_end" and combined.child.watermark_ms == 2000
+    assert not combined.child.markers
+
+
+def test_lag_per_level_is_measured_from_first_emits():
+    from services.bench_lag import level_lags
+
+    by_role = {"producer": [{4000: 4500, 6000: 6600}, {4000: 4700, 6000: 6500}],
+               "merge": [{4000: 5200, 6000: 7000}], "final": [{4000: 6000, 6000: 8000}]}
+    per_level, end_to_end, windows = level_lags(by_role, since_ms=0)
+    assert windows == 2 and end_to_end == 2000
+    assert per_level == {"producer": 650, "merge": 450, "final": 900}

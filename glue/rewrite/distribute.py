@@ -29,6 +29,7 @@ from dsp.plan import (
     Plan,
     Project,
     Source,
+    Window,
     output_columns,
     to_json,
 )
@@ -88,12 +89,15 @@ def _view_name(role: str, plan: Plan) -> str:
 
 
 class _Builder:
-    def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement) -> None:
+    def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
+                 naive: bool = False) -> None:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.nodes = placement.path_nodes(catalog)
         self.tasks: list[NodeTask] = []
-        self.pane = pane_of(query.window) if query.window is not None else None
+        self.naive = naive
+        self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
         self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
+        self.level_lateness_ms = duration_ms(catalog.parameter("level_lateness") or "2 seconds")
 
     # ------------------------------------------------------------ leaves
 
@@ -129,8 +133,20 @@ class _Builder:
 
     def children_source(self, child_tasks: list[NodeTask]) -> Source:
         columns = output_columns(child_tasks[0].plan)
+        topics = tuple(t.topic for t in child_tasks)
+        if self.naive and self.q.is_aggregate:
+            # The baseline of the lag benchmark: whole windows, a guessed slack per level.
+            return Source(topics, "rows", columns, "window_end", self.level_lateness_ms)
         event_time = "window_start" if self.q.is_aggregate else EVENT_TIME
-        return Source(tuple(t.topic for t in child_tasks), "rows", columns, event_time, 0, markers=True)
+        return Source(topics, "rows", columns, event_time, 0, markers=True)
+
+    def combine(self, source: Source, window: Window | None) -> Aggregate:
+        """Merge the children's partials: per pane (or per window at the root); naive: per window
+        the children already formed."""
+        keys, merges = self.merge_specs()
+        if self.naive:
+            return Aggregate(source, ("window_start", "window_end", *keys), merges)
+        return Aggregate(source, keys, merges, None, window)
 
     def merge_specs(self) -> tuple[tuple[str, ...], tuple[AggSpec, ...]]:
         """Grouping keys and merge aggregates of the partial streams (arbitration: rows per contender)."""
@@ -144,16 +160,14 @@ class _Builder:
         source = self.children_source(child_tasks)
         if not self.q.is_aggregate:
             return Project(source, tuple((name, Col(name)) for name, _ in source.columns))
-        keys, merges = self.merge_specs()
-        return Aggregate(source, keys, merges, None, self.pane)
+        return self.combine(source, self.pane)
 
     def final_plan(self, child_tasks: list[NodeTask]) -> Plan:
         q = self.q
         source = self.children_source(child_tasks)
         if not q.is_aggregate:
             return Project(source, tuple((name, Col(name)) for name, _ in q.outputs))
-        keys, merges = self.merge_specs()
-        windowed = Aggregate(source, keys, merges, None, q.window)
+        windowed = self.combine(source, q.window)
         if q.arbitration is not None:
             return windowed  # the contest runs in a second query on the root (arbitration_plan)
         _, _, finals = split_all(q.aggregates)
@@ -216,10 +230,15 @@ class _Builder:
         return task
 
 
-def distribute(query: LogicalQuery, catalog: Catalog, query_id: str) -> DistributedPlan:
-    """Place `query` and build every node's plan; SqlError when it cannot be planned."""
+def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False) -> DistributedPlan:
+    """Place `query` and build every node's plan; SqlError when it cannot be planned.
+
+    `naive` plans the baseline the lag benchmark compares with: every level re-forms the whole
+    range/slide windows and waits a fixed slack (`level_lateness`) for its children."""
     placement = place(query, catalog)
-    builder = _Builder(query, catalog, query_id, placement)
+    if naive and query.arbitration is not None:
+        raise SqlError("the naive baseline does not plan arbitration")
+    builder = _Builder(query, catalog, query_id, placement, naive)
     builder.build(placement.root)
     plan = DistributedPlan(query_id, query, placement, builder.tasks)
     for task in plan.tasks:
