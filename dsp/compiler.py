@@ -6,6 +6,7 @@ node reads them from the MDR), so compiling does no metadata I/O itself.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -115,12 +116,12 @@ def read_source(source: Source, ctx: CompileContext, valid_only: bool = True) ->
     their stream's watermark and are dropped right after it.
     """
     if source.markers:
-        frames = [_read_topic(source, (topic,), ctx, valid_only) for topic in source.topics]
-        result = frames[0]
-        for frame in frames[1:]:
-            result = result.unionByName(frame)
-        return result
+        return _union([_read_topic(source, (topic,), ctx, valid_only) for topic in source.topics])
     return _read_topic(source, source.topics, ctx, valid_only)
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool) -> DataFrame:
@@ -179,9 +180,5 @@ def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
         static = ctx.spark.createDataFrame(list(rows), schema)
         return _compile(plan.child, ctx).join(F.broadcast(static), on=plan.on, how="left")
     if isinstance(plan, Union_):
-        frames = [_compile(child, ctx) for child in plan.children]
-        result = frames[0]
-        for frame in frames[1:]:
-            result = result.unionByName(frame)
-        return result
+        return _union([_compile(child, ctx) for child in plan.children])
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
