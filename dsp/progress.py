@@ -110,3 +110,11 @@ def markers_for(spark: SparkSession) -> ProgressMarkers:
             _markers[key] = ProgressMarkers()
             spark.streams.addListener(_markers[key])
         return _markers[key]
+
+
+def detach_markers(spark: SparkSession) -> None:
+    """Remove the session's marker listener (before the session stops)."""
+    with _markers_lock:
+        listener = _markers.pop(id(spark), None)
+    if listener is not None:
+        spark.streams.removeListener(listener)

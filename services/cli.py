@@ -106,8 +106,11 @@ def cmd_up(args: argparse.Namespace) -> int:
 def _stop_spark() -> None:
     from pyspark.sql import SparkSession
 
+    from dsp.progress import detach_markers
+
     session = SparkSession.getActiveSession()
     if session is not None:
+        detach_markers(session)  # a Python listener still attached can hang the context's stop
         session.stop()
 
 
@@ -301,9 +304,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from services.bench_lag import run_lag_bench, table
 
         topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
-        figures = run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)
+        _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
-        _say(table(figures))
         return 0
     if args.which == "planning":
         from services.bench_planning import run_planning_bench
@@ -312,9 +314,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     from services.bench import run_pipeline_bench
 
-    figures = run_pipeline_bench(load_topology(args.topology), args.duration, _progress, args.trigger_ms)
+    _say(run_pipeline_bench(load_topology(args.topology), args.duration, _progress, args.trigger_ms).table())
     _stop_spark()
-    _say(figures.table())
     return 0
 
 

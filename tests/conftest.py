@@ -26,8 +26,11 @@ def spark():
 
     session = spark_session("hifi-tests")
     yield session
+    from dsp.progress import detach_markers
+
     for query in session.streams.active:
         query.stop()
+    detach_markers(session)
     session.stop()
 
 
