@@ -164,13 +164,17 @@ class DSPManager:
             managed = self._queries.pop(query_id, None)
             if managed is None:
                 raise KeyError(f"no query {query_id!r} on node {self.node_id}")
-            self._stop(managed)
-            markers_for(self.spark).unwatch(self._name(query_id))
-            if drop_state:
-                shutil.rmtree(self._checkpoint(query_id), ignore_errors=True)
-            if self._ingest_owner == query_id:
+            was_listener = self._ingest_owner == query_id
+            if was_listener:
                 self._ingest_owner = None
-                self.ensure_ingest()
+        # Outside the lock: a stop waits for the batch in flight, and status and progress
+        # (the node's heartbeat gauges) must not wait with it.
+        self._stop(managed)
+        markers_for(self.spark).unwatch(self._name(query_id))
+        if drop_state:
+            shutil.rmtree(self._checkpoint(query_id), ignore_errors=True)
+        if was_listener:
+            self.ensure_ingest()
 
     def _stop(self, managed: ManagedQuery) -> None:
         if managed.handle is not None:

@@ -113,6 +113,7 @@ class HiFiNode:
         self._max_event_ms: int | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        self._gauges: threading.Thread | None = None
 
     # ------------------------------------------------------------ lifecycle
 
@@ -124,6 +125,8 @@ class HiFiNode:
         self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"hb-{self.id}", daemon=True)
         self._heartbeat.start()
+        self._gauges = threading.Thread(target=self._gauges_loop, name=f"gauges-{self.id}", daemon=True)
+        self._gauges.start()
         bus.ensure_topics(self.bootstrap, [bus.dead_topic(self.id)])
         if spec.tier == "edge":
             bus.ensure_topics(self.bootstrap, [bus.raw_topic(self.id)])
@@ -138,8 +141,9 @@ class HiFiNode:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=5)
+        for thread in (self._heartbeat, self._gauges):
+            if thread is not None:
+                thread.join(timeout=5)
         self.dsp.stop_all()
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
@@ -150,16 +154,23 @@ class HiFiNode:
             lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen)
 
     def _heartbeat_loop(self) -> None:
+        """Liveness only: nothing here may wait on the DSP (a query stop can take seconds)."""
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
             try:
                 self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
+            except Exception:  # noqa: BLE001 - a missed heartbeat must not kill the node
+                log.exception("node %s: heartbeat failed", self.id)
+
+    def _gauges_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
+            try:
                 progress = self.dsp.progress()
                 newest = self._max_event_ms or int(self.mdr.stats(self.id).get("max_event_ms", 0))
                 lag = now_ms() - newest if newest else 0
                 self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag,
                                               "running_queries": len(self.dsp.queries())})
-            except Exception:  # noqa: BLE001 - a missed heartbeat must not kill the node
-                log.exception("node %s: heartbeat failed", self.id)
+            except Exception:  # noqa: BLE001 - statistics must not kill the node
+                log.exception("node %s: gauges failed", self.id)
 
     # ------------------------------------------------------------ views and queries
 

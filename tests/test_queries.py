@@ -9,6 +9,7 @@ agents did are compared (earlier modules of the suite leave readings on the shar
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import subprocess
 import sys
@@ -42,8 +43,15 @@ def _ms(value):
     return int(value.timestamp() * 1000) if isinstance(value, dt.datetime) else value
 
 
-def _rounded(value):
-    return round(value, 6) if isinstance(value, float) else value
+def _same_rows(got: list[tuple], want: list[tuple]) -> bool:
+    """Equal row multisets; doubles within 1e-9 relative (sums add up in another order)."""
+    if len(got) != len(want):
+        return False
+    def key(row):
+        return tuple(round(v, 3) if isinstance(v, float) else (v is None, v) for v in row)
+    return all(len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and
+                                        isinstance(b, float) else a == b for a, b in zip(g, w, strict=True))
+               for g, w in zip(sorted(got, key=key), sorted(want, key=key), strict=True))
 
 
 def _span(hierarchy, plan) -> tuple[int, int] | None:
@@ -63,20 +71,21 @@ def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
     """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
     columns = plan.columns
     at = 0 if plan.query.is_aggregate else columns.index("ts")
-    got = [tuple(_rounded(_ms(r[c])) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
+    got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
     reference = Reference(readings_from_truth(read_truth(hierarchy.truth_path)), catalog)
-    want = [tuple(_rounded(r[c]) for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
+    want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
     low, high = span
-    return sorted(r for r in got if low <= r[at] <= high), sorted(r for r in want if low <= r[at] <= high)
+    return [r for r in got if low <= r[at] <= high], [r for r in want if low <= r[at] <= high]
 
 
 def _assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
     span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
     got, want = _compare(hierarchy, plan, span)
-    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
-    assert not missing and not extra, (f"{plan.query.text}\nmissing from the hierarchy: {sorted(missing)[:5]}\n"
-                                       f"not in the reference: {sorted(extra)[:5]}")
+    if not _same_rows(got, want):
+        missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+        pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
+                    f"not in the reference: {list(extra)[:5]}")
     assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
     return len(want)
 
