@@ -61,6 +61,7 @@ class Placement:
         self.mdr = mdr
         self.bootstrap = bootstrap
         self._lock = threading.Lock()
+        self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
     def plan(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
         catalog = load_catalog(self.mdr)
@@ -94,7 +95,9 @@ class Placement:
         record = self.mdr.node(node)
         if record is None or not record.alive:
             raise PlacementError(f"node {node} is not alive")
-        return hifi_pb2_grpc.NodeStub(grpc.insecure_channel(record.address))
+        if record.address not in self._channels:
+            self._channels[record.address] = grpc.insecure_channel(record.address)
+        return hifi_pb2_grpc.NodeStub(self._channels[record.address])
 
     def _deploy(self, node: str, query_id: str, plan, export_as: str, topic: str, principal: str) -> bool:
         """Deploy on `node`; False when the node already runs it (a view another query created)."""
