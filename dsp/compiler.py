@@ -7,6 +7,7 @@ node reads them from the MDR), so compiling does no metadata I/O itself.
 from __future__ import annotations
 
 import functools
+import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ def ddl(columns: Sequence[tuple[str, str]]) -> str:
 
 _FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
     "not": operator.invert, "size": F.size, "double": lambda c: c.cast("double"),
+    "epoch_ms": F.unix_millis,
 }
 
 
@@ -100,6 +102,9 @@ class CompileContext:
     bootstrap: str
     relations: Mapping[str, Sequence[tuple]] = field(default_factory=dict)
     ingest: Ingest | None = None
+    # {"topic:partition": first offset}: read what the sources received after a query's start
+    # (partitions not named: from their beginning). None: every source from its beginning.
+    start_offsets: Mapping[str, int] | None = None
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
@@ -130,6 +135,9 @@ def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, va
     if source.format == "rows":
         columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
         reader = reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
+    if ctx.start_offsets is not None:
+        mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
+        reader = reader.option("startingOffsets", json.dumps(mine))
     if ctx.ingest is not None and source.topics == (ctx.ingest.raw_topic,):
         reader = reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
     df = reader.load()

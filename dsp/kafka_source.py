@@ -10,7 +10,9 @@ Options:
   markers    "true": a RowBatch progress marker (no rows, watermark_ms set) becomes one row with
              `__progress` true, every column null but the event-time ones (timestamps), which
              carry the marker's time; the compiler drops it right after the watermark
-  startingOffsets  "earliest" (default) or "latest"
+  startingOffsets  "earliest" (default), "latest" (the end when the first micro-batch plans), or
+             JSON {"topic:partition": offset} (partitions it does not name start at 0): how a
+             query submitted at time T reads exactly what its sources received after T
   ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
              reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
              "<topic>:<partition>:<offset>") and add the readings consumed and rejected to the
@@ -23,6 +25,7 @@ it holds only plain options, and clients live in per-process caches (glue.bus).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -90,6 +93,13 @@ def _split_key(key: str) -> tuple[str, int]:
     return topic, int(partition)
 
 
+def current_ends(bootstrap: str, topics: list[str]) -> dict[str, int]:
+    """{"topic:partition": end offset} of every existing partition of `topics` (startingOffsets)."""
+    consumer = bus.shared_consumer(bootstrap)
+    ends = bus.end_offsets(consumer, bus.partitions_of(consumer, topics))
+    return {_key(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
+
+
 class OffsetRange(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
@@ -119,6 +129,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {_key(tp.topic, tp.partition): int(off) for tp, off in found.items()}
 
     def initialOffset(self) -> dict:
+        if self.starting.startswith("{"):
+            return json.loads(self.starting)
         return self._offsets("latest" if self.starting == "latest" else "earliest")
 
     def latestOffset(self) -> dict:

@@ -90,12 +90,15 @@ class DSPManager:
                 .option("checkpointLocation", os.path.join(self._checkpoint(query_id), "spark"))
                 .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
 
-    def _claims_ingest(self, plan: Plan) -> bool:
-        return (self.ingest is not None and self._ingest_owner is None
+    def _claims_ingest(self, plan: Plan, skips_backlog: bool) -> bool:
+        # The listener must count the whole raw topic, so a query that starts later cannot be it.
+        return (self.ingest is not None and self._ingest_owner is None and not skips_backlog
                 and any(s.topics == (self.ingest.raw_topic,) for s in sources(plan)))
 
-    def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None) -> None:
-        """Compile and start `plan`, writing its rows to `output_topic`."""
+    def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
+               start_offsets: Mapping[str, int] | None = None) -> None:
+        """Compile and start `plan`, writing its rows to `output_topic`; its sources are read from
+        `start_offsets` ({"topic:partition": offset}, see CompileContext), else from their beginning."""
         with self._lock:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
@@ -103,10 +106,10 @@ class DSPManager:
             sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
                                 os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),
                                 on_batch)
-            ingest = self.ingest if self._claims_ingest(plan) else None
+            ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
             def start() -> StreamingQuery:
-                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest)
+                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest, start_offsets)
                 df = compile_plan(plan, ctx)
                 return self._writer(df, query_id).outputMode("append").foreachBatch(sink).start()
 

@@ -64,14 +64,14 @@ class BinOp:
 
 @dataclass(frozen=True)
 class Func:
-    """A scalar function: not(b), size(array), double(x) (a cast)."""
+    """A scalar function: not(b), size(array), double(x) (a cast), epoch_ms(timestamp)."""
 
     name: str
     args: tuple[Expr, ...]
 
 
 Expr = Union[Col, Lit, BinOp, Func]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
-FUNCTIONS = {"not": "boolean", "size": "long", "double": "double"}
+FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long"}
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 LOGICAL = ("AND", "OR")
 ARITHMETIC = ("+", "-", "*", "/")

@@ -147,6 +147,17 @@ def read_range(consumer: KafkaConsumer, tp: TopicPartition, start: int, end: int
                 yield record
 
 
+def topic_bytes(bootstrap: str, topics: Sequence[str]) -> int:
+    """Key and value bytes of every record now in `topics` (their payload on the wire)."""
+    consumer = make_consumer(bootstrap)
+    try:
+        tps = partitions_of(consumer, topics)
+        ends = end_offsets(consumer, tps)
+        return sum(len(r.key or b"") + len(r.value or b"") for tp in tps for r in read_range(consumer, tp, 0, ends[tp]))
+    finally:
+        consumer.close()
+
+
 def tail(bootstrap: str, topics: Sequence[str], stop: threading.Event, from_beginning: bool = True,
          poll_ms: int = 200) -> Iterator:
     """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group)."""

@@ -39,7 +39,7 @@ def evaluate_expr(expr: Expr, row: Row) -> Any:
         args = [evaluate_expr(a, row) for a in expr.args]
         if args[0] is None:
             return None
-        return {"not": lambda v: not v, "size": len, "double": float}[expr.name](args[0])
+        return {"not": lambda v: not v, "size": len, "double": float, "epoch_ms": int}[expr.name](args[0])
     assert isinstance(expr, BinOp)
     left, right = evaluate_expr(expr.left, row), evaluate_expr(expr.right, row)
     if expr.op == "AND":

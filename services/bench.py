@@ -3,7 +3,8 @@
 Figures: seconds from start (Spark included) to the first result at the core; raw readings per
 second the edge nodes consumed; p50/p95/max latency from a reading's timestamp to the core result
 that includes it (the core's emit time of that window and location); accuracy of the core's
-per-location counts against ground truth.
+per-location counts against ground truth; bytes per second into the edge tier (raw readings) and
+leaving each tier (the views it exports to its parents, progress markers included).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 
 from edge.agent import read_truth
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
+from glue import bus
 from glue.topology import Topology, duration_ms
 
 
@@ -29,6 +31,7 @@ class PipelineFigures:
     latency_max_ms: float | None
     windows_scored: int
     windows_exact: int
+    bytes_per_s: dict[str, float]   # "raw into edge" and "leaving <tier>" -> bytes per second
 
     def table(self) -> str:
         def fmt(value: float | None, unit: str) -> str:
@@ -43,6 +46,10 @@ class PipelineFigures:
             ("latency reading -> core result, max", fmt(self.latency_max_ms, "ms")),
             ("closed windows exact at the core", f"{self.windows_exact} of {self.windows_scored}"),
         ]
+        raw = self.bytes_per_s.get("raw into edge", 0.0)
+        for flow, rate in self.bytes_per_s.items():
+            share = f" ({rate / raw:.1%} of raw)" if raw and flow != "raw into edge" else ""
+            rows.append((f"bytes/s {flow}", f"{rate:,.0f}{share}"))
         width = max(len(name) for name, _ in rows)
         return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
@@ -87,6 +94,8 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
             consumed = sum(int(hierarchy.mdr.stats(n).get("rows_in", 0)) for n in edge_nodes)
             run_s = max((agent.stats.stopped_ms - agent.stats.started_ms) / 1000, 1e-9)
             truth = read_truth(hierarchy.truth_path)
+            bytes_per_s = {flow: bus.topic_bytes(servers.bootstrap, topics) / run_s
+                           for flow, topics in tier_topics(topology).items()}
         finally:
             stop.set()
             hierarchy.stop()
@@ -106,4 +115,14 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
         edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
         latency_p50_ms=_percentile(latencies, 50), latency_p95_ms=_percentile(latencies, 95),
         latency_max_ms=float(max(latencies)) if latencies else None,
-        windows_scored=len(scored), windows_exact=exact)
+        windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s)
+
+
+def tier_topics(topology: Topology) -> dict[str, list[str]]:
+    """The topics of each flow between tiers: raw readings into the edges, and the materialized
+    views each tier below the core exports to its parents."""
+    flows = {"raw into edge": [bus.raw_topic(n) for n in topology.edge_nodes()]}
+    for tier in ("edge", "aggregation"):
+        flows[f"leaving {tier}"] = [bus.view_topic(n.id, v.name) for n in topology.nodes.values() if n.tier == tier
+                                    for v in topology.views_at(n.id) if v.materialize]
+    return flows

@@ -234,7 +234,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     stub = _placement_stub()
     try:
         reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal,
-                                                   explain_only=args.explain), timeout=120)
+                                                   explain_only=args.explain, replay=args.replay), timeout=120)
     except grpc.RpcError as exc:
         raise _rpc_error(exc) from None
     if args.explain:
@@ -307,6 +307,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
         return 0
+    if args.which == "planning" and args.submit:
+        from services.bench_planning import run_submit_bench
+
+        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
+        _say(run_submit_bench(load_topology(topology), args.submit, args.fanout, args.levels, _progress).table())
+        _stop_spark()
+        return 0
     if args.which == "planning":
         from services.bench_planning import run_planning_bench
 
@@ -355,6 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--principal", default="*", help="who asks (views not exported to it are refused)")
     query.add_argument("--keep", action="store_true", help="leave a SELECT running after this command exits")
     query.add_argument("--detach", action="store_true", help="submit, print the query id and exit (keeps it)")
+    query.add_argument("--replay", action="store_true",
+                       help="read the sources from their beginning (default: answer from the submission on)")
     query.set_defaults(func=cmd_query)
 
     queries = sub.add_parser("queries", help="running queries with their root node and result topic")
@@ -384,6 +393,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
     bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")
+    bench.add_argument("--submit", type=int, default=0, metavar="N",
+                       help="planning: also submit N queries to a running deep.yaml hierarchy whose MDR holds "
+                            "the generated tree, timing plan + place + deploy on the nodes")
     bench.set_defaults(func=cmd_bench)
     return parser
 

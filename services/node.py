@@ -50,7 +50,8 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         if request.plan.format != PLAN_FORMAT:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
         topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as,
-                            tuple(request.readers) or ("*",), "", request.output_topic)
+                            tuple(request.readers) or ("*",), request.definition, request.output_topic,
+                            dict(request.start_offsets) if request.start_offsets else None)
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
@@ -190,9 +191,10 @@ class HiFiNode:
         return on_batch
 
     def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
-               definition: str = "", output_topic: str = "") -> str:
+               definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None) -> str:
         """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
-        Without, it goes to `output_topic`, or to the remote query's own topic."""
+        Without, it goes to `output_topic`, or to the remote query's own topic. `start_offsets`:
+        where its sources are read from (see dsp.manager.DSPManager.deploy)."""
         if isinstance(plan, str):
             plan = from_json(plan)
         if export_as:
@@ -200,7 +202,7 @@ class HiFiNode:
         else:
             topic = output_topic or bus.rqs_topic(query_id, self.id)
         bus.ensure_topics(self.bootstrap, [topic])
-        self.dsp.deploy(query_id, plan, topic, self._count(query_id))
+        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets)
         if export_as:
             self._export(export_as, plan, topic, readers, definition)
         return topic

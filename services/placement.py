@@ -16,11 +16,12 @@ from collections.abc import Iterator
 import grpc
 
 from dsp.codec import decode_row_batch, to_value
+from dsp.kafka_source import current_ends
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
 from glue import bus
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
-from glue.rewrite.distribute import DistributedPlan, distribute
+from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
 from glue.sql.lexer import SqlError
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
@@ -68,17 +69,29 @@ class Placement:
         query = analyze(sql, catalog, principal or "*")
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
-    def submit(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
+    def submit(self, sql: str, principal: str = "*", naive: bool = False, replay: bool = False) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
-        `naive` deploys the lag benchmark's baseline plan (glue.rewrite.distribute)."""
+
+        A query answers what its sources receive from its submission on: every source is read
+        from the end it had then, and the root drops windows that started earlier (they would
+        be partial). `replay` reads the sources from their beginning instead (a long-running
+        hierarchy then catches up first). `naive` deploys the lag benchmark's baseline plan."""
         with self._lock:  # plans see the views that earlier submissions created
             plan = self.plan(sql, principal, naive)
+            start_offsets = None
+            if not replay:
+                start_offsets = current_ends(self.bootstrap, plan.topics_read())
+                # after the ends were taken: anything stamped from here on is appended after them
+                plan = answering_from(plan, now_ms())
             deployed: list[tuple[str, str]] = []
             try:
                 for task in plan.tasks:
                     if task.reused:
                         continue
-                    if self._deploy(task.node, task.query_id, task.plan, task.export_as, task.topic, principal):
+                    # a CREATE VIEW's text defines the view it exports; shared partials have none
+                    definition = sql if task.role == "final" and task.export_as else ""
+                    if self._deploy(task.node, task.query_id, task.plan, task.export_as, task.topic, definition,
+                                    start_offsets):
                         deployed.append((task.node, task.query_id))
             except PlacementError:
                 for node, query_id in reversed(deployed):
@@ -99,10 +112,12 @@ class Placement:
             self._channels[record.address] = grpc.insecure_channel(record.address)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
 
-    def _deploy(self, node: str, query_id: str, plan, export_as: str, topic: str, principal: str) -> bool:
+    def _deploy(self, node: str, query_id: str, plan, export_as: str, topic: str, definition: str,
+                start_offsets: dict[str, int] | None) -> bool:
         """Deploy on `node`; False when the node already runs it (a view another query created)."""
         request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(plan)),
-                                         export_as=export_as, output_topic="" if export_as else topic)
+                                         export_as=export_as, output_topic="" if export_as else topic,
+                                         definition=definition, start_offsets=start_offsets or {})
         try:
             self._stub(node).Deploy(request, timeout=60)
             return True
@@ -155,7 +170,7 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             if request.explain_only:
                 plan = self.placement.plan(request.sql, request.principal)
             else:
-                plan = self.placement.submit(request.sql, request.principal)
+                plan = self.placement.submit(request.sql, request.principal, replay=request.replay)
         except (SqlError, PlanError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except PlacementError as exc:

@@ -2,32 +2,25 @@
 
 Each query is submitted to the placement service of a running supply-chain hierarchy; its
 results topic is compared, window by window and key by key, with the centralized evaluation of
-the same query over the readings the agents really emitted. Only windows that start after the
-agents did are compared (earlier modules of the suite leave readings on the shared broker).
+the same query over the readings the agents really emitted. A query answers from its submission
+on, so every window it emitted is compared (the reference computes them from all readings).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import subprocess
 import sys
-from collections import Counter
 
 import grpc
 import pytest
 
-from edge.agent import read_truth
-from glue.analyzer import analyze
-from glue.reference import Reference, readings_from_truth
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.cli import DEFAULT_TOPOLOGY
-from services.placement import load_catalog
-from tests.conftest import running_hierarchy, topic_rows, wait_for
-
-WINDOWS_TO_COMPARE = 3
+from tests.conftest import running_hierarchy
+from tests.judge import assert_equal_to_reference
 
 
 @pytest.fixture(scope="module")
@@ -37,57 +30,6 @@ def hierarchy(servers, spark, tmp_path_factory):
     topology = load_topology(DEFAULT_TOPOLOGY)
     topology.views = [v for v in topology.views if v.tiers == ("edge",)]
     yield from running_hierarchy(topology, servers, str(tmp_path_factory.mktemp("state")))
-
-
-def _ms(value):
-    return int(value.timestamp() * 1000) if isinstance(value, dt.datetime) else value
-
-
-def _same_rows(got: list[tuple], want: list[tuple]) -> bool:
-    """Equal row multisets; doubles within 1e-9 relative (sums add up in another order)."""
-    if len(got) != len(want):
-        return False
-    def key(row):
-        return tuple(round(v, 3) if isinstance(v, float) else (v is None, v) for v in row)
-    return all(len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and
-                                        isinstance(b, float) else a == b for a, b in zip(g, w, strict=True))
-               for g, w in zip(sorted(got, key=key), sorted(want, key=key), strict=True))
-
-
-def _span(hierarchy, plan) -> tuple[int, int] | None:
-    """The span of event time to compare, once the results hold enough of it (a cheap poll: the
-    reference is computed once, afterwards)."""
-    start = hierarchy.agent.stats.started_ms
-    rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
-    if plan.query.is_aggregate:
-        starts = sorted({_ms(r["window_start"]) for r in rows if _ms(r["window_start"]) >= start})
-        return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
-    times = [_ms(r["ts"]) for r in rows if _ms(r["ts"]) >= start]
-    # rows of the last seconds may still be on their way
-    return (start, max(times) - 3000) if len(times) >= 20 else None
-
-
-def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
-    """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
-    columns = plan.columns
-    at = 0 if plan.query.is_aggregate else columns.index("ts")
-    got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
-    catalog = load_catalog(hierarchy.mdr)
-    reference = Reference(readings_from_truth(read_truth(hierarchy.truth_path)), catalog)
-    want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
-    low, high = span
-    return [r for r in got if low <= r[at] <= high], [r for r in want if low <= r[at] <= high]
-
-
-def _assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
-    span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
-    got, want = _compare(hierarchy, plan, span)
-    if not _same_rows(got, want):
-        missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
-        pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
-                    f"not in the reference: {list(extra)[:5]}")
-    assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
-    return len(want)
 
 
 QUERIES = {
@@ -129,6 +71,43 @@ QUERIES = {
         "slide by 't2'] GROUP BY receptor_id, tag_id HAVING count(*) >= count_T)", "warehouse"),
     "selection and projection only": (
         "SELECT receptor_id, tag_id, read_strength, ts FROM rfid_stream WHERE read_strength > 0.75", "warehouse"),
+    "selection with arithmetic, NOT and a scope of one receptor": (
+        "SELECT tag_id, read_strength * 100 AS pct, ts FROM rfid_stream WHERE receptor_id = 'door2-r1' "
+        "AND NOT antenna = 2", "door2"),
+    "selection joined with a static relation": (
+        "SELECT tag_id, location, ts FROM rfid_stream JOIN receptor_locations USING (receptor_id) "
+        "WHERE read_strength >= 0.7", "warehouse"),
+    "scope by IN over one door's receptors: root at the edge": (
+        "SELECT receptor_id, count(*) AS n, sum(read_strength) AS total FROM rfid_stream [range by '2 seconds'] "
+        "WHERE receptor_id IN ('door1-r1', 'door1-r2') GROUP BY receptor_id", "door1"),
+    "scope by IN across doors: root at their ancestor": (
+        "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+        "WHERE receptor_id IN ('door1-r2', 'door2-r1') GROUP BY tag_id", "warehouse"),
+    "two grouping keys and HAVING on the count": (
+        "SELECT receptor_id, tag_id, count(*) AS n FROM rfid_stream [range by '4 seconds', slide by '2 seconds'] "
+        "GROUP BY receptor_id, tag_id HAVING count(*) >= 3", "warehouse"),
+    "range 5 s slide 3 s (1 s panes), max and count(DISTINCT)": (
+        "SELECT receptor_id, max(read_strength) AS best, count(DISTINCT tag_id) AS tags FROM rfid_stream "
+        "[range by '5 seconds', slide by '3 seconds'] GROUP BY receptor_id", "warehouse"),
+    "range three slides, avg over a filter with OR": (
+        "SELECT tag_id, avg(read_strength) AS strength FROM rfid_stream [range by '6 seconds', slide by '2 seconds'] "
+        "WHERE antenna = 1 OR read_strength > 0.6 GROUP BY tag_id", "warehouse"),
+    "a sliding global aggregate": (
+        "SELECT avg(read_strength) AS strength, max(antenna) AS antennas, min(read_strength) AS weakest "
+        "FROM rfid_stream [range by '4 seconds', slide by '2 seconds']", "warehouse"),
+    "count(DISTINCT) in HAVING, grouped by the joined location": (
+        "SELECT location, count(*) AS reads FROM rfid_stream [range by '4 seconds'] "
+        "JOIN receptor_locations USING (receptor_id) GROUP BY location HAVING count(DISTINCT tag_id) > 2",
+        "warehouse"),
+    "a view as source, sliding over its tumbling windows": (
+        "SELECT tag_id, count(*) AS receptors FROM smoothed_rfid_stream [range by '6 seconds', slide by '2 seconds'] "
+        "GROUP BY tag_id", "warehouse"),
+    "a view as source scoped to one receptor: root at its edge": (
+        "SELECT tag_id, count(*) AS windows FROM smoothed_rfid_stream [range by '4 seconds'] "
+        "WHERE receptor_id = 'door1-r2' GROUP BY tag_id", "door1"),
+    "a definition-only view as source (cleaned), ratio of two aggregates": (
+        "SELECT receptor_id, count(DISTINCT tag_id) * 1.0 / count(*) AS distinct_share FROM cleaned_rfid_stream "
+        "[range by '2 seconds'] GROUP BY receptor_id", "warehouse"),
 }
 
 
@@ -138,7 +117,7 @@ def test_hierarchical_answers_equal_the_reference(hierarchy, name):
     plan = hierarchy.placement.submit(sql)
     try:
         assert plan.placement.root == root, plan.explain()
-        _assert_equal_to_reference(hierarchy, plan)
+        assert_equal_to_reference(hierarchy, plan)
     finally:
         hierarchy.placement.cancel(plan.query_id)
 
@@ -153,12 +132,47 @@ def test_a_second_query_reuses_the_first_ones_views_and_outlives_its_cancel(hier
     hierarchy.placement.cancel(first.query_id)
     views = {(v.node, v.name) for v in hierarchy.mdr.views()}
     assert all((t.node, t.export_as) in views for t in producers), "a view still in use was revoked"
-    _assert_equal_to_reference(hierarchy, second)
+    assert_equal_to_reference(hierarchy, second)
     hierarchy.placement.cancel(second.query_id)
     views = {(v.node, v.name) for v in hierarchy.mdr.views()}
     assert not any((t.node, t.export_as) in views for t in producers), "views nobody uses were left behind"
     running = {q.query_id for node in hierarchy.nodes.values() for q in node.dsp.queries()}
     assert not any(t.query_id in running for t in second.tasks)
+
+
+def test_the_papers_three_views_chained_through_create_view(hierarchy):
+    """cleaned (the topology's definition-only view) -> smoothed -> product_counts, each a view
+    the next one reads; both created views equal their centralized evaluation."""
+    smoothed = hierarchy.placement.submit(
+        "CREATE VIEW smoothed_chain AS (SELECT receptor_id, tag_id FROM cleaned_rfid_stream "
+        "[range by 't1', slide by 't2'] GROUP BY receptor_id, tag_id HAVING count(*) >= count_T)")
+    counts = hierarchy.placement.submit(
+        "CREATE VIEW product_counts_chain AS (SELECT receptor_id, count (distinct tag_id) FROM smoothed_chain rs "
+        "[range by '4 seconds'] GROUP BY receptor_id, tag_id HAVING count(*) >= ALL (SELECT count(*) "
+        "FROM smoothed_chain [range by '4 seconds'] WHERE tag_id = rs.tag_id GROUP BY receptor_id))")
+    try:
+        assert counts.placement.producers == ("warehouse",), counts.explain()
+        assert_equal_to_reference(hierarchy, counts)
+        assert_equal_to_reference(hierarchy, smoothed)
+    finally:
+        hierarchy.placement.cancel(counts.query_id)
+        hierarchy.placement.cancel(smoothed.query_id)
+
+
+def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(hierarchy):
+    """A tumbling and a sliding query with the same panes: the second, submitted while the first
+    runs, reuses the first one's producers and still answers exactly."""
+    tumbling = hierarchy.placement.submit(
+        "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY tag_id")
+    sliding = hierarchy.placement.submit(
+        "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '6 seconds', slide by '2 seconds'] GROUP BY tag_id")
+    try:
+        assert [t.reused for t in sliding.tasks if t.role == "producer"] == [True, True], sliding.explain()
+        assert_equal_to_reference(hierarchy, sliding)
+        assert_equal_to_reference(hierarchy, tumbling)
+    finally:
+        hierarchy.placement.cancel(sliding.query_id)
+        hierarchy.placement.cancel(tumbling.query_id)
 
 
 def _placement(hierarchy):

@@ -3,11 +3,11 @@ and the reference evaluator the hierarchy is judged by."""
 
 import pytest
 
-from dsp.plan import Aggregate, AggSpec, Col, LookupJoin, Source, Window, output_columns
+from dsp.plan import Aggregate, AggSpec, Col, Filter, LookupJoin, Source, Window, output_columns
 from glue.analyzer import AggCall, analyze
 from glue.catalog import ExportedView, NodeInfo
 from glue.reference import Reference, evaluate_expr
-from glue.rewrite.distribute import distribute
+from glue.rewrite.distribute import answering_from, distribute
 from glue.rewrite.partials import split
 from glue.rewrite.placement import place
 from glue.rewrite.windows import pane_of, window_starts
@@ -179,3 +179,18 @@ def test_lag_per_level_is_measured_from_first_emits():
     per_level, end_to_end, windows = level_lags(by_role, since_ms=0)
     assert windows == 2 and end_to_end == 2000
     assert per_level == {"producer": 650, "merge": 450, "final": 900}
+
+
+def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only():
+    catalog = supply_chain_catalog()
+    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    started = answering_from(plan, 10_000)
+    assert started.tasks[:-1] == plan.tasks[:-1], "shared partials keep their content-hashed names"
+    final = started.tasks[-1].plan
+    assert isinstance(final, Filter) and output_columns(final) == output_columns(plan.tasks[-1].plan)
+    rows = [{"window_start": 8000}, {"window_start": 10_000}]
+    assert [evaluate_expr(final.predicate, r) for r in rows] == [False, True]
+    assert "answers windows from 1970-01-01T00:00:10.000+00:00" in started.explain()
+    selection = distribute(analyze("SELECT tag_id FROM rfid_stream", catalog), catalog, "q2")
+    kept = answering_from(selection, 10_000).tasks[-1].plan
+    assert output_columns(kept) == (("tag_id", "string"),) and "__ts" in str(kept)

@@ -16,21 +16,26 @@ closes a window as soon as the slowest child has passed it.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,
+    BinOp,
     Col,
     Filter,
+    Func,
+    Lit,
     LookupJoin,
     Plan,
     Project,
     Source,
     Window,
     output_columns,
+    sources,
     to_json,
 )
 from glue import bus
@@ -63,6 +68,7 @@ class DistributedPlan:
     query: LogicalQuery
     placement: Placement
     tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
+    start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
 
     @property
     def result_topic(self) -> str:
@@ -72,11 +78,17 @@ class DistributedPlan:
     def columns(self) -> list[str]:
         return [name for name, _ in output_columns(self.tasks[-1].plan)]
 
+    def topics_read(self) -> list[str]:
+        return sorted({topic for task in self.tasks for source in sources(task.plan) for topic in source.topics})
+
     def explain(self) -> str:
         q = self.query
         lines = [f"query {self.query_id}: root {self.placement.root}, producers {', '.join(self.placement.producers)}"]
         if q.window is not None:
             lines.append(f"  window {q.window.describe()}, panes {pane_of(q.window).describe()}")
+        if self.start_ms is not None:
+            since = dt.datetime.fromtimestamp(self.start_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+            lines.append(f"  answers {'windows' if q.is_aggregate else 'rows'} from {since} (its start)")
         for task in reversed(self.tasks):
             what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
             target = task.export_as or task.topic
@@ -228,6 +240,22 @@ class _Builder:
             task = self.task(node, "final", self.final_plan(children))
         self.tasks.append(task)
         return task
+
+
+def answering_from(plan: DistributedPlan, start_ms: int) -> DistributedPlan:
+    """`plan` with a root that drops windows (rows) starting before `start_ms`: a query whose
+    sources are read from what they received after its start answers only what it saw whole."""
+    final = plan.tasks[-1]
+    if plan.query.is_aggregate:
+        body: Plan = Filter(final.plan, _at_or_after("window_start", start_ms))
+    else:
+        assert isinstance(final.plan, Project)  # final_plan: the select list over the children's rows
+        body = Project(Filter(final.plan.child, _at_or_after(EVENT_TIME, start_ms)), final.plan.outputs)
+    return replace(plan, tasks=[*plan.tasks[:-1], replace(final, plan=body)], start_ms=start_ms)
+
+
+def _at_or_after(column: str, start_ms: int) -> BinOp:
+    return BinOp(">=", Func("epoch_ms", (Col(column),)), Lit(start_ms))
 
 
 def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False) -> DistributedPlan:

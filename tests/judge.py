@@ -1,0 +1,71 @@
+"""The judge of hierarchical answers: a query's results topic against the centralized reference
+evaluator over the readings the agents really emitted, window by window and key by key."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+
+import pytest
+
+from edge.agent import read_truth
+from glue.analyzer import analyze
+from glue.reference import Reference, readings_from_truth
+from services.placement import load_catalog
+from tests.conftest import topic_rows, wait_for
+
+WINDOWS_TO_COMPARE = 3
+
+
+def _ms(value):
+    return int(value.timestamp() * 1000) if isinstance(value, dt.datetime) else value
+
+
+def _same_rows(got: list[tuple], want: list[tuple]) -> bool:
+    """Equal row multisets; doubles within 1e-9 relative (sums add up in another order)."""
+    if len(got) != len(want):
+        return False
+    def key(row):
+        return tuple(round(v, 3) if isinstance(v, float) else (v is None, v) for v in row)
+    return all(len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and
+                                        isinstance(b, float) else a == b for a, b in zip(g, w, strict=True))
+               for g, w in zip(sorted(got, key=key), sorted(want, key=key), strict=True))
+
+
+def _span(hierarchy, plan) -> tuple[int, int] | None:
+    """The span of event time to compare, once the results hold enough of it (a cheap poll: the
+    reference is computed once, afterwards)."""
+    start = max(hierarchy.agent.stats.started_ms, plan.start_ms or 0)
+    rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
+    if plan.query.is_aggregate:
+        starts = sorted({_ms(r["window_start"]) for r in rows if _ms(r["window_start"]) >= start})
+        return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
+    times = [_ms(r["ts"]) for r in rows if _ms(r["ts"]) >= start]
+    # rows of the last seconds may still be on their way
+    return (start, max(times) - 3000) if len(times) >= 20 else None
+
+
+def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
+    """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
+    columns = plan.columns
+    at = 0 if plan.query.is_aggregate else columns.index("ts")
+    got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
+    catalog = load_catalog(hierarchy.mdr)
+    reference = Reference(readings_from_truth(read_truth(hierarchy.truth_path)), catalog)
+    want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
+    low, high = span
+    early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]
+    assert not early, f"windows from before the query's start (they would be partial): {early[:3]}"
+    return [r for r in got if low <= r[at] <= high], [r for r in want if low <= r[at] <= high]
+
+
+def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
+    span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
+    got, want = _compare(hierarchy, plan, span)
+    if not _same_rows(got, want):
+        missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+        pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
+                    f"not in the reference: {list(extra)[:5]}")
+    assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
+    return len(want)
