@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections import Counter
 
 import pytest
@@ -61,11 +62,18 @@ def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
 
 
 def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
+    """Wait for enough results, then compare; rows of a selection may arrive on one branch of the
+    tree later than on another, so a difference is re-checked until `timeout_s` has passed."""
+    deadline = time.monotonic() + timeout_s
     span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
-    got, want = _compare(hierarchy, plan, span)
-    if not _same_rows(got, want):
-        missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
-        pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
-                    f"not in the reference: {list(extra)[:5]}")
+    while True:
+        got, want = _compare(hierarchy, plan, span)
+        if _same_rows(got, want):
+            break
+        if time.monotonic() > deadline:
+            missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+            pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
+                        f"not in the reference: {list(extra)[:5]}")
+        time.sleep(5)
     assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
     return len(want)

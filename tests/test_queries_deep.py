@@ -31,8 +31,6 @@ QUERIES = {
     "static-relation join below, grouping by its column above": (
         "SELECT location, count(DISTINCT tag_id) AS tags, sum(antenna) AS antennas FROM rfid_stream "
         "[range by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location"),
-    "a global aggregate merged at each level": (
-        "SELECT count(*) AS reads, max(read_strength) AS best FROM rfid_stream [range by '4 seconds']"),
     "selection rows passed through the merge level": (
         "SELECT receptor_id, tag_id, ts FROM rfid_stream WHERE read_strength > 0.7"),
 }
