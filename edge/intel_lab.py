@@ -7,12 +7,8 @@ of every CSV is the i-th mote; it is given the i-th position of `mote_locs.txt` 
 the original ids, see the data README). The data has no voltage: a healthy mote's voltage is
 modelled as a slow discharge from 2.75 V.
 
-Faults (each recorded with the samples it touches):
-  fail-stop  silence from its start on
-  stuck      the value at the fault's start, repeated
-  spike      single samples far off the true value (±15-40 °C)
-  battery    voltage sags toward 2.0 V while temperature climbs past 100 °C (what the real
-             lab motes did as their batteries died)
+Faults (edge.faults: fail-stop, stuck, spike, battery) are planned per mote and recorded with
+every sample they touch.
 """
 
 from __future__ import annotations
@@ -23,8 +19,9 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from edge.faults import FAULT_KINDS, faulty_values
+
 STEP_MS = 30 * 60 * 1000
-FAULT_KINDS = ("fail-stop", "stuck", "spike", "battery")
 HEALTHY_VOLTAGE = 2.75
 _SERIES = {"temperature": ("intelTemperatureTrain.csv.gz", "intelTemperatureTest.csv.gz"),
            "humidity": ("intelHumidityTrain.csv.gz", "intelHumidityTest.csv.gz")}
@@ -151,16 +148,9 @@ def replay(motes: list[MoteSeries], faults: list[Fault], start_ms: int, speed: f
             if fault is None or not fault.start_step <= step < fault.end_step:
                 yield MoteSample(mote.mote_id, step, t_ms, dict(true), true)
                 continue
-            if fault.kind == "fail-stop":
-                continue
-            values = dict(true)
-            if fault.kind == "stuck":
-                values["temperature"] = mote.temperature[fault.start_step]
-                values["humidity"] = mote.humidity[fault.start_step]
-            elif fault.kind == "spike":
-                values["temperature"] = round(true["temperature"] + rng.choice((-1, 1)) * rng.uniform(15, 40), 2)
-            else:  # battery: the voltage sags and the temperature reading runs away
-                progress = (step - fault.start_step + 1) / max(fault.end_step - fault.start_step, 1)
-                values["voltage"] = round(true["voltage"] - 0.75 * progress, 4)
-                values["temperature"] = round(true["temperature"] + 100.0 * progress ** 0.5, 2)
-            yield MoteSample(mote.mote_id, step, t_ms, values, true, fault.kind)
+            at_start = {"temperature": mote.temperature[fault.start_step],
+                        "humidity": mote.humidity[fault.start_step]}
+            progress = (step - fault.start_step + 1) / max(fault.end_step - fault.start_step, 1)
+            values = faulty_values(fault.kind, true, at_start, progress, rng)
+            if values is not None:
+                yield MoteSample(mote.mote_id, step, t_ms, values, true, fault.kind)
