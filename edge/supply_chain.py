@@ -1,0 +1,162 @@
+"""The supply-chain world: pallets holding cases holding items, tagged with SGTIN-96, moving
+through the chain's locations, with staged events recorded as ground truth. Pure and
+deterministic for a seed.
+
+A pallet (with its cases and their items) arrives at the inbound dock and moves, together, to a
+warehouse shelf, the outbound door and a truck; at the store's backroom its cases are unpacked
+and every item goes to the store shelf on its own, stays there for a while, and is either bought
+(checkout, then store exit) or taken out without a checkout read (staged shoplifting). A staged
+missing pallet leaves on the truck and never reaches the store. Dwell times are drawn around the
+configured mean (seconds to minutes). Outside its stays a tag is "away" (nowhere a reader sees).
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from collections import defaultdict
+from dataclasses import dataclass
+
+from edge.epc import Sgtin
+
+AWAY = "away"
+CHAIN = ("inbound-dock", "warehouse-shelf", "outbound-door", "truck", "store-backroom", "store-shelf", "checkout",
+         "store-exit")
+UNPACKED_AT = "store-backroom"
+FILTERS = {"pallet": 6, "case": 2, "item": 1}       # GS1 filter values: unit load, full case, POS item
+INDICATORS = {"pallet": "2", "case": "1", "item": "0"}
+
+
+@dataclass(frozen=True)
+class Stay:
+    location: str
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True)
+class TagInfo:
+    tag_id: str          # the pure-identity URI readers report
+    epc_hex: str         # the 96-bit encoding on the tag
+    kind: str            # pallet | case | item
+    parent: str          # the case of an item, the pallet of a case ("" for a pallet)
+
+
+@dataclass(frozen=True)
+class StagedEvent:
+    kind: str            # shoplifting | pallet-missing
+    t_ms: int
+    tag_id: str
+    location: str
+
+
+@dataclass(frozen=True)
+class ChainConfig:
+    seed: int = 1
+    start_ms: int = 0
+    pallets: int = 2
+    cases_per_pallet: int = 2
+    items_per_case: int = 4
+    products: int = 3
+    arrival_gap_ms: int = 20_000     # between pallet arrivals
+    dwell_ms: int = 10_000           # mean stay at each location
+    shelf_ms: int = 30_000           # mean time an item stays on the store shelf
+    shoplifting_share: float = 0.0   # items taken out without a checkout read
+    missing_pallets: int = 0         # pallets that leave on the truck and never arrive
+    company_prefix: str = "0614141"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.shoplifting_share <= 1.0:
+            raise ValueError(f"shoplifting_share {self.shoplifting_share} is outside [0, 1]")
+        if not 0 <= self.missing_pallets <= self.pallets:
+            raise ValueError(f"missing_pallets {self.missing_pallets} must be between 0 and pallets ({self.pallets})")
+        for name in ("pallets", "cases_per_pallet", "items_per_case", "products", "dwell_ms", "shelf_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
+
+
+class SupplyChainWorld:
+    BUCKET_MS = 1000   # the time index's granularity
+
+    def __init__(self, config: ChainConfig) -> None:
+        self.config = config
+        self.tags: dict[str, TagInfo] = {}
+        self.itineraries: dict[str, list[Stay]] = {}
+        self.events: list[StagedEvent] = []
+        self._serials: dict[str, int] = defaultdict(int)
+        rng = random.Random(config.seed)
+        missing = set(rng.sample(range(config.pallets), config.missing_pallets))
+        for p in range(config.pallets):
+            self._ship(p, rng, p in missing)
+        self._index: dict[tuple[str, int], list[tuple[str, Stay]]] = defaultdict(list)
+        for tag, stays in self.itineraries.items():
+            for stay in stays:
+                for bucket in range(stay.start_ms // self.BUCKET_MS, (stay.end_ms - 1) // self.BUCKET_MS + 1):
+                    self._index[(stay.location, bucket)].append((tag, stay))
+        self._starts = {tag: [s.start_ms for s in stays] for tag, stays in self.itineraries.items()}
+
+    # ------------------------------------------------------------ building
+
+    def _tag(self, kind: str, product: int, parent: str) -> str:
+        reference = INDICATORS[kind] + f"{product:0{12 - len(self.config.company_prefix)}d}"
+        self._serials[reference] += 1
+        sgtin = Sgtin(self.config.company_prefix, reference, self._serials[reference], FILTERS[kind])
+        self.tags[sgtin.uri] = TagInfo(sgtin.uri, sgtin.to_hex(), kind, parent)
+        self.itineraries[sgtin.uri] = []
+        return sgtin.uri
+
+    def _dwell(self, rng: random.Random, mean_ms: int) -> int:
+        return max(1000, int(rng.uniform(0.5, 1.5) * mean_ms))
+
+    def _ship(self, number: int, rng: random.Random, goes_missing: bool) -> None:
+        c = self.config
+        product = number % c.products
+        pallet = self._tag("pallet", product, "")
+        cases = [self._tag("case", product, pallet) for _ in range(c.cases_per_pallet)]
+        items = {case: [self._tag("item", product, case) for _ in range(c.items_per_case)] for case in cases}
+        together = [pallet, *cases, *(i for case in cases for i in items[case])]
+        t = c.start_ms + number * c.arrival_gap_ms
+        for location in CHAIN[:CHAIN.index(UNPACKED_AT)]:
+            end = t + self._dwell(rng, c.dwell_ms)
+            for tag in together:
+                self.itineraries[tag].append(Stay(location, t, end))
+            t = end
+        if goes_missing:
+            self.events.append(StagedEvent("pallet-missing", t, pallet, UNPACKED_AT))
+            return
+        end = t + self._dwell(rng, c.dwell_ms)
+        for tag in together:
+            self.itineraries[tag].append(Stay(UNPACKED_AT, t, end))
+        for case in cases:
+            for item in items[case]:
+                self._sell(item, end, rng)
+
+    def _sell(self, item: str, t: int, rng: random.Random) -> None:
+        c = self.config
+        shelf_end = t + self._dwell(rng, c.shelf_ms)
+        self.itineraries[item].append(Stay("store-shelf", t, shelf_end))
+        if rng.random() < c.shoplifting_share:
+            self.events.append(StagedEvent("shoplifting", shelf_end, item, "store-exit"))
+            path = ("store-exit",)
+        else:
+            path = ("checkout", "store-exit")
+        t = shelf_end
+        for location in path:
+            end = t + self._dwell(rng, 2000)
+            self.itineraries[item].append(Stay(location, t, end))
+            t = end
+
+    # ------------------------------------------------------------ asking
+
+    def location_of(self, tag_id: str, t_ms: int) -> str:
+        stays = self.itineraries[tag_id]
+        at = bisect.bisect_right(self._starts[tag_id], t_ms) - 1
+        return stays[at].location if at >= 0 and t_ms < stays[at].end_ms else AWAY
+
+    def tags_at(self, location: str, t_ms: int) -> list[str]:
+        return sorted({tag for tag, stay in self._index.get((location, t_ms // self.BUCKET_MS), ())
+                       if stay.start_ms <= t_ms < stay.end_ms})
+
+    @property
+    def end_ms(self) -> int:
+        return max(stays[-1].end_ms for stays in self.itineraries.values())
