@@ -16,7 +16,7 @@ from glue.reference import Reference, readings_from_truth
 from services.placement import load_catalog
 from tests.conftest import topic_rows, wait_for
 
-WINDOWS_TO_COMPARE = 3
+WINDOWS_TO_COMPARE = 2
 
 
 def _ms(value):
@@ -65,7 +65,7 @@ def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
     """Wait for enough results, then compare; rows of a selection may arrive on one branch of the
     tree later than on another, so a difference is re-checked until `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
-    span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=3)
+    span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=2)
     while True:
         got, want = _compare(hierarchy, plan, span)
         if _same_rows(got, want):
