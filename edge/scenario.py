@@ -1,0 +1,177 @@
+"""Scenario files (deploy/scenarios/*.yaml): what the receptor agent emulates. Pure.
+
+A scenario names a seed, the RFID read cycle, a supply-chain world (edge.supply_chain), groups
+of RFID readers and sensor motes (a group with `count` expands `{n}` in its id to 1..count, so a
+large fan-in is a few lines), reader and mote faults, staged fires, and optionally a replay of
+the Intel Lab readings. Times are relative to the run's start ("30 seconds"). Schema:
+deploy/scenarios/README.md. Errors name the entry and the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from edge.motes import Environment, Fire, MoteFault, MoteModel, calibrated_motes
+from edge.rfid import Antenna, ReaderFault, RfidReader
+from edge.supply_chain import CHAIN, ChainConfig
+from glue.topology import duration_ms
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; the message names the entry and the problem."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    data: str
+    node: str
+    speed: float
+    fault_share: float
+
+
+@dataclass
+class Scenario:
+    name: str
+    seed: int
+    cycle_ms: int
+    world: ChainConfig
+    readers: list[RfidReader] = field(default_factory=list)
+    motes: list[MoteModel] = field(default_factory=list)
+    environment: Environment = field(default_factory=Environment)
+    replay: Replay | None = None
+
+    @property
+    def receptors(self) -> int:
+        return len(self.readers) + len(self.motes)
+
+
+def _expand(group: dict[str, Any], where: str) -> list[str]:
+    ident = group.get("id")
+    if not isinstance(ident, str) or not ident:
+        raise ScenarioError(f"{where}: needs an id")
+    count = group.get("count", 1)
+    if not isinstance(count, int) or count < 1:
+        raise ScenarioError(f"{where} ({ident}): count must be a positive integer")
+    if count > 1 and "{n}" not in ident:
+        raise ScenarioError(f"{where} ({ident}): a group of {count} needs '{{n}}' in its id")
+    return [ident.replace("{n}", str(n)) for n in range(1, count + 1)]
+
+
+def _ms(value: Any, where: str, start_ms: int) -> int:
+    try:
+        return start_ms + duration_ms(str(value))
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+
+
+def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_ms: int) -> list[RfidReader]:
+    by_reader: dict[str, list[ReaderFault]] = {}
+    for i, fault in enumerate(faults):
+        where = f"reader_faults[{i}]"
+        try:
+            by_reader.setdefault(str(fault["reader"]), []).append(ReaderFault(
+                str(fault["kind"]), _ms(fault.get("start", "0 s"), where, start_ms),
+                _ms(fault["end"], where, start_ms) if "end" in fault else None,
+                float(fault.get("factor", 0.3)), duration_ms(str(fault.get("period", "2 seconds")))))
+        except (KeyError, ValueError) as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+    readers = []
+    for i, group in enumerate(groups):
+        where = f"readers[{i}]"
+        location = group.get("location")
+        if location not in CHAIN:
+            raise ScenarioError(f"{where}: location {location!r} is not one of {', '.join(CHAIN)}")
+        if not group.get("node"):
+            raise ScenarioError(f"{where}: needs the edge node it publishes to")
+        antennas = tuple(Antenna(x=2.5 * a) for a in range(int(group.get("antennas", 1))))
+        for ident in _expand(group, where):
+            try:
+                readers.append(RfidReader(
+                    ident, location, str(group["node"]), antennas, float(group.get("read_rate", 0.9)),
+                    float(group.get("ghost_rate", 0.0)), float(group.get("overlap", 0.0)),
+                    tuple(group.get("neighbours", ())), faults=tuple(by_reader.pop(ident, ()))))
+            except ValueError as exc:
+                raise ScenarioError(f"{where}: {exc}") from None
+    if by_reader:
+        raise ScenarioError(f"reader_faults name unknown readers: {', '.join(sorted(by_reader))}")
+    return readers
+
+
+def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int, start_ms: int) -> list[MoteModel]:
+    by_mote: dict[str, MoteFault] = {}
+    for i, fault in enumerate(faults):
+        where = f"mote_faults[{i}]"
+        try:
+            by_mote[str(fault["mote"])] = MoteFault(str(fault["kind"]), _ms(fault.get("start", "0 s"), where, start_ms),
+                                                    _ms(fault["end"], where, start_ms) if "end" in fault else None)
+        except (KeyError, ValueError) as exc:
+            raise ScenarioError(f"{where}: {exc}") from None
+    motes = []
+    for i, group in enumerate(groups):
+        where = f"motes[{i}]"
+        idents = _expand(group, where)
+        if not group.get("node"):
+            raise ScenarioError(f"{where}: needs the edge node it publishes to")
+        period = _ms(group.get("period", "1 second"), where, 0)
+        for model, ident in zip(calibrated_motes(len(idents), str(group["node"]), seed + i, period,
+                                                 offset_stddev=float(group.get("offset_stddev", 0.5))),
+                                idents, strict=True):
+            fault = by_mote.pop(ident, None)
+            motes.append(MoteModel(ident, model.edge_node, model.x, model.y, model.period_ms, model.noise,
+                                   model.offset, model.drift_per_hour, fault))
+    if by_mote:
+        raise ScenarioError(f"mote_faults name unknown motes: {', '.join(sorted(by_mote))}")
+    return motes
+
+
+def parse_scenario(text: str, start_ms: int = 0) -> Scenario:
+    """A scenario from YAML text, its times anchored at `start_ms`."""
+    try:
+        spec = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"not valid YAML: {exc}") from None
+    if not isinstance(spec, dict):
+        raise ScenarioError("a scenario is a mapping (name, seed, cycle, world, readers, motes, ...)")
+    unknown = set(spec) - {"name", "seed", "cycle", "world", "readers", "reader_faults", "motes", "mote_faults",
+                           "fires", "replay"}
+    if unknown:
+        raise ScenarioError(f"unknown key(s): {', '.join(sorted(unknown))}")
+    seed = int(spec.get("seed", 1))
+    world_spec = dict(spec.get("world") or {})
+    durations = {"arrival_gap": "arrival_gap_ms", "dwell": "dwell_ms", "shelf": "shelf_ms"}
+    try:
+        options = {durations.get(k, k): (_ms(v, f"world.{k}", 0) if k in durations else v)
+                   for k, v in world_spec.items()}
+        world = ChainConfig(seed=seed, start_ms=start_ms, **options)
+    except TypeError as exc:
+        raise ScenarioError(f"world: {exc}") from None
+    except ValueError as exc:
+        raise ScenarioError(f"world: {exc}") from None
+    fires = tuple(Fire(float(f["x"]), float(f["y"]), _ms(f["start"], f"fires[{i}]", start_ms),
+                       _ms(f["end"], f"fires[{i}]", start_ms)) for i, f in enumerate(spec.get("fires") or []))
+    replay = None
+    if spec.get("replay"):
+        r = spec["replay"]
+        replay = Replay(str(r.get("data", "../shared/data/intel-lab")), str(r.get("node", "")),
+                        float(r.get("speed", 1800)), float(r.get("fault_share", 0.2)))
+        if not replay.node or replay.speed <= 0:
+            raise ScenarioError("replay: needs a node and a positive speed")
+    return Scenario(str(spec.get("name", "scenario")), seed, _ms(spec.get("cycle", "200 ms"), "cycle", 0), world,
+                    _readers(list(spec.get("readers") or []), list(spec.get("reader_faults") or []), start_ms),
+                    _motes(list(spec.get("motes") or []), list(spec.get("mote_faults") or []), seed, start_ms),
+                    Environment(fires), replay)
+
+
+def load_scenario(path: str, start_ms: int = 0) -> Scenario:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: {exc.strerror}") from None
+    try:
+        return parse_scenario(text, start_ms)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None

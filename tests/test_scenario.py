@@ -1,0 +1,43 @@
+"""Scenario files (pure): the shipped ones load, groups expand, errors name the entry."""
+
+import os
+
+import pytest
+
+from edge.scenario import ScenarioError, load_scenario, parse_scenario
+
+SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "deploy", "scenarios")
+
+
+def test_the_shipped_scenarios_load():
+    default = load_scenario(os.path.join(SCENARIOS, "supply-chain.yaml"), start_ms=1_000)
+    assert [r.receptor_id for r in default.readers] == ["door1-r1", "door1-r2", "door2-r1", "door2-r2"]
+    assert default.readers[1].faults[0].start_ms == 61_000 and len(default.readers[0].antennas) == 2
+    assert default.motes[2].fault is not None and default.motes[2].fault.kind == "battery"
+    assert default.world.missing_pallets == 1 and default.world.dwell_ms == 10_000
+    fan_in = load_scenario(os.path.join(SCENARIOS, "fan-in.yaml"))
+    assert fan_in.receptors >= 1000 and len({r.receptor_id for r in fan_in.readers}) == 1000
+    replay = load_scenario(os.path.join(SCENARIOS, "intel-lab.yaml"))
+    assert replay.replay is not None and replay.replay.speed == 1800
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nonsense: 1", "unknown key(s): nonsense"),
+    ('readers: [{id: "r{n}", count: 2, node: e, location: moon}]', "readers[0]: location 'moon' is not one of"),
+    ("readers: [{id: r, count: 2, node: e, location: truck}]", "readers[0] (r): a group of 2 needs '{n}'"),
+    ("readers: [{id: r, node: e, location: truck, read_rate: 2}]", "readers[0]: reader r: read_rate 2.0 is outside"),
+    ("reader_faults: [{reader: ghost, kind: stop}]", "reader_faults name unknown readers: ghost"),
+    ("motes: [{id: m, node: e}]\nmote_faults: [{mote: m, kind: melted}]", "mote_faults[0]: unknown fault kind"),
+    ("world: {pallets: 0}", "world: pallets must be positive"),
+    ("world: {colour: red}", "world:"),
+    ("cycle: soon", "cycle:"),
+])
+def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(text)
+    assert message in str(error.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(ScenarioError, match="nowhere.yaml: No such file"):
+        load_scenario(str(tmp_path / "nowhere.yaml"))
