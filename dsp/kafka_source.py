@@ -11,8 +11,9 @@ Options:
              `__progress` true, every column null but the event-time ones (timestamps), which
              carry the marker's time; the compiler drops it right after the watermark
   startingOffsets  "earliest" (default), "latest" (the end when the first micro-batch plans), or
-             JSON {"topic:partition": offset} (partitions it does not name start at 0): how a
-             query submitted at time T reads exactly what its sources received after T
+             JSON {"topic:partition": offset} (partitions it does not name start at 0; see
+             glue.bus.current_ends): how a query submitted at time T reads exactly what its
+             sources received after T
   ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
              reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
              "<topic>:<partition>:<offset>") and add the readings consumed and rejected to the
@@ -85,19 +86,12 @@ def marker_row(schema: StructType, watermark_ms: int) -> tuple:
 
 
 def _key(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
+    return bus.offset_key(topic, partition)
 
 
 def _split_key(key: str) -> tuple[str, int]:
     topic, _, partition = key.rpartition(":")
     return topic, int(partition)
-
-
-def current_ends(bootstrap: str, topics: list[str]) -> dict[str, int]:
-    """{"topic:partition": end offset} of every existing partition of `topics` (startingOffsets)."""
-    consumer = bus.shared_consumer(bootstrap)
-    ends = bus.end_offsets(consumer, bus.partitions_of(consumer, topics))
-    return {_key(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
 
 
 class OffsetRange(InputPartition):

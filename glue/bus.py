@@ -158,6 +158,19 @@ def topic_bytes(bootstrap: str, topics: Sequence[str]) -> int:
         consumer.close()
 
 
+def offset_key(topic: str, partition: int) -> str:
+    """How offsets are keyed in a query's startingOffsets and checkpoints: "topic:partition"."""
+    return f"{topic}:{partition}"
+
+
+def current_ends(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+    """{"topic:partition": end offset} of every existing partition of `topics`: where a query
+    that answers from now on starts reading them."""
+    consumer = shared_consumer(bootstrap)
+    ends = end_offsets(consumer, partitions_of(consumer, topics))
+    return {offset_key(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
+
+
 def tail(bootstrap: str, topics: Sequence[str], stop: threading.Event, from_beginning: bool = True,
          poll_ms: int = 200) -> Iterator:
     """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group)."""

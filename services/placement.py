@@ -16,7 +16,6 @@ from collections.abc import Iterator
 import grpc
 
 from dsp.codec import decode_row_batch, to_value
-from dsp.kafka_source import current_ends
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
 from glue import bus
 from glue.analyzer import analyze
@@ -80,7 +79,7 @@ class Placement:
             plan = self.plan(sql, principal, naive)
             start_offsets = None
             if not replay:
-                start_offsets = current_ends(self.bootstrap, plan.topics_read())
+                start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
                 # after the ends were taken: anything stamped from here on is appended after them
                 plan = answering_from(plan, now_ms())
             deployed: list[tuple[str, str]] = []
