@@ -14,6 +14,11 @@ import random
 FAULT_KINDS = ("fail-stop", "stuck", "spike", "battery")
 
 
+def in_span(t_ms: int, start_ms: int, end_ms: int | None) -> bool:
+    """Whether a fault from `start_ms` to `end_ms` (None: the run's end) is on at `t_ms`."""
+    return start_ms <= t_ms and (end_ms is None or t_ms < end_ms)
+
+
 def faulty_values(kind: str, true: dict[str, float], at_start: dict[str, float], progress: float,
                   rng: random.Random) -> dict[str, float] | None:
     """The values a mote with fault `kind` reports; None for silence."""

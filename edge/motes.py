@@ -14,7 +14,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from edge.faults import FAULT_KINDS, faulty_values
+from edge.faults import FAULT_KINDS, faulty_values, in_span
 
 QUANTITIES = ("temperature", "humidity", "light", "sound", "voltage")
 DAY_MS = 24 * 3600 * 1000
@@ -65,7 +65,7 @@ class MoteFault:
             raise ValueError(f"unknown fault kind {self.kind!r} (known: {', '.join(FAULT_KINDS)})")
 
     def active(self, t_ms: int) -> bool:
-        return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
+        return in_span(t_ms, self.start_ms, self.end_ms)
 
 
 @dataclass(frozen=True)

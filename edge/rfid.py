@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 
 from dsp.codec import TagObservation
+from edge.faults import in_span
 
 READER_FAULTS = ("stop", "flap", "degrade")
 
@@ -43,7 +44,7 @@ class ReaderFault:
             raise ValueError(f"unknown reader fault {self.kind!r} (known: {', '.join(READER_FAULTS)})")
 
     def active(self, t_ms: int) -> bool:
-        return self.start_ms <= t_ms and (self.end_ms is None or t_ms < self.end_ms)
+        return in_span(t_ms, self.start_ms, self.end_ms)
 
 
 @dataclass(frozen=True)

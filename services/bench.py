@@ -50,8 +50,13 @@ class PipelineFigures:
         for flow, rate in self.bytes_per_s.items():
             share = f" ({rate / raw:.1%} of raw)" if raw and flow != "raw into edge" else ""
             rows.append((f"bytes/s {flow}", f"{rate:,.0f}{share}"))
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+        return figures_table(rows)
+
+
+def figures_table(rows: list[tuple[str, str]]) -> str:
+    """A benchmark's figures: names padded to one width, then values."""
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
 
 def _percentile(values: list[int], q: float) -> float | None:

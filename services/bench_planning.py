@@ -23,6 +23,7 @@ from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import distribute
 from glue.topology import Topology
 from mdr.repository import MDR, ViewRecord
+from services.bench import figures_table
 
 VIEW_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), ("receptor_id", "string"),
                 ("tag_id", "string"), ("reads", "long"))
@@ -81,8 +82,7 @@ class PlanningFigures:
                 ("parse + bind + place + rewrite, p50", f"{self.p50_ms:.2f} ms"),
                 ("parse + bind + place + rewrite, p95", f"{self.p95_ms:.2f} ms"),
                 ("parse + bind + place + rewrite, max", f"{self.max_ms:.2f} ms")]
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+        return figures_table(rows)
 
 
 def _percentiles(timings: list[float]) -> tuple[float, float]:
@@ -131,8 +131,7 @@ class SubmitFigures:
                 ("read catalog + plan + place, p95", f"{self.plan_p95_ms:.1f} ms"),
                 ("plan + place + disseminate (deployed on every node), p50", f"{self.submit_p50_ms:.1f} ms"),
                 ("plan + place + disseminate (deployed on every node), p95", f"{self.submit_p95_ms:.1f} ms")]
-        width = max(len(name) for name, _ in rows)
-        return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
+        return figures_table(rows)
 
 
 def run_submit_bench(topology: Topology, submissions: int, fanout: int, levels: int,
