@@ -2,7 +2,7 @@
 
 Queries are added, cancelled, suspended and resumed on the fly. Each has its own checkpoint
 under `<state_dir>/<node>/<query_id>`, so suspend/resume (and a node restart) continue from the
-last committed micro-batch. All of the node's queries run in the FAIR pool named after the node.
+last committed micro-batch.
 """
 
 from __future__ import annotations
@@ -74,13 +74,8 @@ class DSPManager:
 
     def _launch(self, managed: ManagedQuery) -> None:
         assert managed.start is not None
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.scheduler.pool", self.node_id)
-        try:
-            managed.handle = managed.start()
-            managed.status, managed.error = "running", ""
-        finally:
-            sc.setLocalProperty("spark.scheduler.pool", None)
+        managed.handle = managed.start()
+        managed.status, managed.error = "running", ""
 
     def _name(self, query_id: str) -> str:
         return f"{self.node_id}/{query_id}"

@@ -1,7 +1,10 @@
 """The Spark session that hosts DSPs: one per process, shared by every node the process runs.
 
-Each node runs its streaming queries in its own FAIR scheduler pool (named after the node), so
-several nodes share one JVM on a small machine; `SPARK_MASTER` points at a real cluster instead.
+Several nodes share one JVM on a small machine; `SPARK_MASTER` points at a real cluster instead.
+Jobs are scheduled FIFO, oldest micro-batch first. FAIR pools per node were tried and starve the
+upper tiers whenever the CPU is saturated: Spark's fair comparator breaks ties between pools with
+no running task by pool *name*, so the doors' always-ready micro-batches won every free slot and
+a warehouse's pass-through query never ran (measured on deep.yaml: zero batches in 120 s).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ def spark_session(app_name: str = "hifi") -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         cores = os.environ.get("HIFI_SPARK_CORES", "*")
+        master = os.environ.get("SPARK_MASTER", f"local[{cores}]")
         builder = (
             SparkSession.builder.appName(app_name)
-            .master(os.environ.get("SPARK_MASTER", f"local[{cores}]"))
+            .master(master)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             # Stopping a query interrupts its thread; Spark matches the interrupt's message with a
@@ -34,7 +38,7 @@ def spark_session(app_name: str = "hifi") -> SparkSession:
             .config("spark.driver.extraJavaOptions", "-Xss16m")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", os.environ.get("HIFI_SHUFFLE_PARTITIONS", "1"))
-            .config("spark.scheduler.mode", "FAIR")
+            .config("spark.scheduler.mode", "FIFO")
             .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
             # A watermark move would otherwise cost an extra (empty) micro-batch per query; the next
             # data batch closes the windows instead (data and progress markers arrive every trigger).
@@ -43,6 +47,9 @@ def spark_session(app_name: str = "hifi") -> SparkSession:
             .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
+        if master.startswith("local"):
+            # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).
+            builder = builder.config("spark.python.daemon.module", "dsp.worker_daemon")
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("HIFI_SPARK_LOG_LEVEL", "ERROR"))
         spark.dataSource.register(KafkaDataSource)

@@ -1,6 +1,6 @@
 """Bring up a whole topology in one process: MDR contents, every node, the receptor agents.
 
-The embedded default hosts every node's DSP in one Spark application (a FAIR pool per node);
+The embedded default hosts every node's DSP in one Spark application (jobs FIFO, see dsp.session);
 each node is still its own gRPC service with its own queries, checkpoints and topics.
 """
 

@@ -28,6 +28,8 @@ QUERIES = {
         "SELECT receptor_id, avg(read_strength) AS strength, min(read_strength) AS lo, max(read_strength) AS hi, "
         "count(DISTINCT tag_id) AS tags FROM rfid_stream [range by '3 seconds', slide by '2 seconds'] "
         "GROUP BY receptor_id HAVING count(*) > 3"),
+    "selection rows passed through the merge level": (
+        "SELECT receptor_id, tag_id, ts FROM rfid_stream WHERE read_strength > 0.7"),
 }
 
 
