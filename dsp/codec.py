@@ -41,6 +41,39 @@ def encode_read_cycle(receptor_id: str, cycle: int, timestamp_ms: int,
     return f"{receptor_id}:{cycle}".encode(), msg.SerializeToString()
 
 
+# Raw topics carry read cycles and sensor sample batches side by side; this Kafka header tells a
+# sample batch apart (read cycles carry none, so older producers stay valid).
+RECORD_TYPE_HEADER = "hifi-type"
+SENSOR_BATCH = b"sensor-batch"
+
+
+@dataclass(frozen=True)
+class Sample:
+    receptor_id: str
+    seq: int
+    timestamp_ms: int
+    values: dict[str, float]
+
+
+def encode_sensor_batch(node: str, tick: int, samples: Iterable[Sample]) -> tuple[bytes, bytes]:
+    """Return (key, value) for the samples an edge node's motes took at one tick."""
+    msg = hifi_pb2.SensorBatch()
+    for sample in samples:
+        msg.samples.add(receptor_id=sample.receptor_id, seq=sample.seq, timestamp_ms=sample.timestamp_ms,
+                        values=sample.values)
+    return f"{node}:samples:{tick}".encode(), msg.SerializeToString()
+
+
+def decode_sensor_batch(value: bytes) -> list[Sample]:
+    msg = hifi_pb2.SensorBatch()
+    msg.ParseFromString(value)
+    return [Sample(s.receptor_id, s.seq, s.timestamp_ms, dict(s.values)) for s in msg.samples]
+
+
+def is_sensor_batch(headers: Iterable[tuple[str, bytes]] | None) -> bool:
+    return any(name == RECORD_TYPE_HEADER and value == SENSOR_BATCH for name, value in headers or ())
+
+
 def ms_to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
 

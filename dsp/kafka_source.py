@@ -4,7 +4,8 @@ Options:
   bootstrap  broker address list
   topics     comma-separated topics, read as one stream (a parent's union of child views)
   format     "rfid"  raw RfidReadCycle records -> one row per tag read (dsp.codec.RAW_RFID_DDL),
-                     with `error` set on rows of records that fail validation
+                     with `error` set on rows of records that fail validation; sensor sample
+                     batches on the same topic (header hifi-type: sensor-batch) are skipped
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
   schema     Spark DDL of the rows (format "rows")
   markers    "true": a RowBatch progress marker (no rows, watermark_ms set) becomes one row with
@@ -51,6 +52,7 @@ from dsp.codec import (
     decode_read_cycle,
     decode_row_batch,
     encode_dead_letter,
+    is_sensor_batch,
     ms_to_datetime,
     project_rows,
 )
@@ -156,6 +158,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         now_ms = int(time.time() * 1000)
         for record in records:
             if self.format == "rfid":
+                if is_sensor_batch(record.headers):
+                    continue   # mote samples share the raw topic; they are not rfid_stream readings
                 decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms)
                 if ingest is not None:
                     ingest.add(decoded)

@@ -1,88 +1,129 @@
-"""The receptor agent: drives emulated readers in real time, publishes, and logs ground truth.
+"""The receptor agent: runs a scenario (edge.scenario) against the broker and writes what really
+happened beside what it published.
 
-One agent process drives every reader of a topology. Each read cycle of each reader is one
-RfidReadCycle message on `hifi.raw.<edge-node>`, keyed "<receptor>:<cycle>".
+One agent drives every receptor of a scenario: RFID readers over the supply-chain world, sensor
+motes in their environment, and the Intel Lab replay. Scenario time advances in ticks (the gcd of
+the read cycle and the mote periods). At each tick every running reader publishes one read cycle
+(RfidReadCycle, key "<receptor>:<cycle>") and the due motes of each edge node one SensorBatch
+(key "<node>:samples:<tick>", header hifi-type: sensor-batch), both on hifi.raw.<node>; the keys
+are fixed by the scenario, so a retried publish is recognisably the same message.
 
-Ground truth (JSON Lines, one object per reader cycle; `truth_path`):
-  {"t": cycle time (epoch ms), "receptor": id, "node": edge node, "location": reader location,
-   "present": [tag ids truly in range], "reads": [[tag, antenna, strength], ...],
-   "topic": topic, "key": message key}
-so every reading can be scored against where its tag really was, and any result of the hierarchy
-can be recomputed offline from the readings actually emitted.
+Output directory (schema in deploy/scenarios/README.md):
+  readings.jsonl  every message published, with its topic and key: any result of the hierarchy
+                  can be recomputed offline from it
+  truth.jsonl     what was really there: the scenario's fault plan first, then per tick the tags
+                  that appeared (EPC, kind, parent) and moved, every sampled mote's true values
+                  and active fault, the faulty readers, and staged events
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from dsp.codec import encode_read_cycle
-from edge.reader import ReaderModel
-from edge.world import World, sgtin_like_ids
+from dsp.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
+from edge.intel_lab import MoteSample, load_intel_lab, plan_faults, replay
+from edge.motes import MoteReading
+from edge.scenario import Scenario
+from edge.supply_chain import AWAY, SupplyChainWorld
 from glue import bus
-from glue.topology import Topology, TopologyError, duration_ms
+
+READINGS_FILE = "readings.jsonl"
+TRUTH_FILE = "truth.jsonl"
 
 
-@dataclass(frozen=True)
-class Scenario:
-    world: World
-    readers: tuple[ReaderModel, ...]
-    cycle_ms: int
-    seed: int
+def tick_ms(scenario: Scenario) -> int:
+    """The agent's time step: every read cycle and every mote sample falls on one."""
+    return math.gcd(scenario.cycle_ms, *(m.period_ms for m in scenario.motes))
 
 
-def scenario_from_topology(topology: Topology) -> Scenario:
-    spec: dict[str, Any] = topology.scenario
-    seed = int(spec.get("seed", 1))
-    cycle_ms = duration_ms(spec.get("cycle", "200 ms"))
-    readers = []
-    strength = spec.get("strength", {}) or {}
-    for receptor in topology.receptors:
-        if receptor.kind != "rfid":
-            continue
-        rate = float(receptor.options.get("read_rate", spec.get("read_rate", 0.7)))
-        try:
-            readers.append(ReaderModel(receptor.id, receptor.location, receptor.node, rate,
-                                       float(strength.get("mean", 0.6)), float(strength.get("stddev", 0.1)),
-                                       int(receptor.options.get("antennas", 1))))
-        except ValueError as exc:
-            raise TopologyError(f"scenario: {exc}") from None
-    if cycle_ms <= 0:
-        raise TopologyError("scenario: cycle must be positive")
-    locations = tuple(dict.fromkeys(r.location for r in readers))
-    world = World(seed, sgtin_like_ids(int(spec.get("tags", 16))), locations,
-                  duration_ms(spec.get("dwell", "4 seconds")), float(spec.get("away_share", 0.2)))
-    return Scenario(world, tuple(readers), cycle_ms, seed)
+def replay_receptor(mote_id: int) -> str:
+    return f"lab-m{mote_id}"
 
 
 @dataclass
 class AgentStats:
+    ticks: int = 0
     cycles: int = 0
     readings: int = 0
+    samples: int = 0
+    messages: int = 0
+    payload_bytes: int = 0
     started_ms: int = 0
     stopped_ms: int = 0
+    wall_s: float = 0.0
+    max_late_ms: int = 0   # paced runs: the latest a tick started after its due time
+    late_ticks: int = 0    # paced runs: ticks that started more than a tick late
     per_node_readings: dict[str, int] = field(default_factory=dict)
 
 
-class ReaderAgent:
-    """Runs a scenario's readers until stopped; `run()` blocks, `start()` runs it in a thread."""
+@dataclass
+class _Tick:
+    """What one tick published and what was true during it, before it is written out."""
 
-    def __init__(self, scenario: Scenario, bootstrap: str, truth_path: str | None = None,
-                 on_cycle: Callable[[int], None] | None = None) -> None:
+    t: int
+    messages: list[tuple[str, bytes, bytes, list]] = field(default_factory=list)   # topic, key, value, headers
+    readings: list[dict[str, Any]] = field(default_factory=list)
+    motes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+class ReceptorAgent:
+    """Runs a scenario until stopped or for a duration; `run()` blocks, `start()` runs a thread.
+
+    `speed` is scenario seconds per wall second (0: as fast as the machine can go). Readings are
+    stamped with scenario time, which starts at the scenario's anchor (edge.scenario).
+    """
+
+    def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0,
+                 on_tick: Callable[[int], None] | None = None) -> None:
+        if speed < 0:
+            raise ValueError(f"speed must be positive, or 0 for as fast as possible (got {speed})")
         self.scenario = scenario
         self.bootstrap = bootstrap
-        self.truth_path = truth_path
-        self.on_cycle = on_cycle
+        self.speed = speed
+        self.on_tick = on_tick
+        self.out_dir = out_dir
         self.stats = AgentStats()
-        if truth_path:
-            open(truth_path, "a").close()  # exists from now on, even before the first cycle
+        self.world = SupplyChainWorld(scenario.world)
+        self.tick_ms = tick_ms(scenario)
+        self.start_ms = scenario.world.start_ms
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            for name in (READINGS_FILE, TRUTH_FILE):   # exist from now on, even before the first tick
+                open(os.path.join(out_dir, name), "a").close()
+        self._replay = self._replay_samples()
+        self._pending_replay: MoteSample | None = next(self._replay, None)
+        self._positions: dict[str, str] = {}
+        self._events_told = 0
+        self._tags_told = 0
+        self._seq: dict[str, int] = defaultdict(int)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def readings_path(self) -> str:
+        return os.path.join(self.out_dir or "", READINGS_FILE)
+
+    @property
+    def truth_path(self) -> str:
+        return os.path.join(self.out_dir or "", TRUTH_FILE)
+
+    def nodes(self) -> list[str]:
+        s = self.scenario
+        found = {r.edge_node for r in s.readers} | {m.edge_node for m in s.motes}
+        if s.replay is not None:
+            found.add(s.replay.node)
+        return sorted(found)
+
+    # ------------------------------------------------------------ running
 
     def start(self, duration_s: float | None = None) -> None:
         self._thread = threading.Thread(target=self.run, args=(duration_s,), name="hifi-agent", daemon=True)
@@ -94,52 +135,184 @@ class ReaderAgent:
             self._thread.join(timeout=10)
 
     def run(self, duration_s: float | None = None) -> AgentStats:
-        scenario = self.scenario
-        bus.ensure_topics(self.bootstrap, sorted({bus.raw_topic(r.edge_node) for r in scenario.readers}))
+        bus.ensure_topics(self.bootstrap, [bus.raw_topic(n) for n in self.nodes()])
         producer = bus.make_producer(self.bootstrap)
-        rng = random.Random(scenario.seed)
-        truth: IO[str] | None = open(self.truth_path, "a") if self.truth_path else None  # noqa: SIM115
-        cycle_ms = scenario.cycle_ms
-        # Cycles sit on a grid aligned to the epoch, so windows and cycles line up across runs.
-        next_t = (int(time.time() * 1000) // cycle_ms + 1) * cycle_ms
-        self.stats.started_ms = next_t
-        end_ms = next_t + int(duration_s * 1000) if duration_s else None
-        cycle = 0
+        rng = random.Random(self.scenario.seed)
+        readings_out: IO[str] | None = None
+        truth_out: IO[str] | None = None
+        if self.out_dir:
+            readings_out = open(self.readings_path, "a")  # noqa: SIM115 - closed in finally
+            truth_out = open(self.truth_path, "a")  # noqa: SIM115
+            truth_out.write(json.dumps({"t": self.start_ms, "plan": self._plan()}) + "\n")
+        t = self.start_ms
+        end_ms = self.start_ms + int(duration_s * 1000) if duration_s else None
+        wall_start = time.time()
+        self.stats.started_ms = t
         try:
-            while not self._stop.is_set() and (end_ms is None or next_t < end_ms):
-                delay = next_t / 1000 - time.time()
-                if delay > 0 and self._stop.wait(delay):
-                    break
-                for reader in scenario.readers:
-                    present = scenario.world.tags_at(reader.location, next_t)
-                    reads = reader.read_cycle(present, rng)
-                    key, value = encode_read_cycle(reader.receptor_id, cycle, next_t, reads)
-                    topic = bus.raw_topic(reader.edge_node)
-                    producer.send(topic, key=key, value=value)
-                    self.stats.readings += len(reads)
-                    self.stats.per_node_readings[reader.edge_node] = (
-                        self.stats.per_node_readings.get(reader.edge_node, 0) + len(reads))
-                    if truth is not None:
-                        truth.write(json.dumps({
-                            "t": next_t, "receptor": reader.receptor_id, "node": reader.edge_node,
-                            "location": reader.location, "present": present,
-                            "reads": [[r.tag_id, r.antenna, r.read_strength] for r in reads],
-                            "topic": topic, "key": key.decode(),
-                        }) + "\n")
-                self.stats.cycles += 1
-                cycle += 1
-                if self.on_cycle is not None:
-                    self.on_cycle(cycle)
-                next_t += cycle_ms
+            while not self._stop.is_set() and (end_ms is None or t < end_ms):
+                if self.speed > 0:
+                    due = wall_start + (t - self.start_ms) / 1000 / self.speed
+                    delay = due - time.time()
+                    if delay > 0 and self._stop.wait(delay):
+                        break
+                    late_ms = int((time.time() - due) * 1000)
+                    self.stats.max_late_ms = max(self.stats.max_late_ms, late_ms)
+                    self.stats.late_ticks += late_ms > self.tick_ms
+                tick = self._tick(t, rng)
+                for topic, key, value, headers in tick.messages:
+                    producer.send(topic, key=key, value=value, headers=headers)
+                    self.stats.messages += 1
+                    self.stats.payload_bytes += len(key) + len(value)
+                if readings_out is not None and truth_out is not None:
+                    for line in tick.readings:
+                        readings_out.write(json.dumps(line) + "\n")
+                    truth_out.write(json.dumps(self._truth_line(t, tick)) + "\n")
+                self.stats.ticks += 1
+                if self.on_tick is not None:
+                    self.on_tick(self.stats.ticks)
+                t += self.tick_ms
         finally:
             producer.flush()
             producer.close(timeout=5)
-            if truth is not None:
-                truth.close()
-            self.stats.stopped_ms = next_t
+            for out in (readings_out, truth_out):
+                if out is not None:
+                    out.close()
+            self.stats.stopped_ms = t
+            self.stats.wall_s = time.time() - wall_start
         return self.stats
 
+    # ------------------------------------------------------------ one tick
 
-def read_truth(path: str) -> list[dict[str, Any]]:
+    def _tick(self, t: int, rng: random.Random) -> _Tick:
+        tick = _Tick(t)
+        self.world.advance_to(t)
+        if (t - self.start_ms) % self.scenario.cycle_ms == 0:
+            self._read_cycles(tick, rng)
+        samples: dict[str, list[Sample]] = defaultdict(list)
+        for mote in self.scenario.motes:
+            if mote.due(t, self.start_ms):
+                reading = mote.sample(self.scenario.environment, t, self.start_ms, rng)
+                truth = reading.truth if reading else self.scenario.environment.truth(mote.x, mote.y, t, self.start_ms)
+                fault = mote.fault.kind if mote.fault is not None and mote.fault.active(t) else ""
+                tick.motes[mote.receptor_id] = {"true": truth, "fault": fault}
+                if reading is not None:
+                    samples[mote.edge_node].append(self._sample(reading))
+        while self._pending_replay is not None and self._pending_replay.t_ms <= t:
+            lab = self._pending_replay
+            assert self.scenario.replay is not None
+            receptor = replay_receptor(lab.mote_id)
+            tick.motes[receptor] = {"true": lab.true_values, "fault": lab.fault}
+            samples[self.scenario.replay.node].append(self._sample(MoteReading(receptor, lab.t_ms, lab.values, {})))
+            self._pending_replay = next(self._replay, None)
+        tick_number = (t - self.start_ms) // self.tick_ms
+        for node, batch in sorted(samples.items()):
+            key, value = encode_sensor_batch(node, tick_number, batch)
+            topic = bus.raw_topic(node)
+            tick.messages.append((topic, key, value, [(RECORD_TYPE_HEADER, SENSOR_BATCH)]))
+            tick.readings.append({"t": t, "node": node, "topic": topic, "key": key.decode(),
+                                  "samples": [asdict(s) for s in batch]})
+            self.stats.samples += len(batch)
+        return tick
+
+    def _read_cycles(self, tick: _Tick, rng: random.Random) -> None:
+        t = tick.t
+        cycle = (t - self.start_ms) // self.scenario.cycle_ms
+        at: dict[str, list[str]] = {}
+
+        def tags_at(location: str) -> list[str]:
+            if location not in at:
+                at[location] = self.world.tags_at(location, t)
+            return at[location]
+
+        ghosts = tuple(self.world.tags)
+        for reader in self.scenario.readers:
+            if not reader.cycles_at(t):
+                continue
+            present = tags_at(reader.location)
+            nearby = [(tag, where) for where in reader.neighbours for tag in tags_at(where)]
+            reads = reader.read_cycle(present, nearby, t, rng, ghosts)
+            key, value = encode_read_cycle(reader.receptor_id, cycle, t, [r.observation for r in reads])
+            topic = bus.raw_topic(reader.edge_node)
+            tick.messages.append((topic, key, value, []))
+            tick.readings.append({
+                "t": t, "receptor": reader.receptor_id, "node": reader.edge_node, "location": reader.location,
+                "present": present,
+                "reads": [[r.observation.tag_id, r.observation.antenna, r.observation.read_strength] for r in reads],
+                "kinds": ["ghost" if r.ghost else "overlap" if r.overlap else "" for r in reads],
+                "topic": topic, "key": key.decode()})
+            self.stats.cycles += 1
+            self.stats.readings += len(reads)
+            per_node = self.stats.per_node_readings
+            per_node[reader.edge_node] = per_node.get(reader.edge_node, 0) + len(reads)
+
+    def _sample(self, reading: MoteReading) -> Sample:
+        self._seq[reading.receptor_id] += 1
+        return Sample(reading.receptor_id, self._seq[reading.receptor_id], reading.t_ms, reading.values)
+
+    # ------------------------------------------------------------ ground truth
+
+    def _plan(self) -> dict[str, Any]:
+        s = self.scenario
+        return {
+            "scenario": s.name, "seed": s.seed, "cycle_ms": s.cycle_ms, "tick_ms": self.tick_ms,
+            "reader_faults": [{"reader": r.receptor_id, **asdict(f)} for r in s.readers for f in r.faults],
+            "mote_faults": [{"mote": m.receptor_id, **asdict(m.fault)} for m in s.motes if m.fault is not None],
+            "replay_faults": [{"mote": replay_receptor(f.mote_id), **asdict(f)} for f in self._lab_faults],
+            "fires": [asdict(f) for f in s.environment.fires],
+        }
+
+    def _truth_line(self, t: int, tick: _Tick) -> dict[str, Any]:
+        line: dict[str, Any] = {"t": t}
+        tags = self.world.tags
+        if len(tags) > self._tags_told:   # a repeating world ships new pallets as time goes on
+            line["new_tags"] = {tag: {"epc": tags[tag].epc_hex, "kind": tags[tag].kind, "parent": tags[tag].parent}
+                                for tag in list(tags)[self._tags_told:]}
+            self._tags_told = len(tags)
+        moves = []
+        for tag in self.world.tags:
+            where = self.world.location_of(tag, t)
+            if self._positions.get(tag, AWAY) != where:
+                moves.append([tag, where])
+                self._positions[tag] = where
+        if moves:
+            line["moves"] = moves
+        if tick.motes:
+            line["motes"] = tick.motes
+        faulty = sorted(r.receptor_id for r in self.scenario.readers if any(f.active(t) for f in r.faults))
+        if faulty:
+            line["faulty_readers"] = faulty
+        events = self.world.events
+        new = [e for e in events[self._events_told:] if e.t_ms <= t]
+        if new:
+            line["events"] = [asdict(e) for e in new]
+            self._events_told += len(new)
+        return line
+
+    # ------------------------------------------------------------ Intel Lab replay
+
+    def _replay_samples(self) -> Iterator[MoteSample]:
+        self._lab_faults: list = []
+        spec = self.scenario.replay
+        if spec is None:
+            return iter(())
+        motes = load_intel_lab(spec.data)
+        self._lab_faults = plan_faults(motes, self.scenario.seed, spec.fault_share)
+        return replay(motes, self._lab_faults, self.start_ms, spec.speed, self.scenario.seed)
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def tag_locations(truth: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(t, {tag: location}) per tick, replayed from truth.jsonl's moves (tags away are left out)."""
+    where: dict[str, str] = {}
+    for line in truth:
+        for tag, location in line.get("moves", ()):
+            if location == AWAY:
+                where.pop(tag, None)
+            else:
+                where[tag] = location
+        if "plan" not in line:
+            yield line["t"], dict(where)

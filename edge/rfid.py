@@ -127,8 +127,12 @@ class RfidReader:
             if best is not None:
                 reads.append(Read(TagObservation(tag, best[1], round(best[0], 4)), overlap=overlapped))
         if ghost_pool and self.ghost_rate > 0:
+            here = set(present)
             for _ in range(_poisson(self.ghost_rate, rng)):
-                ghost = TagObservation(rng.choice(ghost_pool), rng.randrange(len(self.antennas)) + 1,
+                tag = rng.choice(ghost_pool)
+                if tag in here:
+                    continue   # not a ghost: the tag is there (so a tiny pool thins the ghost rate)
+                ghost = TagObservation(tag, rng.randrange(len(self.antennas)) + 1,
                                        round(max(0.0, rng.gauss(0.25, self.strength_stddev)), 4))
                 reads.append(Read(ghost, ghost=True))
         return reads

@@ -9,6 +9,7 @@ deploy/scenarios/README.md. Errors name the entry and the problem.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import yaml
 from edge.motes import Environment, Fire, MoteFault, MoteModel, calibrated_motes
 from edge.rfid import Antenna, ReaderFault, RfidReader
 from edge.supply_chain import CHAIN, ChainConfig
-from glue.topology import duration_ms
+from glue.topology import ReceptorSpec, Topology, duration_ms
 
 
 class ScenarioError(ValueError):
@@ -127,12 +128,19 @@ def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int
     return motes
 
 
-def parse_scenario(text: str, start_ms: int = 0) -> Scenario:
-    """A scenario from YAML text, its times anchored at `start_ms`."""
+def parse_scenario(text: str, start_ms: int = 0, seed: int | None = None) -> Scenario:
+    """A scenario from YAML text, its times anchored at `start_ms` (`seed` overrides its seed)."""
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"not valid YAML: {exc}") from None
+    return scenario_from_spec(spec, start_ms, seed)
+
+
+def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) -> Scenario:
+    """A scenario from its parsed YAML (a mapping), its times anchored at `start_ms`."""
+    if isinstance(spec, dict) and seed is not None:
+        spec = {**spec, "seed": seed}
     if not isinstance(spec, dict):
         raise ScenarioError("a scenario is a mapping (name, seed, cycle, world, readers, motes, ...)")
     unknown = set(spec) - {"name", "seed", "cycle", "world", "readers", "reader_faults", "motes", "mote_faults",
@@ -165,13 +173,47 @@ def parse_scenario(text: str, start_ms: int = 0) -> Scenario:
                     Environment(fires), replay)
 
 
-def load_scenario(path: str, start_ms: int = 0) -> Scenario:
+def load_scenario(path: str, start_ms: int = 0, seed: int | None = None) -> Scenario:
     try:
         with open(path) as fh:
             text = fh.read()
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     try:
-        return parse_scenario(text, start_ms)
+        return parse_scenario(text, start_ms, seed)
     except ScenarioError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
+
+
+def scenario_of(topology: Topology, start_ms: int, seed: int | None = None) -> Scenario:
+    """The scenario a topology names: a file (relative to the topology's) or an inline mapping."""
+    spec = topology.scenario
+    if isinstance(spec, str):
+        return load_scenario(os.path.join(os.path.dirname(topology.source), spec), start_ms, seed)
+    try:
+        return scenario_from_spec(spec, start_ms, seed)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{topology.source}, scenario: {exc}") from None
+
+
+def receptors_for(topology: Topology, scenario: Scenario) -> list[ReceptorSpec]:
+    """The receptors the MDR knows: the topology's (with their areas and positions), plus every
+    emulated reader and mote the topology does not list (Intel Lab replay motes are not listed:
+    their ids come from the data). An emulated receptor on a node that is not an edge node, or on
+    another node or location than the topology says, is an error."""
+    listed = {r.id: r for r in topology.receptors}
+    emulated = [(r.receptor_id, "rfid", r.edge_node, r.location, 0.0, 0.0) for r in scenario.readers]
+    emulated += [(m.receptor_id, "mote", m.edge_node, "", m.x, m.y) for m in scenario.motes]
+    edge = set(topology.edge_nodes())
+    receptors = list(topology.receptors)
+    for rid, kind, node, location, x, y in emulated:
+        if node not in edge:
+            raise ScenarioError(f"receptor {rid!r} publishes to {node!r}, which is not an edge node of "
+                                f"topology {topology.name!r}")
+        known = listed.get(rid)
+        if known is None:
+            receptors.append(ReceptorSpec(rid, kind, node, location or node, "", x, y, {}))
+        elif known.node != node or (location and known.location != location):
+            raise ScenarioError(f"receptor {rid!r}: the scenario puts it on {node}/{location or '-'}, "
+                                f"the topology on {known.node}/{known.location}")
+    return receptors

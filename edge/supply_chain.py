@@ -8,6 +8,8 @@ and every item goes to the store shelf on its own, stays there for a while, and 
 (checkout, then store exit) or taken out without a checkout read (staged shoplifting). A staged
 missing pallet leaves on the truck and never reaches the store. Dwell times are drawn around the
 configured mean (seconds to minutes). Outside its stays a tag is "away" (nowhere a reader sees).
+A repeating world (`repeat`) keeps shipping a pallet every arrival gap for as long as it is asked
+about, so a long run always has tags moving.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class ChainConfig:
     shelf_ms: int = 30_000           # mean time an item stays on the store shelf
     shoplifting_share: float = 0.0   # items taken out without a checkout read
     missing_pallets: int = 0         # pallets that leave on the truck and never arrive
+    repeat: bool = False             # after the last pallet, start over (new serials): runs forever
     company_prefix: str = "0614141"
 
     def __post_init__(self) -> None:
@@ -84,16 +87,15 @@ class SupplyChainWorld:
         self.itineraries: dict[str, list[Stay]] = {}
         self.events: list[StagedEvent] = []
         self._serials: dict[str, int] = defaultdict(int)
-        rng = random.Random(config.seed)
-        missing = set(rng.sample(range(config.pallets), config.missing_pallets))
-        for p in range(config.pallets):
-            self._ship(p, rng, p in missing)
         self._index: dict[tuple[str, int], list[tuple[str, Stay]]] = defaultdict(list)
-        for tag, stays in self.itineraries.items():
-            for stay in stays:
-                for bucket in range(stay.start_ms // self.BUCKET_MS, (stay.end_ms - 1) // self.BUCKET_MS + 1):
-                    self._index[(stay.location, bucket)].append((tag, stay))
-        self._starts = {tag: [s.start_ms for s in stays] for tag, stays in self.itineraries.items()}
+        self._starts: dict[str, list[int]] = {}
+        # One generator for the whole schedule, drawn from pallet by pallet in order, so the world
+        # is the same however far (and in what steps) a repeating world has been extended.
+        self._rng = random.Random(config.seed)
+        self._missing = set(self._rng.sample(range(config.pallets), config.missing_pallets))
+        self._shipped = 0
+        for _ in range(config.pallets):
+            self._ship_next()
 
     # ------------------------------------------------------------ building
 
@@ -107,6 +109,24 @@ class SupplyChainWorld:
 
     def _dwell(self, rng: random.Random, mean_ms: int) -> int:
         return max(1000, int(rng.uniform(0.5, 1.5) * mean_ms))
+
+    def _ship_next(self) -> None:
+        number = self._shipped
+        self._shipped += 1
+        before = len(self.tags)
+        self._ship(number, self._rng, number % self.config.pallets in self._missing)
+        for tag in list(self.tags)[before:]:
+            stays = self.itineraries[tag]
+            self._starts[tag] = [s.start_ms for s in stays]
+            for stay in stays:
+                for bucket in range(stay.start_ms // self.BUCKET_MS, (stay.end_ms - 1) // self.BUCKET_MS + 1):
+                    self._index[(stay.location, bucket)].append((tag, stay))
+
+    def advance_to(self, t_ms: int) -> None:
+        """Ship every pallet that arrives by `t_ms` (a repeating world; others are shipped whole)."""
+        c = self.config
+        while c.repeat and c.start_ms + self._shipped * c.arrival_gap_ms <= t_ms:
+            self._ship_next()
 
     def _ship(self, number: int, rng: random.Random, goes_missing: bool) -> None:
         c = self.config
@@ -149,14 +169,17 @@ class SupplyChainWorld:
     # ------------------------------------------------------------ asking
 
     def location_of(self, tag_id: str, t_ms: int) -> str:
+        self.advance_to(t_ms)
         stays = self.itineraries[tag_id]
         at = bisect.bisect_right(self._starts[tag_id], t_ms) - 1
         return stays[at].location if at >= 0 and t_ms < stays[at].end_ms else AWAY
 
     def tags_at(self, location: str, t_ms: int) -> list[str]:
+        self.advance_to(t_ms)
         return sorted({tag for tag, stay in self._index.get((location, t_ms // self.BUCKET_MS), ())
                        if stay.start_ms <= t_ms < stay.end_ms})
 
     @property
     def end_ms(self) -> int:
+        """When the last stay planned so far ends (a repeating world plans more as it is asked)."""
         return max(stays[-1].end_ms for stays in self.itineraries.values())

@@ -1,16 +1,25 @@
-"""Scoring against ground truth (edge.agent's JSONL): what the core should report. Pure."""
+"""Scoring against ground truth: what the core should report. Pure.
+
+Inputs are the lines of edge.agent's readings.jsonl; its read-cycle lines carry the tags truly
+at the reader's location ("present"), its sensor lines ("samples") are skipped here.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+
+def read_cycles(readings: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The read-cycle lines of readings.jsonl (not the sensor sample batches)."""
+    return (line for line in readings if "reads" in line)
 
 
 def true_location_counts(truth: Iterable[dict[str, Any]], window_ms: int) -> dict[tuple[int, str], int]:
     """Distinct tags truly present at each location per tumbling window: {(window_start_ms, location): n}."""
     present: dict[tuple[int, str], set[str]] = defaultdict(set)
-    for cycle in truth:
+    for cycle in read_cycles(truth):
         start = cycle["t"] // window_ms * window_ms
         present[(start, cycle["location"])].update(cycle["present"])
     return {key: len(tags) for key, tags in present.items()}
@@ -18,6 +27,7 @@ def true_location_counts(truth: Iterable[dict[str, Any]], window_ms: int) -> dic
 
 def covered_windows(truth: list[dict[str, Any]], window_ms: int, cycle_ms: int) -> list[int]:
     """Window starts whose every read cycle happened during the run (no partial windows)."""
+    truth = list(read_cycles(truth))
     if not truth:
         return []
     first = min(c["t"] for c in truth)
@@ -28,7 +38,7 @@ def covered_windows(truth: list[dict[str, Any]], window_ms: int, cycle_ms: int) 
 
 def readings_per_node(truth: Iterable[dict[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
-    for cycle in truth:
+    for cycle in read_cycles(truth):
         counts[cycle["node"]] += len(cycle["reads"])
     return dict(counts)
 
@@ -37,7 +47,7 @@ def reading_latencies_ms(truth: Iterable[dict[str, Any]], emitted_ms: dict[tuple
                          window_ms: int) -> list[int]:
     """For every reading whose window and location reached the core: core emit time - reading time."""
     latencies = []
-    for cycle in truth:
+    for cycle in read_cycles(truth):
         key = (cycle["t"] // window_ms * window_ms, cycle["location"])
         if key in emitted_ms:
             latencies.extend([emitted_ms[key] - cycle["t"]] * len(cycle["reads"]))

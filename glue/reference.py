@@ -133,7 +133,26 @@ def _arbitrate(groups: dict[tuple, list[Row]]) -> dict[tuple, list[Row]]:
     return won
 
 
-def readings_from_truth(truth: Iterable[dict[str, Any]]) -> list[Row]:
-    """rfid_stream rows from the agents' ground-truth log (edge.agent): one per emitted read."""
+def rfid_readings(logged: Iterable[dict[str, Any]]) -> list[Row]:
+    """rfid_stream rows from the agent's readings log (edge.agent): one per emitted read."""
     return [{"receptor_id": cycle["receptor"], "tag_id": tag, "antenna": antenna, "read_strength": strength,
-             "ts": cycle["t"]} for cycle in truth for tag, antenna, strength in cycle["reads"]]
+             "ts": cycle["t"]} for cycle in logged if "reads" in cycle for tag, antenna, strength in cycle["reads"]]
+
+
+def csava_location_counts(readings: Iterable[Row], strength_t: float, count_t: int, window_ms: int,
+                          locations: dict[str, str]) -> dict[tuple[int, str], int]:
+    """The standing CSAVA chain of the default topology (glue.csava: clean, smooth, arbitrate,
+    totals) over tumbling windows, centrally: {(window_start_ms, location): tags}. Each tag is
+    counted once per window, at the receptor that read it most (ties: the smallest receptor id)."""
+    reads: dict[tuple[int, str, str], int] = defaultdict(int)
+    for r in readings:
+        if r["read_strength"] >= strength_t:
+            reads[(r["ts"] // window_ms * window_ms, r["tag_id"], r["receptor_id"])] += 1
+    best: dict[tuple[int, str], tuple[int, str]] = {}
+    for (window, tag, receptor), n in reads.items():
+        if n >= count_t:
+            best[(window, tag)] = min(best.get((window, tag), (-n, receptor)), (-n, receptor))
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for (window, _), (_, receptor) in best.items():
+        counts[(window, locations[receptor])] += 1
+    return dict(counts)

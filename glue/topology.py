@@ -3,7 +3,7 @@
 Schema (documented in deploy/topologies/README.md):
   name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen}],
   receptors [{id, kind, node, location, area, x, y}], relations [{name, columns, rows, replicas}],
-  views [{name, stage, tiers, ...stage options, definition, materialize, readers}], scenario {...}
+  views [{name, stage, tiers, ...stage options, definition, materialize, readers}], scenario (file or {...})
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Topology:
     relations: list[RelationSpec]
     views: list[ViewSpec]
     parameters: dict[str, Any]
-    scenario: dict[str, Any]
+    scenario: dict[str, Any] | str   # a scenario file (relative to this one) or one inline (edge.scenario)
     source: str = ""
     _children: dict[str, list[str]] = field(default_factory=dict, repr=False)
 

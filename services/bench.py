@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge.agent import read_truth
+from edge.agent import read_jsonl
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
 from glue import bus
 from glue.topology import Topology, duration_ms
@@ -98,7 +98,7 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
             edge_nodes = topology.edge_nodes()
             consumed = sum(int(hierarchy.mdr.stats(n).get("rows_in", 0)) for n in edge_nodes)
             run_s = max((agent.stats.stopped_ms - agent.stats.started_ms) / 1000, 1e-9)
-            truth = read_truth(hierarchy.truth_path)
+            truth = read_jsonl(hierarchy.readings_path)
             bytes_per_s = {flow: bus.topic_bytes(servers.bootstrap, topics) / run_s
                            for flow, topics in tier_topics(topology).items()}
         finally:

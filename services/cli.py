@@ -16,6 +16,8 @@ from glue.topology import TopologyError, load_topology
 TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "topologies")
 DEFAULT_TOPOLOGY = os.path.join(TOPOLOGIES, "supply-chain.yaml")
 DEEP_TOPOLOGY = os.path.join(TOPOLOGIES, "deep.yaml")
+SCENARIOS = os.path.join(os.path.dirname(TOPOLOGIES), "scenarios")
+FAN_IN_SCENARIO = os.path.join(SCENARIOS, "fan-in.yaml")
 
 
 class CLIError(Exception):
@@ -73,7 +75,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                               trigger_ms=args.trigger_ms)
         try:
             hierarchy.start(_progress)
-            hierarchy.start_agents(args.truth)
+            hierarchy.start_agents(args.receptor_dir)
             hierarchy.write_run_file()
             _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; results from {topology.root} follow "
@@ -197,20 +199,20 @@ def _reference_rows(sql: str, principal: str):
     """The centralized answer over the running hierarchy's recorded readings."""
     import datetime as dt
 
-    from edge.agent import read_truth
+    from edge.agent import read_jsonl
     from glue.analyzer import analyze
-    from glue.reference import Reference, readings_from_truth
+    from glue.reference import Reference, rfid_readings
     from services.hierarchy import run_file
     from services.placement import load_catalog
 
     try:
         with open(run_file()) as fh:
-            truth_path = json.load(fh)["truth"]
+            readings_path = json.load(fh)["readings"]
     except (OSError, ValueError, KeyError):
         raise CLIError("--reference needs a running `hifi up` (its recorded readings)") from None
     catalog = load_catalog(_mdr())
     query = analyze(sql, catalog, principal)
-    rows = Reference(readings_from_truth(read_truth(truth_path)), catalog).run(query)
+    rows = Reference(rfid_readings(read_jsonl(readings_path)), catalog).run(query)
     columns = (["window_start", "window_end"] if query.is_aggregate else []) + [n for n, _ in query.outputs]
     as_time = {"window_start", "window_end"}
     return columns, [[dt.datetime.fromtimestamp(r[c] / 1000, tz=dt.UTC) if c in as_time else r[c]
@@ -283,19 +285,35 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_agent_scenario(args: argparse.Namespace, start_ms: int):
+    """The scenario `hifi agents` / `hifi bench agents` run: --scenario, else the topology's."""
+    from edge.scenario import ScenarioError, load_scenario, scenario_of
+
+    try:
+        if args.scenario:
+            return load_scenario(args.scenario, start_ms, args.seed)
+        return scenario_of(load_topology(args.topology), start_ms, args.seed)
+    except ScenarioError as exc:
+        raise CLIError(str(exc)) from None
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
-    from edge.agent import ReaderAgent, scenario_from_topology
+    from edge.agent import ReceptorAgent
+    from services.hierarchy import next_whole_second
 
     bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise CLIError("hifi agents needs a broker: set HIFI_KAFKA_BOOTSTRAP (hifi up runs its own agents)")
-    topology = load_topology(args.topology)
-    agent = ReaderAgent(scenario_from_topology(topology), bootstrap, args.truth)
-    _progress(f"{len(agent.scenario.readers)} readers publishing to {bootstrap}")
+    if args.speed <= 0:
+        raise CLIError(f"--speed must be positive (got {args.speed}); `hifi bench agents` runs flat out")
+    scenario = load_agent_scenario(args, next_whole_second(int(time.time() * 1000)))
+    agent = ReceptorAgent(scenario, bootstrap, args.receptor_dir, args.speed)
+    _progress(f"scenario {scenario.name!r}: {len(scenario.readers)} readers, {len(scenario.motes)} motes"
+              f"{', Intel Lab replay' if scenario.replay else ''} publishing to {bootstrap} at {args.speed:g}x"
+              + (f"; readings and truth in {args.receptor_dir}" if args.receptor_dir else ""))
     stats = agent.run(args.duration)
-    seconds = max((stats.stopped_ms - stats.started_ms) / 1000, 1e-9)
-    _say(f"{stats.readings} readings in {stats.cycles} cycles over {seconds:.1f} s "
-         f"({stats.readings / seconds:.0f} readings/s)")
+    _say(f"{stats.readings} tag reads in {stats.cycles} read cycles and {stats.samples} mote samples "
+         f"over {stats.wall_s:.1f} s ({stats.readings / max(stats.wall_s, 1e-9):.0f} tag reads/s)")
     return 0
 
 
@@ -306,6 +324,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
+        return 0
+    if args.which == "agents":
+        from services.bench_agents import run_agents_bench
+
+        _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), args.duration, _progress))
         return 0
     if args.which == "planning" and args.submit:
         from services.bench_planning import run_submit_bench
@@ -336,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
     up.add_argument("--duration", type=float, default=None, help="stop cleanly after this many seconds")
     up.add_argument("--state-dir", default=None, help="checkpoints and ground truth (default: a temp dir)")
-    up.add_argument("--truth", default=None, help="write the agents' ground truth JSONL here")
+    up.add_argument("--receptor-dir", default=None,
+                    help="where the agents write readings.jsonl and truth.jsonl (default: <state dir>/receptors)")
     up.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
     up.set_defaults(func=cmd_up)
 
@@ -373,15 +397,23 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("query_id")
     cancel.set_defaults(func=cmd_cancel)
 
-    agents = sub.add_parser("agents", help="run the topology's receptor agents alone")
-    agents.add_argument("--topology", default=DEFAULT_TOPOLOGY)
-    agents.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
-    agents.add_argument("--truth", default=None, help="write ground truth JSONL here")
+    agents = sub.add_parser("agents", help="run receptor agents alone, against the broker in HIFI_KAFKA_BOOTSTRAP")
+    agents.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="run this topology's scenario")
+    agents.add_argument("--scenario", default=None, help="run this scenario file instead (deploy/scenarios/)")
+    agents.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    agents.add_argument("--speed", type=float, default=1.0,
+                        help="scenario seconds per wall second (default 1; readings are stamped with scenario "
+                             "time, and nodes dead-letter readings more than 60 s ahead of their clock)")
+    agents.add_argument("--duration", type=float, default=None,
+                        help="scenario seconds to run (default: until Ctrl-C)")
+    agents.add_argument("--receptor-dir", default=None, help="write readings.jsonl and truth.jsonl here")
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning", "lag"],
+    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
+                            "agents: how fast one agent process publishes a scenario (default fan-in.yaml: "
+                            "1000 readers, 200 motes), flat out and in real time; "
                             "planning: parse+place+rewrite time on a large generated hierarchy; "
                             "lag: lag added per level, pane partials vs naive windows (topology deep.yaml)")
     bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
@@ -390,6 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    bench.add_argument("--scenario", default=FAN_IN_SCENARIO, help="agents: the scenario file to publish")
+    bench.add_argument("--seed", type=int, default=None, help="agents: override the scenario's seed")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
     bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")

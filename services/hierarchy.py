@@ -20,7 +20,8 @@ import grpc
 from dsp.codec import decode_row_batch
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
-from edge.agent import ReaderAgent, scenario_from_topology
+from edge.agent import ReceptorAgent
+from edge.scenario import receptors_for, scenario_of
 from glue import bus
 from glue.topology import Topology
 from mdr.repository import MDR
@@ -37,15 +38,17 @@ def run_file() -> str:
 
 
 def load_metadata(mdr: MDR, topology: Topology) -> None:
-    """The mediated schema and static relations of a topology, into the MDR."""
+    """The mediated schema, receptors (the topology's and its scenario's) and static relations of
+    a topology, into the MDR."""
+    receptors = receptors_for(topology, scenario_of(topology, 0))
     mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
     mdr.put_parameters(topology.parameters)
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
-                       for r in topology.receptors})
+                       for r in receptors})
     for relation in topology.relations:
         rows = list(relation.rows)
         if relation.name == "receptor_locations":
-            rows += [(r.id, r.location) for r in topology.receptors]
+            rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
         mdr.put_relation(relation.name, relation.columns, rows, relation.replicas)
 
 
@@ -57,8 +60,7 @@ class Hierarchy:
     state_dir: str = ""
     trigger_ms: int = 1000
     nodes: dict[str, HiFiNode] = field(default_factory=dict)
-    agent: ReaderAgent | None = None
-    truth_path: str = ""
+    agent: ReceptorAgent | None = None
     placement: Placement | None = None
     placement_address: str = ""
     _placement_server: grpc.Server | None = None
@@ -86,11 +88,18 @@ class Hierarchy:
         self.mdr.r.set(self.mdr.k("placement"), self.placement_address)
         progress(f"placement service at {self.placement_address}")
 
-    def start_agents(self, truth_path: str | None = None) -> ReaderAgent:
-        self.truth_path = truth_path or os.path.join(self.state_dir, "truth.jsonl")
-        self.agent = ReaderAgent(scenario_from_topology(self.topology), self.bootstrap, self.truth_path)
+    def start_agents(self, out_dir: str | None = None) -> ReceptorAgent:
+        """Start the topology's scenario now; its readings and ground truth go to `out_dir`."""
+        scenario = scenario_of(self.topology, next_whole_second(int(time.time() * 1000)))
+        self.agent = ReceptorAgent(scenario, self.bootstrap, out_dir or os.path.join(self.state_dir, "receptors"))
         self.agent.start()
         return self.agent
+
+    @property
+    def readings_path(self) -> str:
+        """The agent's log of every reading it published (edge.agent)."""
+        assert self.agent is not None, "the agents have not been started"
+        return self.agent.readings_path
 
     def root_topics(self) -> list[str]:
         return [v.topic for v in self.mdr.views(self.topology.root) if v.topic]
@@ -110,8 +119,13 @@ class Hierarchy:
         os.makedirs(hifi_home(), exist_ok=True)
         with open(run_file(), "w") as fh:
             json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
-                       "topology": self.topology.source, "truth": self.truth_path,
+                       "topology": self.topology.source, "readings": self.readings_path,
                        "state_dir": self.state_dir, "placement": self.placement_address}, fh)
+
+
+def next_whole_second(now_ms: int) -> int:
+    """Where a scenario starts: on a whole second, so read cycles line up with windows."""
+    return (now_ms // 1000 + 1) * 1000
 
 
 def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,

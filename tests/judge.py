@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from edge.agent import read_truth
+from edge.agent import read_jsonl
 from glue.analyzer import analyze
-from glue.reference import Reference, readings_from_truth
+from glue.reference import Reference, rfid_readings
 from services.placement import load_catalog
 from tests.conftest import topic_rows, wait_for
 
@@ -53,7 +53,7 @@ def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
     at = 0 if plan.query.is_aggregate else columns.index("ts")
     got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
-    reference = Reference(readings_from_truth(read_truth(hierarchy.truth_path)), catalog)
+    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog)
     want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
     low, high = span
     early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]

@@ -1,5 +1,6 @@
-"""End to end: the default supply-chain topology on real Redis, broker and Spark, scored against
-the agents' ground truth; plus the Node gRPC API and the hifi CLI against the running hierarchy."""
+"""End to end: the default supply-chain topology on real Redis, broker and Spark, its standing
+CSAVA views checked against the same chain evaluated centrally over the readings the agents
+published; plus the Node gRPC API and the hifi CLI against the running hierarchy."""
 
 import os
 import subprocess
@@ -10,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from edge.truth import covered_windows, readings_per_node, true_location_counts
+from edge.truth import covered_windows, readings_per_node
 from glue.topology import duration_ms, load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.cli import DEFAULT_TOPOLOGY
@@ -28,37 +29,42 @@ def _core_rows(hierarchy):
     return topic_rows(hierarchy.bootstrap, "hifi.view.hq.location_counts")
 
 
-def test_core_counts_per_location_equal_ground_truth(hierarchy):
-    from edge.agent import read_truth
+def test_core_counts_per_location_equal_the_csava_chain_evaluated_centrally(hierarchy):
+    from edge.agent import read_jsonl
+    from glue.reference import csava_location_counts, rfid_readings
 
-    window_ms = duration_ms(hierarchy.topology.parameters["t1"])
+    parameters = hierarchy.topology.parameters
+    window_ms = duration_ms(parameters["t1"])
     cycle_ms = hierarchy.agent.scenario.cycle_ms
+    doors = ("inbound-dock", "outbound-door")
+    located = {r.id: r.location for r in hierarchy.topology.receptors}
 
     def scored_windows():
         rows = _core_rows(hierarchy)
-        truth = read_truth(hierarchy.truth_path)
+        logged = read_jsonl(hierarchy.readings_path)
         emitted = {int(r["window_start"].timestamp() * 1000) for r in rows}
-        covered = [w for w in covered_windows(truth, window_ms, cycle_ms) if w in emitted or
+        covered = [w for w in covered_windows(logged, window_ms, cycle_ms) if w in emitted or
                    (emitted and min(emitted) < w < max(emitted))]
-        return (rows, truth, covered) if len(covered) >= MIN_WINDOWS else None
+        return (rows, logged, covered) if len(covered) >= MIN_WINDOWS else None
 
-    rows, truth, covered = wait_for(scored_windows, 240, f"{MIN_WINDOWS} closed windows at the core", 2)
-    expected = true_location_counts(truth, window_ms)
+    rows, logged, covered = wait_for(scored_windows, 240, f"{MIN_WINDOWS} closed windows at the core", 2)
+    expected = csava_location_counts(rfid_readings(logged), float(parameters["strength_T"]),
+                                     int(parameters["count_T"]), window_ms, located)
     got = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["tags"] for r in rows}
     assert len(got) == len(rows), "a (window, location) was reported twice"
     for window in covered:
-        for location in ("dock-door-1", "dock-door-2"):
+        for location in doors:
             want = expected.get((window, location), 0)
             assert got.get((window, location), 0) == want, (window, location, got.get((window, location)), want)
-    assert sum(expected.get((w, loc), 0) for w in covered for loc in ("dock-door-1", "dock-door-2")) > 0
+    assert sum(expected.get((w, loc), 0) for w in covered for loc in doors) > 0
 
 
 def test_readings_produced_equal_consumed_plus_dead_lettered(hierarchy):
-    from edge.agent import read_truth
+    from edge.agent import read_jsonl
 
     wait_for(lambda: hierarchy.mdr.stats("door1").get("rows_in", 0) > 0, 120, "door1 to consume readings")
     hierarchy.agent.stop()
-    produced = readings_per_node(read_truth(hierarchy.truth_path))
+    produced = readings_per_node(read_jsonl(hierarchy.readings_path))
 
     def balanced():
         stats = {n: hierarchy.mdr.stats(n) for n in produced}

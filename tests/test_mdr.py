@@ -70,7 +70,7 @@ def test_queries_are_stored_and_dropped(mdr):
 def test_receptors_parameters_and_queries_round_trip_and_are_announced(mdr):
     from mdr.repository import QueryRecord
 
-    mdr.put_receptors({"door1-r1": {"kind": "rfid", "node": "door1", "location": "dock-door-1", "area": "in"}})
+    mdr.put_receptors({"door1-r1": {"kind": "rfid", "node": "door1", "location": "inbound-dock", "area": "in"}})
     mdr.put_parameters({"strength_T": 0.2, "t1": "2 seconds"})
     assert mdr.receptors()["door1-r1"]["node"] == "door1"
     assert mdr.parameters() == {"strength_T": 0.2, "t1": "2 seconds"}

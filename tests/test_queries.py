@@ -62,7 +62,7 @@ QUERIES = {
         "warehouse"),
     "scope by location through the join: root at that door": (
         "SELECT location, min(read_strength) AS weakest FROM rfid_stream [range by '4 seconds', slide by '2 seconds'] "
-        "JOIN receptor_locations USING (receptor_id) WHERE location = 'dock-door-2' GROUP BY location", "door2"),
+        "JOIN receptor_locations USING (receptor_id) WHERE location = 'outbound-door' GROUP BY location", "door2"),
     "arithmetic over aggregates, HAVING on one not selected": (
         "SELECT tag_id, max(read_strength) - min(read_strength) AS spread FROM rfid_stream [range by '4 seconds'] "
         "GROUP BY tag_id HAVING avg(read_strength) > 0.5", "warehouse"),

@@ -48,7 +48,7 @@ def test_partial_aggregates_merge_and_finish():
     ("WHERE receptor_id = 'door2-r1'", "door2", ("door2",)),
     ("WHERE receptor_id IN ('door1-r1', 'door2-r1')", "warehouse", ("door1", "door2")),
     ("WHERE area = 'inbound'", "door1", ("door1",)),
-    ("WHERE location = 'dock-door-2' AND read_strength > 0.5", "door2", ("door2",)),
+    ("WHERE location = 'outbound-door' AND read_strength > 0.5", "door2", ("door2",)),
 ])
 def test_the_root_is_the_lowest_common_ancestor_of_the_scope(where, root, producers):
     catalog = supply_chain_catalog()
@@ -108,7 +108,7 @@ def test_nodes_between_the_root_and_the_producers_merge_panes():
     assert merge.window == Window(2000, 2000) and merge.aggregates == (AggSpec("count", "sum", "count"),)
     assert merge.child.topics == (plan.tasks[0].topic, plan.tasks[1].topic) and merge.child.markers
     north = COUNT_BY_TAG.replace("GROUP BY", "JOIN receptor_locations USING (receptor_id) "
-                                             "WHERE location = 'dock-door-2' OR location = 'dock-door-1' GROUP BY")
+                                             "WHERE location = 'outbound-door' OR location = 'inbound-dock' GROUP BY")
     north = distribute(analyze(north, catalog), catalog, "q2")
     assert north.placement.root == "warehouse1" and {t.node for t in north.tasks} == {"door1", "door2", "warehouse1"}
 

@@ -14,7 +14,7 @@ def test_the_shipped_scenarios_load():
     assert [r.receptor_id for r in default.readers] == ["door1-r1", "door1-r2", "door2-r1", "door2-r2"]
     assert default.readers[1].faults[0].start_ms == 61_000 and len(default.readers[0].antennas) == 2
     assert default.motes[2].fault is not None and default.motes[2].fault.kind == "battery"
-    assert default.world.missing_pallets == 1 and default.world.dwell_ms == 10_000
+    assert default.world.missing_pallets == 1 and default.world.dwell_ms == 8_000 and default.world.repeat
     fan_in = load_scenario(os.path.join(SCENARIOS, "fan-in.yaml"))
     assert fan_in.receptors >= 1000 and len({r.receptor_id for r in fan_in.readers}) == 1000
     replay = load_scenario(os.path.join(SCENARIOS, "intel-lab.yaml"))
@@ -41,3 +41,35 @@ def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ScenarioError, match="nowhere.yaml: No such file"):
         load_scenario(str(tmp_path / "nowhere.yaml"))
+
+
+def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors():
+    from edge.scenario import receptors_for, scenario_of
+    from glue.topology import load_topology
+    from services.cli import TOPOLOGIES
+
+    for name in ("supply-chain.yaml", "deep.yaml", "regional.yaml"):
+        topology = load_topology(os.path.join(TOPOLOGIES, name))
+        scenario = scenario_of(topology, 0)
+        receptors = {r.id: r for r in receptors_for(topology, scenario)}
+        assert {r.receptor_id for r in scenario.readers} <= set(receptors), name
+        assert all(receptors[r.receptor_id].location == r.location for r in scenario.readers), name
+    default = load_topology(os.path.join(TOPOLOGIES, "supply-chain.yaml"))
+    motes = [r for r in receptors_for(default, scenario_of(default, 0)) if r.kind == "mote"]
+    assert [m.id for m in motes] == ["dock-m1", "dock-m2", "dock-m3", "dock-m4"] and motes[0].node == "door1"
+
+
+@pytest.mark.parametrize("reader, message", [
+    ("{id: door1-r1, node: door1, location: truck}", "receptor 'door1-r1': the scenario puts it on door1/truck, "
+                                                     "the topology on door1/inbound-dock"),
+    ("{id: x1, node: warehouse, location: truck}", "receptor 'x1' publishes to 'warehouse', which is not an edge"),
+])
+def test_a_scenario_that_contradicts_its_topology_is_refused(reader, message):
+    from edge.scenario import receptors_for
+    from glue.topology import load_topology
+    from services.cli import DEFAULT_TOPOLOGY
+
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    with pytest.raises(ScenarioError) as error:
+        receptors_for(topology, parse_scenario(f"readers: [{reader}]"))
+    assert message in str(error.value)

@@ -58,3 +58,14 @@ def test_the_world_is_deterministic_for_a_seed_and_checks_its_configuration():
         ChainConfig(shoplifting_share=2)
     with pytest.raises(ValueError, match="missing_pallets 5 must be between 0 and pallets"):
         ChainConfig(pallets=4, missing_pallets=5)
+
+
+def test_a_repeating_world_keeps_shipping_and_is_the_same_however_it_is_advanced():
+    config = ChainConfig(seed=3, pallets=2, arrival_gap_ms=5_000, repeat=True)
+    stepped, leaped = SupplyChainWorld(config), SupplyChainWorld(config)
+    for t in range(0, 60_001, 250):
+        stepped.advance_to(t)
+    leaped.advance_to(60_000)
+    assert stepped.itineraries == leaped.itineraries and stepped.events == leaped.events
+    assert len({info.parent for info in leaped.tags.values() if info.kind == "case"}) == 13  # pallets 0..12
+    assert leaped.tags_at("inbound-dock", 55_500) and len(set(leaped.tags)) == len(leaped.tags)
