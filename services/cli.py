@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from edge.intel_lab import IntelLabError
+from edge.scenario import ScenarioError
 from glue.topology import TopologyError, load_topology
 
 TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "topologies")
@@ -287,14 +289,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def load_agent_scenario(args: argparse.Namespace, start_ms: int):
     """The scenario `hifi agents` / `hifi bench agents` run: --scenario, else the topology's."""
-    from edge.scenario import ScenarioError, load_scenario, scenario_of
+    from edge.scenario import load_scenario, scenario_of
 
-    try:
-        if args.scenario:
-            return load_scenario(args.scenario, start_ms, args.seed)
-        return scenario_of(load_topology(args.topology), start_ms, args.seed)
-    except ScenarioError as exc:
-        raise CLIError(str(exc)) from None
+    if args.scenario:
+        return load_scenario(args.scenario, start_ms, args.seed)
+    return scenario_of(load_topology(args.topology), start_ms, args.seed)
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
@@ -438,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (CLIError, TopologyError) as exc:
+    except (CLIError, TopologyError, ScenarioError, IntelLabError) as exc:
         print(f"hifi: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -4,6 +4,8 @@ seed makes a run repeatable."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from dsp.codec import decode_read_cycle, decode_sensor_batch, is_sensor_batch
@@ -13,6 +15,7 @@ from edge.supply_chain import SupplyChainWorld
 from glue import bus
 from tests.conftest import topic_records
 
+INTEL_LAB = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "intel-lab"))
 START_MS = 1_800_000_000_000   # a fixed anchor: runs with one seed are then byte-for-byte equal
 
 SCENARIO = """
@@ -108,3 +111,20 @@ def test_one_seed_one_run(servers, published, tmp_path):
     again = _run(servers.bootstrap, str(tmp_path), "1")
     assert read_jsonl(again.readings_path) == logged
     assert read_jsonl(again.truth_path) == truth
+
+
+@pytest.mark.skipif(not os.path.isdir(INTEL_LAB), reason=f"the Intel Lab data is not at {INTEL_LAB}")
+def test_the_intel_lab_replay_is_published_with_its_faults_in_the_truth(servers, tmp_path):
+    scenario = parse_scenario(f"name: lab\nseed: 3\nreplay: {{data: {INTEL_LAB}, node: t3-lab, speed: 1800, "
+                              f"fault_share: 0.2}}", START_MS)
+    agent = ReceptorAgent(scenario, servers.bootstrap, str(tmp_path), speed=0)
+    agent.run(3.0)   # three 30-minute steps
+    batches = [line for line in read_jsonl(agent.readings_path) if "samples" in line]
+    assert [line["t"] - START_MS for line in batches] == [0, 1000, 2000]
+    assert all(line["topic"] == bus.raw_topic("t3-lab") for line in batches)
+    truth = read_jsonl(agent.truth_path)
+    assert len(truth[0]["plan"]["replay_faults"]) == 10
+    sampled = {mote for line in truth[1:] for mote in line.get("motes", {})}
+    assert len(sampled) == 50 and all(m.startswith("lab-m") for m in sampled)
+    published = {s["receptor_id"] for line in batches for s in line["samples"]}
+    assert published <= sampled and len(published) >= 40
