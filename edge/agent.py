@@ -104,6 +104,7 @@ class ReceptorAgent:
         self._positions: dict[str, str] = {}
         self._events_told = 0
         self._tags_told = 0
+        self._told_fires: set[tuple[int, str]] = set()
         self._seq: dict[str, int] = defaultdict(int)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -282,11 +283,29 @@ class ReceptorAgent:
         if faulty:
             line["faulty_readers"] = faulty
         events = self.world.events
-        new = [e for e in events[self._events_told:] if e.t_ms <= t]
+        new = [asdict(e) for e in events[self._events_told:] if e.t_ms <= t]
+        self._events_told += len(new)
+        new += self._fire_events(t)
         if new:
-            line["events"] = [asdict(e) for e in new]
-            self._events_told += len(new)
+            line["events"] = new
         return line
+
+    def _fire_events(self, t: int) -> list[dict[str, Any]]:
+        """A fire in a room when it starts, and every person in that room while it burns (once)."""
+        events: list[dict[str, Any]] = []
+        for number, fire in enumerate(self.scenario.environment.fires):
+            if not fire.start_ms <= t < fire.end_ms:
+                continue
+            if (number, "") not in self._told_fires:
+                self._told_fires.add((number, ""))
+                events.append({"kind": "fire", "t_ms": t, "tag_id": "", "location": fire.location,
+                               "x": fire.x, "y": fire.y})
+            for person in self.world.people_at(fire.location, t) if fire.location else ():
+                if (number, person) not in self._told_fires:
+                    self._told_fires.add((number, person))
+                    events.append({"kind": "person-in-danger", "t_ms": t, "tag_id": person,
+                                   "location": fire.location})
+        return events
 
     # ------------------------------------------------------------ Intel Lab replay
 

@@ -30,6 +30,7 @@ class Fire:
     end_ms: int
     radius_m: float = 5.0
     peak_c: float = 80.0     # added to the temperature at the fire's centre
+    location: str = ""       # the room (a supply-chain location) it burns in, if any: people there are in danger
 
     def heat(self, x: float, y: float, t_ms: int) -> float:
         if not self.start_ms <= t_ms < self.end_ms:

@@ -101,6 +101,17 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
     return readers
 
 
+def _fire(spec: dict[str, Any], where: str, start_ms: int) -> Fire:
+    location = str(spec.get("location", ""))
+    if location and location not in CHAIN:
+        raise ScenarioError(f"{where}: location {location!r} is not one of {', '.join(CHAIN)}")
+    try:
+        return Fire(float(spec["x"]), float(spec["y"]), _ms(spec["start"], where, start_ms),
+                    _ms(spec["end"], where, start_ms), location=location)
+    except KeyError as exc:
+        raise ScenarioError(f"{where}: needs {exc}") from None
+
+
 def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int, start_ms: int) -> list[MoteModel]:
     by_mote: dict[str, MoteFault] = {}
     for i, fault in enumerate(faults):
@@ -149,7 +160,8 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) ->
         raise ScenarioError(f"unknown key(s): {', '.join(sorted(unknown))}")
     seed = int(spec.get("seed", 1))
     world_spec = dict(spec.get("world") or {})
-    durations = {"arrival_gap": "arrival_gap_ms", "dwell": "dwell_ms", "shelf": "shelf_ms"}
+    durations = {"arrival_gap": "arrival_gap_ms", "dwell": "dwell_ms", "shelf": "shelf_ms",
+                 "people_dwell": "people_dwell_ms"}
     try:
         options = {durations.get(k, k): (_ms(v, f"world.{k}", 0) if k in durations else v)
                    for k, v in world_spec.items()}
@@ -158,8 +170,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) ->
         raise ScenarioError(f"world: {exc}") from None
     except ValueError as exc:
         raise ScenarioError(f"world: {exc}") from None
-    fires = tuple(Fire(float(f["x"]), float(f["y"]), _ms(f["start"], f"fires[{i}]", start_ms),
-                       _ms(f["end"], f"fires[{i}]", start_ms)) for i, f in enumerate(spec.get("fires") or []))
+    fires = tuple(_fire(f, f"fires[{i}]", start_ms) for i, f in enumerate(spec.get("fires") or []))
     replay = None
     if spec.get("replay"):
         r = spec["replay"]

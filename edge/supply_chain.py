@@ -25,8 +25,9 @@ AWAY = "away"
 CHAIN = ("inbound-dock", "warehouse-shelf", "outbound-door", "truck", "store-backroom", "store-shelf", "checkout",
          "store-exit")
 UNPACKED_AT = "store-backroom"
-FILTERS = {"pallet": 6, "case": 2, "item": 1}       # GS1 filter values: unit load, full case, POS item
-INDICATORS = {"pallet": "2", "case": "1", "item": "0"}
+FILTERS = {"pallet": 6, "case": 2, "item": 1, "person": 0}   # GS1 filters: unit load, case, POS item, other
+INDICATORS = {"pallet": "2", "case": "1", "item": "0", "person": "8"}
+WALKED = tuple(location for location in CHAIN if location != "truck")   # where people (staff badges) go
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Stay:
 class TagInfo:
     tag_id: str          # the pure-identity URI readers report
     epc_hex: str         # the 96-bit encoding on the tag
-    kind: str            # pallet | case | item
+    kind: str            # pallet | case | item | person
     parent: str          # the case of an item, the pallet of a case ("" for a pallet)
 
 
@@ -66,6 +67,8 @@ class ChainConfig:
     shoplifting_share: float = 0.0   # items taken out without a checkout read
     missing_pallets: int = 0         # pallets that leave on the truck and never arrive
     repeat: bool = False             # after the last pallet, start over (new serials): runs forever
+    people: int = 0                  # staff badges, walking among the locations (all but the truck)
+    people_dwell_ms: int = 20_000    # mean time a person stays in one place
     company_prefix: str = "0614141"
 
     def __post_init__(self) -> None:
@@ -73,7 +76,10 @@ class ChainConfig:
             raise ValueError(f"shoplifting_share {self.shoplifting_share} is outside [0, 1]")
         if not 0 <= self.missing_pallets <= self.pallets:
             raise ValueError(f"missing_pallets {self.missing_pallets} must be between 0 and pallets ({self.pallets})")
-        for name in ("pallets", "cases_per_pallet", "items_per_case", "products", "dwell_ms", "shelf_ms"):
+        if self.people < 0:
+            raise ValueError(f"people must not be negative (got {self.people})")
+        for name in ("pallets", "cases_per_pallet", "items_per_case", "products", "dwell_ms", "shelf_ms",
+                     "people_dwell_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
 
@@ -96,6 +102,11 @@ class SupplyChainWorld:
         self._shipped = 0
         for _ in range(config.pallets):
             self._ship_next()
+        # Each person walks with a generator of their own: where they are never depends on how
+        # far, or in what steps, the world has been asked about.
+        self._walkers = {self._tag("person", 0, ""): random.Random(f"{config.seed}:person:{n}")
+                         for n in range(config.people)}
+        self.advance_to(config.start_ms)
 
     # ------------------------------------------------------------ building
 
@@ -110,23 +121,41 @@ class SupplyChainWorld:
     def _dwell(self, rng: random.Random, mean_ms: int) -> int:
         return max(1000, int(rng.uniform(0.5, 1.5) * mean_ms))
 
+    def _indexed(self, tag: str, stays: list[Stay]) -> None:
+        self._starts.setdefault(tag, []).extend(s.start_ms for s in stays)
+        for stay in stays:
+            for bucket in range(stay.start_ms // self.BUCKET_MS, (stay.end_ms - 1) // self.BUCKET_MS + 1):
+                self._index[(stay.location, bucket)].append((tag, stay))
+
     def _ship_next(self) -> None:
         number = self._shipped
         self._shipped += 1
         before = len(self.tags)
         self._ship(number, self._rng, number % self.config.pallets in self._missing)
         for tag in list(self.tags)[before:]:
-            stays = self.itineraries[tag]
-            self._starts[tag] = [s.start_ms for s in stays]
-            for stay in stays:
-                for bucket in range(stay.start_ms // self.BUCKET_MS, (stay.end_ms - 1) // self.BUCKET_MS + 1):
-                    self._index[(stay.location, bucket)].append((tag, stay))
+            self._indexed(tag, self.itineraries[tag])
+
+    def _walk(self, person: str, t_ms: int) -> None:
+        stays = self.itineraries[person]
+        rng = self._walkers[person]
+        added = []
+        while not stays or stays[-1].end_ms <= t_ms:
+            start = stays[-1].end_ms if stays else self.config.start_ms
+            stays.append(Stay(rng.choice(WALKED), start, start + self._dwell(rng, self.config.people_dwell_ms)))
+            added.append(stays[-1])
+        self._indexed(person, added)
 
     def advance_to(self, t_ms: int) -> None:
-        """Ship every pallet that arrives by `t_ms` (a repeating world; others are shipped whole)."""
+        """Plan the world up to `t_ms`: people's walks, and in a repeating world every pallet that
+        arrives by then (a world that does not repeat ships all its pallets at once)."""
         c = self.config
         while c.repeat and c.start_ms + self._shipped * c.arrival_gap_ms <= t_ms:
             self._ship_next()
+        for person in self._walkers:
+            self._walk(person, t_ms)
+
+    def people_at(self, location: str, t_ms: int) -> list[str]:
+        return [tag for tag in self.tags_at(location, t_ms) if self.tags[tag].kind == "person"]
 
     def _ship(self, number: int, rng: random.Random, goes_missing: bool) -> None:
         c = self.config

@@ -22,7 +22,9 @@ SCENARIO = """
 name: agent-test
 seed: 4
 cycle: 200 ms
-world: {pallets: 2, arrival_gap: 2 seconds, dwell: 2 seconds, repeat: true}
+world: {pallets: 2, arrival_gap: 2 seconds, dwell: 2 seconds, repeat: true, people: 6, people_dwell: 1 second}
+fires:
+  - {location: inbound-dock, x: 0, y: 0, start: 1 second, end: 4 seconds}
 readers:
   - {id: "t{run}-in{n}", count: 2, node: "t{run}-a", location: inbound-dock, ghost_rate: 0.2, overlap: 0.3,
      neighbours: [warehouse-shelf]}
@@ -78,6 +80,8 @@ def test_readers_see_the_world_and_faults_silence_what_they_should(published):
         kinds = dict(zip((r[0] for r in line["reads"]), line["kinds"], strict=True))
         assert all(kinds[tag] == "" for tag in kinds if tag in line["present"])
     assert {line["kinds"][i] for line in cycles for i in range(len(line["reads"]))} >= {"", "ghost", "overlap"}
+    people = {tag for tag, info in world.tags.items() if info.kind == "person"}
+    assert len(people) == 6 and people & {r[0] for line in cycles for r in line["reads"]}, "badges are read too"
     stopped = {line["t"] - START_MS for line in cycles if line["receptor"] == "t1-shelf1"}
     assert stopped and not any(1000 <= t < 3000 for t in stopped)
     samples = [s for line in logged if "samples" in line for s in line["samples"]]
@@ -104,6 +108,20 @@ def test_the_truth_holds_the_fault_plan_moves_and_mote_values(published):
     assert all(line.get("faulty_readers") == ["t1-shelf1"] for line in truth[1:]
                if 1000 <= line["t"] - START_MS < 3000)
     assert sum(len(line.get("new_tags", {})) for line in truth) == len(world.tags)
+
+
+def test_a_fire_puts_the_people_in_its_room_in_danger(published):
+    agent, _, truth = published
+    events = [e for line in truth for e in line.get("events", ())]
+    assert [(e["t_ms"] - START_MS, e["location"]) for e in events if e["kind"] == "fire"] == [(1000, "inbound-dock")]
+    world = SupplyChainWorld(agent.scenario.world)
+    ticks = range(START_MS + 1000, START_MS + 4000, agent.tick_ms)
+    in_room = {p for t in ticks for p in world.people_at("inbound-dock", t)}
+    in_danger = [e["tag_id"] for e in events if e["kind"] == "person-in-danger"]
+    assert in_room and sorted(in_danger) == sorted(in_room)
+    heated = [line["motes"]["t1-m1"]["true"]["temperature"] for line in truth
+              if "t1-m1" in line.get("motes", {}) and 1000 <= line["t"] - START_MS < 4000]
+    assert heated and min(heated) > 60, "the mote at the fire reads its heat as the truth"
 
 
 def test_one_seed_one_run(servers, published, tmp_path):
