@@ -79,7 +79,8 @@ class ReceptorAgent:
     """Runs a scenario until stopped or for a duration; `run()` blocks, `start()` runs a thread.
 
     `speed` is scenario seconds per wall second (0: as fast as the machine can go). Readings are
-    stamped with scenario time, which starts at the scenario's anchor (edge.scenario).
+    stamped with scenario time, which starts at the scenario's anchor (edge.scenario); a paced run
+    waits for the anchor on the wall clock.
     """
 
     def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0,
@@ -152,7 +153,10 @@ class ReceptorAgent:
         try:
             while not self._stop.is_set() and (end_ms is None or t < end_ms):
                 if self.speed > 0:
-                    due = wall_start + (t - self.start_ms) / 1000 / self.speed
+                    # The scenario starts at its anchor on the wall clock: a reading never goes out
+                    # before the time it is stamped with (a query that starts at T must be able to
+                    # take every reading stamped after T from the offsets it saw at T).
+                    due = (self.start_ms + (t - self.start_ms) / self.speed) / 1000
                     delay = due - time.time()
                     if delay > 0 and self._stop.wait(delay):
                         break

@@ -146,3 +146,18 @@ def test_the_intel_lab_replay_is_published_with_its_faults_in_the_truth(servers,
     assert len(sampled) == 50 and all(m.startswith("lab-m") for m in sampled)
     published = {s["receptor_id"] for line in batches for s in line["samples"]}
     assert published <= sampled and len(published) >= 40
+
+
+def test_a_paced_agent_never_publishes_a_reading_before_its_time(servers, tmp_path):
+    import time
+
+    start_ms = (int(time.time() * 1000) // 1000 + 1) * 1000
+    run = f"p{start_ms}"   # topics of their own: keys repeat from run to run
+    scenario = parse_scenario(SCENARIO.replace("{run}", run), start_ms)
+    agent = ReceptorAgent(scenario, servers.bootstrap, str(tmp_path), speed=1.0)
+    agent.run(1.5)
+    records = topic_records(servers.bootstrap, bus.raw_topic(f"t{run}-a"))
+    stamped = {record.key.decode(): record.timestamp for record in records}
+    logged = [line for line in read_jsonl(agent.readings_path) if line["node"] == f"t{run}-a"]
+    assert len(logged) == len(stamped) > 10
+    assert all(stamped[line["key"]] >= line["t"] for line in logged), "published ahead of its timestamp"
