@@ -18,6 +18,7 @@ Output directory (schema in deploy/scenarios/README.md):
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
@@ -103,7 +104,8 @@ class ReceptorAgent:
         self._replay = self._replay_samples()
         self._pending_replay: MoteSample | None = next(self._replay, None)
         self._positions: dict[str, str] = {}
-        self._events_told = 0
+        self._events_seen = 0
+        self._staged: list[tuple[int, int]] = []   # (time, index into world.events) not yet told
         self._tags_told = 0
         self._told_fires: set[tuple[int, str]] = set()
         self._seq: dict[str, int] = defaultdict(int)
@@ -286,9 +288,13 @@ class ReceptorAgent:
         faulty = sorted(r.receptor_id for r in self.scenario.readers if any(f.active(t) for f in r.faults))
         if faulty:
             line["faulty_readers"] = faulty
-        events = self.world.events
-        new = [asdict(e) for e in events[self._events_told:] if e.t_ms <= t]
-        self._events_told += len(new)
+        # The world stages events in shipping order, not time order: hold them until they happen.
+        for number in range(self._events_seen, len(self.world.events)):
+            heapq.heappush(self._staged, (self.world.events[number].t_ms, number))
+        self._events_seen = len(self.world.events)
+        new = []
+        while self._staged and self._staged[0][0] <= t:
+            new.append(asdict(self.world.events[heapq.heappop(self._staged)[1]]))
         new += self._fire_events(t)
         if new:
             line["events"] = new

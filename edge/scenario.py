@@ -178,6 +178,8 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) ->
                         float(r.get("speed", 1800)), float(r.get("fault_share", 0.2)))
         if not replay.node or replay.speed <= 0:
             raise ScenarioError("replay: needs a node and a positive speed")
+        if not 0.0 <= replay.fault_share <= 1.0:
+            raise ScenarioError(f"replay: fault_share {replay.fault_share} is outside [0, 1]")
     return Scenario(str(spec.get("name", "scenario")), seed, _ms(spec.get("cycle", "200 ms"), "cycle", 0), world,
                     _readers(list(spec.get("readers") or []), list(spec.get("reader_faults") or []), start_ms),
                     _motes(list(spec.get("motes") or []), list(spec.get("mote_faults") or []), seed, start_ms),

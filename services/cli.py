@@ -300,6 +300,12 @@ def cmd_agents(args: argparse.Namespace) -> int:
     from edge.agent import ReceptorAgent
     from services.hierarchy import next_whole_second
 
+    if args.benchmark:
+        from services.bench_agents import run_agents_bench
+
+        _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), args.duration or 60.0,
+                              _progress))
+        return 0
     bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise CLIError("hifi agents needs a broker: set HIFI_KAFKA_BOOTSTRAP (hifi up runs its own agents)")
@@ -406,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     agents.add_argument("--duration", type=float, default=None,
                         help="scenario seconds to run (default: until Ctrl-C)")
     agents.add_argument("--receptor-dir", default=None, help="write readings.jsonl and truth.jsonl here")
+    agents.add_argument("--benchmark", action="store_true",
+                        help="instead, measure: the same as `hifi bench agents` for this scenario (default "
+                             "duration 60 s; the embedded broker unless HIFI_KAFKA_BOOTSTRAP is set)")
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")

@@ -22,7 +22,8 @@ SCENARIO = """
 name: agent-test
 seed: 4
 cycle: 200 ms
-world: {pallets: 2, arrival_gap: 2 seconds, dwell: 2 seconds, repeat: true, people: 6, people_dwell: 1 second}
+world: {pallets: 2, arrival_gap: 2 seconds, dwell: 2 seconds, repeat: true, people: 6, people_dwell: 1 second,
+        shelf: 2 seconds, shoplifting_share: 0.5, missing_pallets: 1}
 fires:
   - {location: inbound-dock, x: 0, y: 0, start: 1 second, end: 4 seconds}
 readers:
@@ -39,7 +40,7 @@ mote_faults:
 """
 
 
-def _run(bootstrap: str, out_dir: str, run: str, seconds: float = 5.0) -> ReceptorAgent:
+def _run(bootstrap: str, out_dir: str, run: str, seconds: float = 16.0) -> ReceptorAgent:
     scenario = parse_scenario(SCENARIO.replace("{run}", run), START_MS)
     agent = ReceptorAgent(scenario, bootstrap, out_dir, speed=0)
     agent.run(seconds)
@@ -104,10 +105,22 @@ def test_the_truth_holds_the_fault_plan_moves_and_mote_values(published):
         world.advance_to(t)
         assert where == {tag: loc for tag in world.tags if (loc := world.location_of(tag, t)) != "away"}
     m2 = [line["motes"]["t1-m2"] for line in truth if "t1-m2" in line.get("motes", {})]
-    assert [m["fault"] for m in m2].count("fail-stop") == 6, "silent samples are still in the truth"
+    silent = len(range(2000, agent.stats.stopped_ms - START_MS, 500))
+    assert [m["fault"] for m in m2].count("fail-stop") == silent, "silent samples are still in the truth"
     assert all(line.get("faulty_readers") == ["t1-shelf1"] for line in truth[1:]
                if 1000 <= line["t"] - START_MS < 3000)
     assert sum(len(line.get("new_tags", {})) for line in truth) == len(world.tags)
+
+
+def test_each_staged_event_is_in_the_truth_once_when_it_happens(published):
+    agent, _, truth = published
+    told = [(e["kind"], e["tag_id"], e["t_ms"]) for line in truth for e in line.get("events", ())
+            if e["kind"] in ("shoplifting", "pallet-missing")]
+    world = SupplyChainWorld(agent.scenario.world)
+    world.advance_to(agent.stats.stopped_ms)
+    staged = [(e.kind, e.tag_id, e.t_ms) for e in world.events if e.t_ms < agent.stats.stopped_ms]
+    assert {kind for kind, _, _ in staged} == {"shoplifting", "pallet-missing"}
+    assert len(told) == len(set(told)) and sorted(told, key=str) == sorted(staged, key=str)
 
 
 def test_a_fire_puts_the_people_in_its_room_in_danger(published):

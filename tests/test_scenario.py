@@ -31,6 +31,8 @@ def test_the_shipped_scenarios_load():
     ("world: {pallets: 0}", "world: pallets must be positive"),
     ("world: {colour: red}", "world:"),
     ("cycle: soon", "cycle:"),
+    ("replay: {node: lab, fault_share: 1.5}", "replay: fault_share 1.5 is outside [0, 1]"),
+    ("fires: [{location: attic, x: 0, y: 0, start: 1 s, end: 2 s}]", "fires[0]: location 'attic' is not one of"),
 ])
 def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
     with pytest.raises(ScenarioError) as error:
