@@ -33,6 +33,15 @@ def next_window_start(watermark_ms: int, window: Window) -> int:
     return window_starts(watermark_ms, window).start
 
 
+def marker_due(promise_ms: int, last_ms: int, repeated: bool) -> bool:
+    """Whether a query publishes a marker now: when its promise moves, and once more after each
+    move. A parent applies a watermark only in the micro-batch after the one that read it, and
+    with no-data batches off (dsp.session) that batch waits for the next record; the repeat is
+    that record, so the parent closes its windows a batch after the child rather than a whole
+    pane later (measured: 20 s added per level at 10 s panes without it)."""
+    return promise_ms > last_ms or (promise_ms == last_ms and not repeated)
+
+
 def parse_watermark(text: str | None) -> int | None:
     """Spark's progress watermark ('2026-11-22T19:00:00.000Z') in epoch ms; None before the first."""
     if not text:
@@ -49,10 +58,12 @@ class MarkerTarget:
     stream: str
     window: Window
     last_ms: int = 0
+    repeated: bool = True     # the marker of the last move has gone out twice
 
 
 class ProgressMarkers(StreamingQueryListener):
-    """One per Spark session: publishes a marker after every batch that moved a query's promise."""
+    """One per Spark session: publishes a marker after every batch that moved a query's promise,
+    and once more after the next batch (see marker_due)."""
 
     def __init__(self) -> None:
         self._targets: dict[str, MarkerTarget] = {}
@@ -85,7 +96,7 @@ class ProgressMarkers(StreamingQueryListener):
         if watermark is None:
             return
         promise = next_window_start(watermark, target.window)
-        if promise <= target.last_ms:
+        if not marker_due(promise, target.last_ms, target.repeated):
             return
         try:
             producer = bus.shared_producer(target.bootstrap)
@@ -93,6 +104,7 @@ class ProgressMarkers(StreamingQueryListener):
                                      int(time.time() * 1000), promise)
             producer.send(target.topic, key=f"{target.producer}:wm:{progress.batchId}".encode(), value=value)
             producer.flush()
+            target.repeated = promise == target.last_ms
             target.last_ms = promise
         except Exception:  # noqa: BLE001 - a lost marker only delays the parent; the next one repairs it
             log.exception("progress marker for %s failed", progress.name)
