@@ -26,12 +26,12 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
 from dsp.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
-from edge.intel_lab import MoteSample, load_intel_lab, plan_faults, replay
+from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, replay
 from edge.motes import MoteReading
 from edge.scenario import Scenario
 from edge.supply_chain import AWAY, SupplyChainWorld
@@ -63,7 +63,6 @@ class AgentStats:
     wall_s: float = 0.0
     max_late_ms: int = 0   # paced runs: the latest a tick started after its due time
     late_ticks: int = 0    # paced runs: ticks that started more than a tick late
-    per_node_readings: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,14 +83,12 @@ class ReceptorAgent:
     waits for the anchor on the wall clock.
     """
 
-    def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0,
-                 on_tick: Callable[[int], None] | None = None) -> None:
+    def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0) -> None:
         if speed < 0:
             raise ValueError(f"speed must be positive, or 0 for as fast as possible (got {speed})")
         self.scenario = scenario
         self.bootstrap = bootstrap
         self.speed = speed
-        self.on_tick = on_tick
         self.out_dir = out_dir
         self.stats = AgentStats()
         self.world = SupplyChainWorld(scenario.world)
@@ -101,8 +98,16 @@ class ReceptorAgent:
             os.makedirs(out_dir, exist_ok=True)
             for name in (READINGS_FILE, TRUTH_FILE):   # exist from now on, even before the first tick
                 open(os.path.join(out_dir, name), "a").close()
-        self._replay = self._replay_samples()
+        self._lab_faults: list[Fault] = []
+        self._replay: Iterator[MoteSample] = iter(())
+        self.replay_motes = 0
+        if scenario.replay is not None:
+            lab = load_intel_lab(scenario.replay.data)
+            self.replay_motes = len(lab)
+            self._lab_faults = plan_faults(lab, scenario.seed, scenario.replay.fault_share)
+            self._replay = replay(lab, self._lab_faults, self.start_ms, scenario.replay.speed, scenario.seed)
         self._pending_replay: MoteSample | None = next(self._replay, None)
+        self._ghosts: tuple[str, ...] = ()   # every tag of the world so far: the ghost reads' pool
         self._positions: dict[str, str] = {}
         self._events_seen = 0
         self._staged: list[tuple[int, int]] = []   # (time, index into world.events) not yet told
@@ -119,6 +124,10 @@ class ReceptorAgent:
     @property
     def truth_path(self) -> str:
         return os.path.join(self.out_dir or "", TRUTH_FILE)
+
+    @property
+    def receptors(self) -> int:
+        return self.scenario.receptors + self.replay_motes   # replay motes come from the data
 
     def nodes(self) -> list[str]:
         s = self.scenario
@@ -150,7 +159,7 @@ class ReceptorAgent:
             truth_out.write(json.dumps({"t": self.start_ms, "plan": self._plan()}) + "\n")
         t = self.start_ms
         end_ms = self.start_ms + int(duration_s * 1000) if duration_s else None
-        wall_start = time.time()
+        wall_start: float | None = None   # when the first tick went out (a paced run waits for it)
         self.stats.started_ms = t
         try:
             while not self._stop.is_set() and (end_ms is None or t < end_ms):
@@ -165,6 +174,8 @@ class ReceptorAgent:
                     late_ms = int((time.time() - due) * 1000)
                     self.stats.max_late_ms = max(self.stats.max_late_ms, late_ms)
                     self.stats.late_ticks += late_ms > self.tick_ms
+                if wall_start is None:
+                    wall_start = time.time()
                 tick = self._tick(t, rng)
                 for topic, key, value, headers in tick.messages:
                     producer.send(topic, key=key, value=value, headers=headers)
@@ -175,8 +186,6 @@ class ReceptorAgent:
                         readings_out.write(json.dumps(line) + "\n")
                     truth_out.write(json.dumps(self._truth_line(t, tick)) + "\n")
                 self.stats.ticks += 1
-                if self.on_tick is not None:
-                    self.on_tick(self.stats.ticks)
                 t += self.tick_ms
         finally:
             producer.flush()
@@ -185,7 +194,7 @@ class ReceptorAgent:
                 if out is not None:
                     out.close()
             self.stats.stopped_ms = t
-            self.stats.wall_s = time.time() - wall_start
+            self.stats.wall_s = time.time() - wall_start if wall_start is not None else 0.0
         return self.stats
 
     # ------------------------------------------------------------ one tick
@@ -231,13 +240,14 @@ class ReceptorAgent:
                 at[location] = self.world.tags_at(location, t)
             return at[location]
 
-        ghosts = tuple(self.world.tags)
+        if len(self._ghosts) != len(self.world.tags):   # the world only grows
+            self._ghosts = tuple(self.world.tags)
         for reader in self.scenario.readers:
             if not reader.cycles_at(t):
                 continue
             present = tags_at(reader.location)
             nearby = [(tag, where) for where in reader.neighbours for tag in tags_at(where)]
-            reads = reader.read_cycle(present, nearby, t, rng, ghosts)
+            reads = reader.read_cycle(present, nearby, t, rng, self._ghosts)
             key, value = encode_read_cycle(reader.receptor_id, cycle, t, [r.observation for r in reads])
             topic = bus.raw_topic(reader.edge_node)
             tick.messages.append((topic, key, value, []))
@@ -249,8 +259,6 @@ class ReceptorAgent:
                 "topic": topic, "key": key.decode()})
             self.stats.cycles += 1
             self.stats.readings += len(reads)
-            per_node = self.stats.per_node_readings
-            per_node[reader.edge_node] = per_node.get(reader.edge_node, 0) + len(reads)
 
     def _sample(self, reading: MoteReading) -> Sample:
         self._seq[reading.receptor_id] += 1
@@ -316,17 +324,6 @@ class ReceptorAgent:
                     events.append({"kind": "person-in-danger", "t_ms": t, "tag_id": person,
                                    "location": fire.location})
         return events
-
-    # ------------------------------------------------------------ Intel Lab replay
-
-    def _replay_samples(self) -> Iterator[MoteSample]:
-        self._lab_faults: list = []
-        spec = self.scenario.replay
-        if spec is None:
-            return iter(())
-        motes = load_intel_lab(spec.data)
-        self._lab_faults = plan_faults(motes, self.scenario.seed, spec.fault_share)
-        return replay(motes, self._lab_faults, self.start_ms, spec.speed, self.scenario.seed)
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""Replay of the real Intel Berkeley Lab mote readings (`../shared/data/intel-lab/`), time-
-compressed, with injected faults recorded as ground truth.
+"""Replay of the real Intel Berkeley Lab mote readings (a copy of `../shared/data/intel-lab/`
+is kept in `deploy/data/intel-lab/`), time-compressed, with injected faults recorded as ground
+truth.
 
 The reduced data set holds, per mote, temperature (°C) and relative humidity (%) in 30-minute
 steps: 144 steps in the *Train* files and the 96 after them in the *Test* files, 240 in all. Row i
@@ -21,6 +22,9 @@ from dataclasses import dataclass, field
 
 from edge.faults import FAULT_KINDS, faulty_values
 
+# The real readings, kept in the repository (48 KB) so a replay runs from any checkout.
+INTEL_LAB_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "data",
+                              "intel-lab")
 STEP_MS = 30 * 60 * 1000
 HEALTHY_VOLTAGE = 2.75
 _SERIES = {"temperature": ("intelTemperatureTrain.csv.gz", "intelTemperatureTest.csv.gz"),

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from edge.intel_lab import INTEL_LAB_DATA
 from edge.motes import Environment, Fire, MoteFault, MoteModel, calibrated_motes
 from edge.rfid import Antenna, ReaderFault, RfidReader
 from edge.supply_chain import CHAIN, ChainConfig
@@ -139,16 +140,17 @@ def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int
     return motes
 
 
-def parse_scenario(text: str, start_ms: int = 0, seed: int | None = None) -> Scenario:
-    """A scenario from YAML text, its times anchored at `start_ms` (`seed` overrides its seed)."""
+def parse_scenario(text: str, start_ms: int = 0, seed: int | None = None, base_dir: str = "") -> Scenario:
+    """A scenario from YAML text, its times anchored at `start_ms` (`seed` overrides its seed,
+    relative data paths are taken from `base_dir`)."""
     try:
         spec = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"not valid YAML: {exc}") from None
-    return scenario_from_spec(spec, start_ms, seed)
+    return scenario_from_spec(spec, start_ms, seed, base_dir)
 
 
-def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) -> Scenario:
+def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, base_dir: str = "") -> Scenario:
     """A scenario from its parsed YAML (a mapping), its times anchored at `start_ms`."""
     if isinstance(spec, dict) and seed is not None:
         spec = {**spec, "seed": seed}
@@ -174,7 +176,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None) ->
     replay = None
     if spec.get("replay"):
         r = spec["replay"]
-        replay = Replay(str(r.get("data", "../shared/data/intel-lab")), str(r.get("node", "")),
+        replay = Replay(os.path.join(base_dir, str(r.get("data", INTEL_LAB_DATA))), str(r.get("node", "")),
                         float(r.get("speed", 1800)), float(r.get("fault_share", 0.2)))
         if not replay.node or replay.speed <= 0:
             raise ScenarioError("replay: needs a node and a positive speed")
@@ -193,7 +195,7 @@ def load_scenario(path: str, start_ms: int = 0, seed: int | None = None) -> Scen
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
     try:
-        return parse_scenario(text, start_ms, seed)
+        return parse_scenario(text, start_ms, seed, os.path.dirname(path))
     except ScenarioError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
 
@@ -204,7 +206,7 @@ def scenario_of(topology: Topology, start_ms: int, seed: int | None = None) -> S
     if isinstance(spec, str):
         return load_scenario(os.path.join(os.path.dirname(topology.source), spec), start_ms, seed)
     try:
-        return scenario_from_spec(spec, start_ms, seed)
+        return scenario_from_spec(spec, start_ms, seed, os.path.dirname(topology.source))
     except ScenarioError as exc:
         raise ScenarioError(f"{topology.source}, scenario: {exc}") from None
 

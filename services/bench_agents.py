@@ -18,10 +18,12 @@ from services.embedded import embedded_or_external
 from services.hierarchy import next_whole_second
 
 
-def _run(make: Callable[[int], Scenario], bootstrap: str, duration_s: float, speed: float) -> AgentStats:
+def _run(make: Callable[[int], Scenario], bootstrap: str, duration_s: float, speed: float) -> ReceptorAgent:
     scenario = make(next_whole_second(int(time.time() * 1000)))
     with tempfile.TemporaryDirectory(prefix="hifi-bench-agents-") as out:
-        return ReceptorAgent(scenario, bootstrap, out, speed).run(duration_s)
+        agent = ReceptorAgent(scenario, bootstrap, out, speed)
+        agent.run(duration_s)
+        return agent
 
 
 def run_agents_bench(make: Callable[[int], Scenario], duration_s: float, progress: Callable[[str], None]) -> str:
@@ -29,16 +31,17 @@ def run_agents_bench(make: Callable[[int], Scenario], duration_s: float, progres
     with embedded_or_external() as servers:
         progress(f"scenario {scenario.name!r}: {len(scenario.readers)} readers and {len(scenario.motes)} motes; "
                  f"{duration_s:.0f} scenario seconds flat out")
-        flat = _run(make, servers.bootstrap, duration_s, 0)
+        agent = _run(make, servers.bootstrap, duration_s, 0)
         progress(f"{duration_s:.0f} s in real time")
-        paced = _run(make, servers.bootstrap, duration_s, 1.0)
+        flat, paced = agent.stats, _run(make, servers.bootstrap, duration_s, 1.0).stats
     scenario_s = (flat.stopped_ms - flat.started_ms) / 1000
 
     def rate(count: int, stats: AgentStats) -> str:
         return f"{count / max(stats.wall_s, 1e-9):,.0f}/s"
 
     return figures_table([
-        ("receptors", f"{scenario.receptors} ({len(scenario.readers)} RFID readers, {len(scenario.motes)} motes)"),
+        ("receptors", f"{agent.receptors} ({len(scenario.readers)} RFID readers, "
+                      f"{len(scenario.motes) + agent.replay_motes} motes)"),
         ("flat out: real-time factor", f"{scenario_s / max(flat.wall_s, 1e-9):.2f}x "
                                        f"({scenario_s:.0f} scenario s in {flat.wall_s:.1f} wall s)"),
         ("flat out: read cycles", rate(flat.cycles, flat)),

@@ -296,16 +296,20 @@ def load_agent_scenario(args: argparse.Namespace, start_ms: int):
     return scenario_of(load_topology(args.topology), start_ms, args.seed)
 
 
+def bench_agents(args: argparse.Namespace, duration_s: float) -> int:
+    """`hifi bench agents` and `hifi agents --benchmark`: one agent process, flat out and paced."""
+    from services.bench_agents import run_agents_bench
+
+    _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), duration_s, _progress))
+    return 0
+
+
 def cmd_agents(args: argparse.Namespace) -> int:
     from edge.agent import ReceptorAgent
     from services.hierarchy import next_whole_second
 
     if args.benchmark:
-        from services.bench_agents import run_agents_bench
-
-        _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), args.duration or 60.0,
-                              _progress))
-        return 0
+        return bench_agents(args, args.duration or 60.0)
     bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise CLIError("hifi agents needs a broker: set HIFI_KAFKA_BOOTSTRAP (hifi up runs its own agents)")
@@ -331,10 +335,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _stop_spark()
         return 0
     if args.which == "agents":
-        from services.bench_agents import run_agents_bench
-
-        _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), args.duration, _progress))
-        return 0
+        return bench_agents(args, args.duration)
     if args.which == "planning" and args.submit:
         from services.bench_planning import run_submit_bench
 

@@ -4,18 +4,16 @@ seed makes a run repeatable."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from dsp.codec import decode_read_cycle, decode_sensor_batch, is_sensor_batch
 from edge.agent import ReceptorAgent, read_jsonl, tag_locations
+from edge.intel_lab import INTEL_LAB_DATA
 from edge.scenario import parse_scenario
 from edge.supply_chain import SupplyChainWorld
 from glue import bus
 from tests.conftest import topic_records
 
-INTEL_LAB = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "intel-lab"))
 START_MS = 1_800_000_000_000   # a fixed anchor: runs with one seed are then byte-for-byte equal
 
 SCENARIO = """
@@ -144,9 +142,8 @@ def test_one_seed_one_run(servers, published, tmp_path):
     assert read_jsonl(again.truth_path) == truth
 
 
-@pytest.mark.skipif(not os.path.isdir(INTEL_LAB), reason=f"the Intel Lab data is not at {INTEL_LAB}")
 def test_the_intel_lab_replay_is_published_with_its_faults_in_the_truth(servers, tmp_path):
-    scenario = parse_scenario(f"name: lab\nseed: 3\nreplay: {{data: {INTEL_LAB}, node: t3-lab, speed: 1800, "
+    scenario = parse_scenario(f"name: lab\nseed: 3\nreplay: {{data: {INTEL_LAB_DATA}, node: t3-lab, speed: 1800, "
                               f"fault_share: 0.2}}", START_MS)
     agent = ReceptorAgent(scenario, servers.bootstrap, str(tmp_path), speed=0)
     agent.run(3.0)   # three 30-minute steps

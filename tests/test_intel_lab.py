@@ -1,14 +1,13 @@
-"""The Intel Lab replay (pure over the real files in ../shared/data/intel-lab)."""
+"""The Intel Lab replay (pure over the real files kept in deploy/data/intel-lab)."""
 
 import gzip
 import os
 
 import pytest
 
-from edge.intel_lab import STEP_MS, IntelLabError, load_intel_lab, plan_faults, replay
+from edge.intel_lab import INTEL_LAB_DATA, STEP_MS, IntelLabError, load_intel_lab, plan_faults, replay
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "intel-lab")
-pytestmark = pytest.mark.skipif(not os.path.isdir(DATA), reason=f"the Intel Lab data is not at {DATA}")
+DATA = INTEL_LAB_DATA
 
 
 def _first_row(name: str) -> list[float]:
