@@ -7,7 +7,7 @@ at the reader's location ("present"), its sensor lines ("samples") are skipped h
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 
@@ -52,3 +52,16 @@ def reading_latencies_ms(truth: Iterable[dict[str, Any]], emitted_ms: dict[tuple
         if key in emitted_ms:
             latencies.extend([emitted_ms[key] - cycle["t"]] * len(cycle["reads"]))
     return latencies
+
+
+def presence_errors(truth: Sequence[Sequence[bool]], reported: Sequence[Sequence[bool]]) -> tuple[int, int, int]:
+    """(false negatives, false positives, tag-epochs) of reported presence against the truth, one
+    sequence per tag."""
+    fn = fp = epochs = 0
+    for present, said in zip(truth, reported, strict=True):
+        if len(present) != len(said):
+            raise ValueError(f"{len(said)} reported epochs for {len(present)} true ones")
+        fn += sum(p and not s for p, s in zip(present, said, strict=True))
+        fp += sum(s and not p for p, s in zip(present, said, strict=True))
+        epochs += len(present)
+    return fn, fp, epochs
