@@ -197,6 +197,13 @@ class ReceptorAgent:
             self.stats.wall_s = time.time() - wall_start if wall_start is not None else 0.0
         return self.stats
 
+    def offline_readings(self, duration_s: float) -> Iterator[dict[str, Any]]:
+        """The readings.jsonl lines a run of `duration_s` publishes (the same draws for the seed),
+        computed with no broker and no pacing: what benchmarks score cleaning on."""
+        rng = random.Random(self.scenario.seed)
+        for t in range(self.start_ms, self.start_ms + int(duration_s * 1000), self.tick_ms):
+            yield from self._tick(t, rng).readings
+
     # ------------------------------------------------------------ one tick
 
     def _tick(self, t: int, rng: random.Random) -> _Tick:

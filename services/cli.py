@@ -20,6 +20,7 @@ DEFAULT_TOPOLOGY = os.path.join(TOPOLOGIES, "supply-chain.yaml")
 DEEP_TOPOLOGY = os.path.join(TOPOLOGIES, "deep.yaml")
 SCENARIOS = os.path.join(os.path.dirname(TOPOLOGIES), "scenarios")
 FAN_IN_SCENARIO = os.path.join(SCENARIOS, "fan-in.yaml")
+SUPPLY_CHAIN_SCENARIO = os.path.join(SCENARIOS, "supply-chain.yaml")
 
 
 class CLIError(Exception):
@@ -335,7 +336,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _stop_spark()
         return 0
     if args.which == "agents":
+        args.scenario = args.scenario or FAN_IN_SCENARIO
         return bench_agents(args, args.duration)
+    if args.which == "cleaning":
+        from services.bench_cleaning import run_cleaning_bench
+
+        seed = args.seed if args.seed is not None else 7
+        _say(run_cleaning_bench(args.scenario or SUPPLY_CHAIN_SCENARIO, args.duration, seed, args.plot or None,
+                                _progress))
+        return 0
     if args.which == "planning" and args.submit:
         from services.bench_planning import run_submit_bench
 
@@ -419,8 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents"],
+    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
+                            "cleaning: errors against ground truth of raw reads, fixed windows and adaptive "
+                            "smoothing, arbitration and counts on a scenario (default supply-chain.yaml), "
+                            "faulty-mote detection on the Intel Lab replay (offline, no broker or Spark); "
                             "agents: how fast one agent process publishes a scenario (default fan-in.yaml: "
                             "1000 readers, 200 motes), flat out and in real time; "
                             "planning: parse+place+rewrite time on a large generated hierarchy; "
@@ -431,8 +443,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
-    bench.add_argument("--scenario", default=FAN_IN_SCENARIO, help="agents: the scenario file to publish")
-    bench.add_argument("--seed", type=int, default=None, help="agents: override the scenario's seed")
+    bench.add_argument("--scenario", default=None,
+                       help="agents: the scenario file to publish (default fan-in.yaml); cleaning: the scenario "
+                            "scored for arbitration and counts (default supply-chain.yaml)")
+    bench.add_argument("--seed", type=int, default=None,
+                       help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
+    bench.add_argument("--plot", default="bench-cleaning.png",
+                       help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
     bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")

@@ -1,10 +1,8 @@
 """Faulty mote detection (pure) on hand-built periods whose right answer is known, and on the real
 Intel Lab readings with injected faults."""
 
-from collections import defaultdict
-
 from dsp.mote_quality import MoteQuality
-from edge.intel_lab import INTEL_LAB_DATA, load_intel_lab, plan_faults, replay
+from services.bench_cleaning import mote_detection
 
 GRID = {f"m{i}": (float(i % 3) * 3, float(i // 3) * 3) for i in range(9)}
 
@@ -63,16 +61,5 @@ def test_a_dying_battery_is_out_of_limits_and_a_mote_in_the_sun_is_not_faulty():
 
 
 def test_injected_faults_in_the_intel_lab_replay_are_found_with_precision_and_recall_over_0_9():
-    lab = load_intel_lab(INTEL_LAB_DATA)
-    faults = {f.mote_id: f for f in plan_faults(lab, seed=11, share=0.2)}
-    periods: dict[int, dict[str, dict[str, float]]] = defaultdict(dict)
-    for sample in replay(lab, list(faults.values()), 0, 1.0, seed=11):
-        periods[sample.step][f"m{sample.mote_id}"] = sample.values
-    quality = MoteQuality({f"m{m.mote_id}": (m.x, m.y) for m in lab})
-    tp = fp = fn = 0
-    for step in range(lab[0].steps):
-        for verdict in quality.step(step, periods[step]):
-            fault = faults.get(int(verdict.receptor_id[1:]))
-            truly = fault is not None and fault.start_step <= step < fault.end_step
-            tp, fp, fn = tp + (verdict.faulty and truly), fp + (verdict.faulty and not truly), fn + (truly and not verdict.faulty)
+    tp, fp, fn = mote_detection(seed=11)
     assert tp / (tp + fp) >= 0.9 and tp / (tp + fn) >= 0.9, (tp, fp, fn)
