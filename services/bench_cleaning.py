@@ -14,13 +14,14 @@ evaluator run) over emulated readings, so the figures are about cleaning, not tr
 
 from __future__ import annotations
 
+import os
 import random
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsp.mote_quality import MoteQuality
-from dsp.smurf import TagWindow, smooth_adaptive, smooth_fixed, smurf_step
+from dsp.smurf import ReaderRates, TagWindow, smooth_adaptive, smooth_fixed, smurf_step
 from edge.agent import ReceptorAgent
 from edge.intel_lab import INTEL_LAB_DATA, load_intel_lab, plan_faults, replay
 from edge.presence import TagTrace, answered_cycles, mixed_traces, moving_traces, static_traces
@@ -31,6 +32,7 @@ from services.bench import figures_table
 FIXED_WINDOWS = (1, 2, 3, 5, 8, 12, 20)   # epochs; 1 is the raw reads
 READ_RATES = (0.5, 0.6, 0.7, 0.8, 0.9)
 CYCLES = 5                                # read cycles per one-second epoch (200 ms cycles)
+STRENGTH_THRESHOLDS = (0.2, 0.45)         # the default topology's strength_T, and one that drops most overlap reads
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,11 @@ def score_presence(setting: str, traces: list[TagTrace], seed: int) -> PresenceR
     rng = random.Random(seed)
     answered = [answered_cycles(t, CYCLES, rng) for t in traces]
     truth = [t.present for t in traces]
-    methods: dict[str, Callable[[Sequence[int]], list[bool]]] = {
-        f"fixed {w}": (lambda a, w=w: smooth_fixed(a, w)) for w in FIXED_WINDOWS}
-    methods["adaptive"] = lambda a: smooth_adaptive(a, CYCLES)
+    reported = {f"fixed {w}": [smooth_fixed(a, w) for a in answered] for w in FIXED_WINDOWS}
+    reported["adaptive"] = smooth_adaptive(answered)
     errors = {}
-    for name, smooth in methods.items():
-        fn, fp, epochs = presence_errors(truth, [smooth(a) for a in answered])
+    for name, said in reported.items():
+        fn, fp, epochs = presence_errors(truth, said)
         errors[name] = (fn / epochs, fp / epochs)
     return PresenceRow(setting, errors)
 
@@ -92,9 +93,10 @@ def _epochs_of(cycles: list[dict], epoch_ms: int, strength_t: float):
     return reads, truth, locations
 
 
-def _assign(reads, locations, presence: Callable[[int, dict[tuple[str, str], int]], dict[tuple[str, str], int]]):
-    """Per epoch, each tag at one location: of the receptors that report it present, the one with
-    the most reads in its window (ties: the smallest receptor id) — the paper's arbitration."""
+def _assign(reads, locations, presence: Callable[[int, dict[tuple[str, str], int]], dict[tuple[str, str], float]]):
+    """Per epoch, each tag at one location: of the receptors that report it present, the one that
+    reads it most (per epoch of its window: windows differ in length under adaptive smoothing;
+    ties: the smallest receptor id) — the paper's arbitration."""
     assigned: dict[int, dict[str, str]] = {}
     for epoch in sorted(reads):
         best: dict[str, tuple[int, str]] = {}
@@ -116,6 +118,7 @@ def _fixed_presence(reads, window: int):
 
 def _adaptive_presence(reads):
     states: dict[tuple[str, str], TagWindow] = {}
+    readers: dict[str, ReaderRates] = defaultdict(ReaderRates)
     history: dict[tuple[str, str], list[int]] = defaultdict(list)
     last = [min(reads) - 1] if reads else [0]
 
@@ -125,10 +128,10 @@ def _adaptive_presence(reads):
         present = {}
         for e in range(last[0] + 1, epoch + 1):   # every epoch, the empty ones too
             for key, state in states.items():
-                n = min(reads.get(e, {}).get(key, 0), CYCLES)
+                n = reads.get(e, {}).get(key, 0)
                 history[key].append(n)
-                if smurf_step(state, n, CYCLES) and e == epoch:
-                    present[key] = sum(history[key][-state.size:])
+                if smurf_step(state, n > 0, reader=readers[key[0]]) and e == epoch:
+                    present[key] = sum(history[key][-state.size:]) / state.size   # reads per epoch
         last[0] = epoch
         return present
     return presence
@@ -207,12 +210,14 @@ def run_cleaning_bench(scenario_file: str, duration_s: float, seed: int, plot: s
 
     progress(f"supply chain: {scenario_file}, {duration_s:.0f} s offline")
     cycles = supply_chain_cycles(scenario_file, duration_s, seed)
-    locations = score_locations(cycles, 1000, 0.2)
-    lines += [f"Arbitration and counts ({scenario_file}, {duration_s:.0f} s; 1 s epochs; strength >= 0.2)", ""]
-    header = f"{'smoothing':<12}{'location accuracy':>20}{'count error/cell':>18}{'exact counts':>14}"
+    lines += [f"Arbitration and counts ({os.path.basename(scenario_file)}, {duration_s:.0f} s; 1 s epochs; "
+              "counts per location and epoch)", ""]
+    header = (f"{'strength >=':<13}{'smoothing':<12}{'location accuracy':>20}{'count error/cell':>18}"
+              f"{'exact counts':>14}")
     lines += [header, "-" * len(header)]
-    for name, (accuracy, error, exact) in locations.items():
-        lines.append(f"{name:<12}{accuracy:>20.3f}{error:>18.3f}{exact:>14.1%}")
+    for strength_t in STRENGTH_THRESHOLDS:
+        for name, (accuracy, error, exact) in score_locations(cycles, 1000, strength_t).items():
+            lines.append(f"{strength_t:<13}{name:<12}{accuracy:>20.3f}{error:>18.3f}{exact:>14.1%}")
 
     progress("faulty motes: Intel Lab replay")
     motes = []
