@@ -32,9 +32,10 @@ Where this departs from the paper, and why (each measured by `hifi bench cleanin
 
 from __future__ import annotations
 
+import json
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_DELTA = 0.25        # the most a tag's completeness target may be (a tag that comes and goes)
@@ -150,16 +151,65 @@ def smurf_step(state: TagWindow, read: bool, delta: float = DEFAULT_DELTA, max_w
     return present
 
 
+@dataclass
+class ReaderSmoother:
+    """One reader's adaptive smoothing: every tag it has read lately, stepped epoch by epoch in
+    tag order (they share the reader's rate). The DSP keeps one per receptor as streaming state
+    (`to_json`), the reference evaluator and the benchmark run the same code, so the hierarchy's
+    answer and the central one agree by construction."""
+
+    delta: float = DEFAULT_DELTA
+    max_window: int = DEFAULT_MAX_WINDOW
+    forget_after: int = 2 * DEFAULT_MAX_WINDOW     # epochs unread after which a tag is dropped
+    rates: ReaderRates = field(default_factory=ReaderRates)
+    tags: dict[str, TagWindow] = field(default_factory=dict)
+    counts: dict[str, deque[int]] = field(default_factory=dict)   # reads per epoch, last max_window
+
+    def step(self, reads: Mapping[str, int]) -> list[tuple[str, int, int]]:
+        """One epoch with `reads` per tag: (tag, reads in its window, window in epochs) for every
+        tag reported present."""
+        present = []
+        for tag in sorted(self.tags.keys() | reads.keys()):
+            state = self.tags.setdefault(tag, TagWindow())
+            counts = self.counts.setdefault(tag, deque())
+            n = reads.get(tag, 0)
+            counts.append(n)
+            while len(counts) > self.max_window:
+                counts.popleft()
+            if smurf_step(state, n > 0, self.delta, self.max_window, reader=self.rates):
+                present.append((tag, sum(list(counts)[-state.size:]), state.size))
+            elif state.since_read is not None and state.since_read >= self.forget_after:
+                del self.tags[tag], self.counts[tag]
+        return present
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "rates": list(self.rates.gaps),
+            "tags": {tag: [w.size, "".join("1" if r else "0" for r in w.seen), list(w.gaps), w.since_read,
+                           w.present_epochs, w.departures, list(self.counts[tag])] for tag, w in self.tags.items()}})
+
+    @classmethod
+    def from_json(cls, text: str, delta: float = DEFAULT_DELTA, max_window: int = DEFAULT_MAX_WINDOW) -> ReaderSmoother:
+        data = json.loads(text)
+        smoother = cls(delta, max_window, rates=ReaderRates(deque(data["rates"])))
+        for tag, (size, seen, gaps, since_read, present_epochs, departures, counts) in data["tags"].items():
+            smoother.tags[tag] = TagWindow(size, deque(c == "1" for c in seen), deque(gaps), since_read,
+                                           present_epochs, departures)
+            smoother.counts[tag] = deque(counts)
+        return smoother
+
+
 def smooth_adaptive(reads: Sequence[Sequence[int]], delta: float = DEFAULT_DELTA,
                     max_window: int = DEFAULT_MAX_WINDOW) -> list[list[bool]]:
-    """Adaptive smoothing of the tags of one reader (reads per epoch, one sequence per tag),
-    epoch by epoch, sharing the reader's rate: present or not, per tag and epoch."""
-    reader, states = ReaderRates(), [TagWindow() for _ in reads]
+    """Adaptive smoothing of the tags of one reader (reads per epoch, one sequence per tag, all
+    as long): present or not, per tag and epoch."""
+    smoother = ReaderSmoother(delta, max_window, forget_after=max((len(r) for r in reads), default=0) + 1)
+    names = [f"{i:09d}" for i in range(len(reads))]
     reported: list[list[bool]] = [[] for _ in reads]
     for epoch in range(max((len(r) for r in reads), default=0)):
-        for tag, state in enumerate(states):
-            if epoch < len(reads[tag]):
-                reported[tag].append(smurf_step(state, reads[tag][epoch] > 0, delta, max_window, reader=reader))
+        present = {tag for tag, _, _ in smoother.step({names[i]: r[epoch] for i, r in enumerate(reads) if r[epoch]})}
+        for i, name in enumerate(names):
+            reported[i].append(name in present)
     return reported
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dsp.mote_quality import MoteQuality
-from dsp.smurf import ReaderRates, TagWindow, smooth_adaptive, smooth_fixed, smurf_step
+from dsp.smurf import ReaderSmoother, smooth_adaptive, smooth_fixed
 from edge.agent import ReceptorAgent
 from edge.intel_lab import INTEL_LAB_DATA, load_intel_lab, plan_faults, replay
 from edge.presence import TagTrace, answered_cycles, mixed_traces, moving_traces, static_traces
@@ -117,21 +117,19 @@ def _fixed_presence(reads, window: int):
 
 
 def _adaptive_presence(reads):
-    states: dict[tuple[str, str], TagWindow] = {}
-    readers: dict[str, ReaderRates] = defaultdict(ReaderRates)
-    history: dict[tuple[str, str], list[int]] = defaultdict(list)
+    smoothers: dict[str, ReaderSmoother] = defaultdict(ReaderSmoother)
+    receptors = sorted({receptor for epoch in reads.values() for receptor, _ in epoch})
     last = [min(reads) - 1] if reads else [0]
 
-    def presence(epoch: int, now) -> dict[tuple[str, str], int]:
-        for key in now:
-            states.setdefault(key, TagWindow())
+    def presence(epoch: int, _now) -> dict[tuple[str, str], float]:
         present = {}
         for e in range(last[0] + 1, epoch + 1):   # every epoch, the empty ones too
-            for key, state in states.items():
-                n = reads.get(e, {}).get(key, 0)
-                history[key].append(n)
-                if smurf_step(state, n > 0, reader=readers[key[0]]) and e == epoch:
-                    present[key] = sum(history[key][-state.size:]) / state.size   # reads per epoch
+            by_receptor: dict[str, dict[str, int]] = defaultdict(dict)
+            for (receptor, tag), n in reads.get(e, {}).items():
+                by_receptor[receptor][tag] = n
+            for receptor in receptors:
+                for tag, n, window in smoothers[receptor].step(by_receptor[receptor]):
+                    present[(receptor, tag)] = n / window   # reads per epoch
         last[0] = epoch
         return present
     return presence
