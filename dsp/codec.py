@@ -96,8 +96,10 @@ def cycle_problem(msg: hifi_pb2.RfidReadCycle, now_ms: int) -> str | None:
     return None
 
 
-def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int) -> list[tuple]:
-    """Rows (RAW_RFID_COLUMNS) for one Kafka record: one per tag read, or one error row."""
+def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int, heartbeat: bool = False) -> list[tuple]:
+    """Rows (RAW_RFID_COLUMNS) for one Kafka record: one per tag read, or one error row; with
+    `heartbeat`, also a row with no tag for every valid cycle (that the reader cycled then, read
+    or not: adaptive smoothing steps an epoch once it knows the epoch is over)."""
     msg = hifi_pb2.RfidReadCycle()
     try:
         msg.ParseFromString(value)
@@ -108,8 +110,11 @@ def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int) ->
     if problem is not None:
         return [(msg.receptor_id or None, None, None, None, None, msg.cycle, partition, offset, problem, value)]
     ts = ms_to_datetime(msg.timestamp_ms)
-    return [(msg.receptor_id, r.tag_id, r.antenna, r.read_strength, ts, msg.cycle, partition, offset, None, None)
+    rows = [(msg.receptor_id, r.tag_id, r.antenna, r.read_strength, ts, msg.cycle, partition, offset, None, None)
             for r in msg.reads]
+    if heartbeat:
+        rows.append((msg.receptor_id, None, None, None, ts, msg.cycle, partition, offset, None, None))
+    return rows
 
 
 # ---------------------------------------------------------------- view rows

@@ -29,6 +29,7 @@ from dsp.plan import (
     Plan,
     PlanError,
     Project,
+    Smooth,
     Source,
     Union_,
     event_time_column,
@@ -108,11 +109,12 @@ class CompileContext:
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
+    """The plan's rows as a streaming DataFrame; for a Smooth, its input (see _smooth)."""
     output_columns(plan)  # type-check the whole tree first: errors name the operator, not Spark
-    return _compile(plan, ctx)
+    return _smooth(plan, ctx) if isinstance(plan, Smooth) else _compile(plan, ctx)
 
 
-def read_source(source: Source, ctx: CompileContext, valid_only: bool = True) -> DataFrame:
+def read_source(source: Source, ctx: CompileContext, valid_only: bool = True, heartbeats: bool = False) -> DataFrame:
     """The source's stream; raw RFID sources keep only valid readings unless `valid_only` is off.
 
     With markers, every topic is read as its own stream with its own watermark and the streams
@@ -122,16 +124,18 @@ def read_source(source: Source, ctx: CompileContext, valid_only: bool = True) ->
     """
     if source.markers:
         return _union([_read_topic(source, (topic,), ctx, valid_only) for topic in source.topics])
-    return _read_topic(source, source.topics, ctx, valid_only)
+    return _read_topic(source, source.topics, ctx, valid_only, heartbeats)
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
     return functools.reduce(DataFrame.unionByName, frames)
 
 
-def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool) -> DataFrame:
+def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool,
+                heartbeats: bool = False) -> DataFrame:
     reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
-              .option("topics", ",".join(topics)).option("format", source.format))
+              .option("topics", ",".join(topics)).option("format", source.format)
+              .option("heartbeats", str(heartbeats).lower()))
     if source.format == "rows":
         columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
         reader = reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
@@ -152,6 +156,16 @@ def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, va
         # (predicates that do not are pushed below it, and markers would never count).
         df = df.where(F.col(PROGRESS_COLUMN).isNull() | F.col(source.event_time).isNull()).select(*names)
     return df
+
+
+def _lookup_join(df: DataFrame, plan: LookupJoin, ctx: CompileContext) -> DataFrame:
+    rows = ctx.relations.get(plan.relation)
+    if rows is None:
+        raise PlanError(f"static relation {plan.relation!r} is not replicated at this node")
+    child_types = dict(output_columns(plan.child))
+    schema = ddl([(plan.on, child_types[plan.on]), *plan.columns])
+    static = ctx.spark.createDataFrame(list(rows), schema)
+    return df.join(F.broadcast(static), on=plan.on, how="left")
 
 
 def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
@@ -180,13 +194,35 @@ def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
             out = out.where(compile_expr(plan.having))
         return out
     if isinstance(plan, LookupJoin):
-        rows = ctx.relations.get(plan.relation)
-        if rows is None:
-            raise PlanError(f"static relation {plan.relation!r} is not replicated at this node")
-        child_types = dict(output_columns(plan.child))
-        schema = ddl([(plan.on, child_types[plan.on]), *plan.columns])
-        static = ctx.spark.createDataFrame(list(rows), schema)
-        return _compile(plan.child, ctx).join(F.broadcast(static), on=plan.on, how="left")
+        return _lookup_join(_compile(plan.child, ctx), plan, ctx)
     if isinstance(plan, Union_):
         return _union([_compile(child, ctx) for child in plan.children])
+    if isinstance(plan, Smooth):
+        raise PlanError("adaptive smoothing runs at the root of a node's plan (its state lives in the sink)")
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
+
+
+
+def _smooth_input(plan: Plan, ctx: CompileContext) -> DataFrame:
+    """The readings under a Smooth, with a heartbeat row (no tag) per read cycle that filters let
+    through: the epochs a reader cycled in, read or not."""
+    if isinstance(plan, Source):
+        return read_source(plan, ctx, heartbeats=True)
+    if isinstance(plan, Filter):
+        return _smooth_input(plan.child, ctx).where(compile_expr(plan.predicate) | F.col("tag_id").isNull())
+    if isinstance(plan, LookupJoin):
+        return _lookup_join(_smooth_input(plan.child, ctx), plan, ctx)
+    raise PlanError(f"adaptive smoothing reads readings through filters and joins, not {type(plan).__name__}")
+
+
+def _smooth(plan: Smooth, ctx: CompileContext) -> DataFrame:
+    """Reads per receptor, tag and epoch, emitted when the watermark closes the epoch; the epochs'
+    heartbeats come out as rows with no tag and no reads. The smoothing itself runs on them in
+    the sink (dsp.smoothing), where its per-receptor state lives: its input is small, and this
+    Spark has no usable per-key state for Python on this pandas (applyInPandasWithState fails)."""
+    df = _smooth_input(plan.child, ctx)
+    time_col = event_time_column(plan.child)
+    window = F.window(time_col, f"{plan.epoch_ms} milliseconds").alias("__window")
+    return (df.groupBy(window, "receptor_id", "tag_id").agg(F.count("tag_id").alias("reads"))
+            .select(F.col("__window.start").alias("window_start"), F.col("__window.end").alias("window_end"),
+                    "receptor_id", "tag_id", "reads"))

@@ -52,15 +52,20 @@ class BatchReport:
 
 
 BatchHook = Callable[[BatchReport], None]
+# Rows of the micro-batch (input columns) and its id -> the rows to write; may keep state.
+BatchTransform = Callable[[list[tuple], int], list[tuple]]
 
 
 class RowBatchSink:
     """foreachBatch target writing a plan's rows to one topic as RowBatch messages."""
 
     def __init__(self, bootstrap: str, topic: str, producer: str, stream: str, columns: Sequence[str],
-                 fence_path: str, event_time: str | None = None, on_batch: BatchHook | None = None) -> None:
+                 fence_path: str, event_time: str | None = None, on_batch: BatchHook | None = None,
+                 transform: BatchTransform | None = None, input_columns: Sequence[str] | None = None) -> None:
         self.bootstrap, self.topic, self.producer_name, self.stream = bootstrap, topic, producer, stream
         self.columns = list(columns)
+        self.input_columns = list(input_columns or columns)
+        self.transform = transform
         self.fence = BatchFence(fence_path)
         self.event_time = event_time
         self.on_batch = on_batch
@@ -69,7 +74,9 @@ class RowBatchSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if batch_id <= self.fence.last():
             return
-        rows = [tuple(row) for row in batch.select(*self.columns).collect()]
+        rows = [tuple(row) for row in batch.select(*self.input_columns).collect()]
+        if self.transform is not None:
+            rows = self.transform(rows, batch_id)
         if rows:
             if self._producer is None:
                 self._producer = bus.make_producer(self.bootstrap)

@@ -7,6 +7,8 @@ Options:
                      with `error` set on rows of records that fail validation; sensor sample
                      batches on the same topic (header hifi-type: sensor-batch) are skipped
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
+  heartbeats "true" (format "rfid"): also a row with no tag (tag_id, antenna, read_strength null) for
+             every valid read cycle, so a query knows the cycles that read nothing (adaptive smoothing)
   schema     Spark DDL of the rows (format "rows")
   markers    "true": a RowBatch progress marker (no rows, watermark_ms set) becomes one row with
              `__progress` true, every column null but the event-time ones (timestamps), which
@@ -59,7 +61,7 @@ from dsp.codec import (
 from glue import bus
 from mdr.repository import MDR
 
-ERROR, TS, OFFSET, PAYLOAD = (RAW_RFID_COLUMNS.index(c) for c in ("error", "ts", "offset", "payload"))
+TAG, ERROR, TS, OFFSET, PAYLOAD = (RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload"))
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
@@ -113,6 +115,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.starting = options.get("startingoffsets", options.get("startingOffsets", "earliest"))
         self.ingest_node = options.get("ingest_node", "")
         self.markers = options.get("markers", "false") == "true"
+        self.heartbeats = options.get("heartbeats", "false") == "true"
         self.mdr_url = options.get("mdr_url", "")
 
     def _offsets(self, which: str) -> dict:
@@ -160,9 +163,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             if self.format == "rfid":
                 if is_sensor_batch(record.headers):
                     continue   # mote samples share the raw topic; they are not rfid_stream readings
-                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms)
-                if ingest is not None:
-                    ingest.add(decoded)
+                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms, self.heartbeats)
+                if ingest is not None:   # a heartbeat is no reading (the only row with neither tag nor error)
+                    ingest.add([r for r in decoded if r[TAG] is not None or r[ERROR] is not None])
                 rows.extend(decoded)
             else:
                 batch = decode_row_batch(record.value)

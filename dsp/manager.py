@@ -22,6 +22,7 @@ from dsp.kafka_sink import BatchHook, RowBatchSink
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
+    Smooth,
     Source,
     event_time_column,
     output_columns,
@@ -30,6 +31,7 @@ from dsp.plan import (
     window_of,
 )
 from dsp.progress import MarkerTarget, markers_for
+from dsp.smoothing import SMOOTH_INPUT_COLUMNS, SmoothingState
 
 
 class QueryExists(ValueError):
@@ -98,9 +100,11 @@ class DSPManager:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
+            smoothing = (SmoothingState(plan, os.path.join(self._checkpoint(query_id), "smoothing.json"))
+                         if isinstance(plan, Smooth) else None)
             sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
                                 os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),
-                                on_batch)
+                                on_batch, smoothing, SMOOTH_INPUT_COLUMNS if smoothing is not None else None)
             ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
             def start() -> StreamingQuery:

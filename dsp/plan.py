@@ -13,6 +13,8 @@ A plan is a tree of operators ending in the rows a node's query emits:
   Aggregate(child, keys, aggregates, having, window)          GROUP BY (+ tumbling/sliding window)
   LookupJoin(child, relation, on, columns)                    stream-static equi-join (left outer)
   Union(children)                                             rows of several inputs
+  Smooth(child, epoch_ms, delta, max_window, from_ms)         adaptive per-tag smoothing (dsp.smurf), per
+                                                              receptor and epoch
 
 Windowed aggregates add `window_start` and `window_end` (TIMESTAMP) to their keys. An Aggregate
 without a window over an already-windowed stream groups by those columns like any key; its input
@@ -187,7 +189,25 @@ class Union_:
     children: tuple[Plan, ...]
 
 
-Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_]  # noqa: UP007
+@dataclass(frozen=True)
+class Smooth:
+    """Adaptive per-tag smoothing (dsp.smurf.ReaderSmoother) of raw reads: per receptor, epoch by
+    epoch, a row for every tag reported present, with the reads in its window and the window's
+    length in epochs. The child must give receptor_id, tag_id and an event time. Rows are stamped
+    with their epoch's window_start, as a windowed view's are."""
+
+    child: Plan
+    epoch_ms: int
+    delta: float = 0.25
+    max_window: int = 50
+    from_ms: int = 0        # epochs starting before this are left out (a query answers from its start)
+
+
+SMOOTH_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
+                                      ("receptor_id", "string"), ("tag_id", "string"), ("reads", "long"),
+                                      ("epochs", "long"))
+
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth]  # noqa: UP007
 
 
 def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
@@ -244,6 +264,17 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
         if plan.on not in dict(cols):
             raise PlanError(f"join with {plan.relation}: unknown column {plan.on!r}")
         return cols + tuple(plan.columns)
+    if isinstance(plan, Smooth):
+        schema = dict(output_columns(plan.child))
+        for name in ("receptor_id", "tag_id"):
+            if schema.get(name) != "string":
+                raise PlanError(f"adaptive smoothing needs a string column {name!r} (have {', '.join(schema)})")
+        if event_time_column(plan.child) is None:
+            raise PlanError("adaptive smoothing over an input without event time")
+        if plan.epoch_ms <= 0 or not 0 < plan.delta < 1 or plan.max_window < 1:
+            raise PlanError(f"adaptive smoothing: epoch {plan.epoch_ms} ms, delta {plan.delta}, "
+                            f"max window {plan.max_window} (need a positive epoch, 0 < delta < 1, a window >= 1)")
+        return SMOOTH_COLUMNS
     if isinstance(plan, Union_):
         shapes = {output_columns(child) for child in plan.children}
         if len(shapes) != 1:
@@ -256,6 +287,8 @@ def event_time_column(plan: Plan) -> str | None:
     """The column carrying event time in a plan's output (window_end for windowed aggregates)."""
     if isinstance(plan, Source):
         return plan.event_time
+    if isinstance(plan, Smooth):
+        return "window_start"
     if isinstance(plan, Aggregate):
         if plan.window is not None:
             return "window_end"
@@ -273,6 +306,8 @@ def window_of(plan: Plan) -> Window | None:
     """The innermost window that shapes a plan's output rows, if any."""
     if isinstance(plan, Aggregate) and plan.window is not None:
         return plan.window
+    if isinstance(plan, Smooth):
+        return Window(plan.epoch_ms, plan.epoch_ms)
     if isinstance(plan, Source):
         return None
     if isinstance(plan, Union_):
@@ -290,7 +325,8 @@ def sources(plan: Plan) -> list[Source]:
 
 # ---------------------------------------------------------------- JSON
 
-_OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_)}
+_OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_,
+                                                         Smooth)}
 
 
 def _encode(value: Any) -> Any:
@@ -344,6 +380,9 @@ def _decode(data: dict) -> Plan:
     if op == "LookupJoin":
         return LookupJoin(_decode(data["child"]), data["relation"], data["on"],
                           tuple(tuple(c) for c in data["columns"]))
+    if op == "Smooth":
+        return Smooth(_decode(data["child"]), int(data["epoch_ms"]), float(data["delta"]), int(data["max_window"]),
+                      int(data.get("from_ms", 0)))
     return Union_(tuple(_decode(child) for child in data["children"]))
 
 

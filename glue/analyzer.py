@@ -10,6 +10,10 @@ Reading of the language (DESIGN §6):
 - An aggregate query needs a window on its source (or a windowed view as its source, whose
   window it then keeps); its output rows carry `window_start` and `window_end`.
 - A definition-only view (exported with no topic) is expanded into the query that names it.
+- `[adaptive epoch 'E', delta D]` reads RFID readings (those WHERE keeps) through per-tag adaptive
+  smoothing (dsp.smurf): the query then sees one row per receptor, tag and epoch in which the tag
+  is present — window_start, window_end, receptor_id, tag_id, reads (in the tag's window) and
+  epochs (its length) — and aggregates over it as over a view of 'E' windows.
 - The arbitration form `HAVING count(*) >= ALL (SELECT count(*) FROM <same source> WHERE k =
   alias.k GROUP BY c)` assigns each k, per window, to the c with the most rows (ties: the
   smallest c); the select list is then computed per c over the k it won. So the paper's
@@ -21,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window
+from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
@@ -52,6 +57,14 @@ class Arbitration:
 
 
 @dataclass(frozen=True)
+class Smoothing:
+    """`[adaptive epoch 'E', delta D]`: readings (after WHERE) smoothed per receptor and tag."""
+
+    epoch_ms: int
+    delta: float
+
+
+@dataclass(frozen=True)
 class LogicalQuery:
     text: str
     source: str                              # stream or materialized view name
@@ -68,6 +81,7 @@ class LogicalQuery:
     outputs: tuple[tuple[str, Expr], ...]    # the select list
     arbitration: Arbitration | None = None
     view_name: str | None = None             # CREATE VIEW
+    smoothing: Smoothing | None = None       # the source is read through adaptive smoothing
 
     @property
     def is_aggregate(self) -> bool:
@@ -97,13 +111,23 @@ class _Binder:
             raise _err(f"cannot read duration {text!r} (e.g. '5 seconds', or a parameter name)", pos) from None
 
     def window(self, clause: ast.WindowClause | None) -> Window | None:
-        if clause is None:
+        if clause is None or clause.adaptive:
             return None
         range_ms = self.duration(clause.range, clause.range_pos)
         slide_ms = self.duration(clause.slide, clause.slide_pos or clause.pos) if clause.slide else range_ms
         if range_ms <= 0 or slide_ms <= 0 or slide_ms > range_ms:
             raise _err(f"window needs 0 < slide <= range (got range {range_ms} ms, slide {slide_ms} ms)", clause.pos)
         return Window(range_ms, slide_ms)
+
+    def smoothing(self, clause: ast.WindowClause) -> Smoothing:
+        epoch_ms = self.duration(clause.range, clause.range_pos)
+        if epoch_ms <= 0:
+            raise _err(f"an adaptive epoch must be positive (got {epoch_ms} ms)", clause.range_pos)
+        delta = DEFAULT_DELTA if clause.delta is None else clause.delta
+        if not 0 < delta < 1:
+            raise _err(f"delta is the chance of missing a present tag: 0 < delta < 1 (got {delta:g})",
+                       clause.delta_pos or clause.pos)
+        return Smoothing(epoch_ms, delta)
 
     def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
         exports = self.catalog.exports_of(ref.name)
@@ -223,6 +247,21 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
         predicate = inner_predicate if predicate is None else BinOp("AND", inner_predicate, predicate)
 
     window = binder.window(select.source.window)
+    smoothing = None
+    if select.source.window is not None and select.source.window.adaptive:
+        # WHERE filtered the readings; the rest of the query sees the smoothed stream, one row per
+        # receptor, tag and epoch in which the tag is present (like a windowed view's rows).
+        if facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(columns):
+            raise _err(f"adaptive smoothing reads RFID readings (rfid_stream, or a selection of it such as "
+                       f"cleaned_rfid_stream), not {select.source.name!r}", select.source.window.pos)
+        for join, clause in zip(joins, select.joins, strict=True):
+            if join.on not in dict(SMOOTH_COLUMNS):
+                raise _err(f"after adaptive smoothing a join can use {', '.join(dict(SMOOTH_COLUMNS))}, "
+                           f"not {join.on!r}", clause.pos)
+        smoothing = binder.smoothing(select.source.window)
+        columns = {**dict(SMOOTH_COLUMNS), **{name: kind for join in joins for name, kind in join.columns}}
+        facts = {**facts, "event_time": "window_start",
+                 "source_window": Window(smoothing.epoch_ms, smoothing.epoch_ms)}
     source_window: Window | None = facts["source_window"]
     keys = tuple(binder.scalar(name, columns, qualifiers).name for name in select.group_by)  # type: ignore[union-attr]
     aggregate_query = bool(keys) or any(_contains_aggregate(i.expr) for i in select.items) or select.having is not None
@@ -296,7 +335,7 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
 
     query = LogicalQuery(text=text, window=window, joins=tuple(joins), predicate=predicate, keys=keys,
                          aggregates=tuple(aggregates.values()), having=having, outputs=tuple(outputs),
-                         arbitration=arbitration, view_name=view_name, **facts)
+                         arbitration=arbitration, view_name=view_name, smoothing=smoothing, **facts)
     if arbitration is not None:
         query = replace(query, keys=tuple(k for k in keys if k != arbitration.by))
     return query

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dsp.plan import BinOp, Col, Expr, Func, Lit
+from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, LogicalQuery, analyze
 from glue.catalog import Catalog
 from glue.rewrite.windows import window_starts
@@ -73,9 +74,10 @@ def _aggregate(call: AggCall, rows: Sequence[Row]) -> Any:
 class Reference:
     """Evaluates queries over one run's readings; `catalog` resolves names and view definitions."""
 
-    def __init__(self, readings: Iterable[Row], catalog: Catalog) -> None:
+    def __init__(self, readings: Iterable[Row], catalog: Catalog, start_ms: int | None = None) -> None:
         self.readings = list(readings)
         self.catalog = catalog
+        self.start_ms = start_ms   # where a query's reading began (adaptive smoothing starts there)
 
     def source_rows(self, query: LogicalQuery) -> list[Row]:
         if query.source_kind == "stream":
@@ -83,16 +85,22 @@ class Reference:
         export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
         return self.run(analyze(export.definition, self.catalog))
 
-    def run(self, query: LogicalQuery) -> list[Row]:
-        rows = self.source_rows(query)
+    def joined(self, rows: list[Row], query: LogicalQuery) -> list[Row]:
         for join in query.joins:
             relation = self.catalog.relations[join.relation]
             names = [name for name, _ in relation.columns]
             index = {r[names.index(join.on)]: dict(zip(names, r, strict=True)) for r in relation.rows}
             rows = [{**row, **{name: index.get(row[join.on], {}).get(name) for name, _ in join.columns}}
                     for row in rows]
+        return rows
+
+    def run(self, query: LogicalQuery) -> list[Row]:
+        rows = self.joined(self.source_rows(query), query)
         if query.predicate is not None:
             rows = [row for row in rows if evaluate_expr(query.predicate, row) is True]
+        if query.smoothing is not None:   # WHERE filtered the readings; the rest sees smoothed rows
+            rows = self.joined(adaptive_smoothed(rows, query.smoothing.epoch_ms, query.smoothing.delta,
+                                                 self.start_ms), query)
         if not query.is_aggregate:
             return [{name: evaluate_expr(expr, row) for name, expr in query.outputs} for row in rows]
         assert query.window is not None
@@ -131,6 +139,27 @@ def _arbitrate(groups: dict[tuple, list[Row]]) -> dict[tuple, list[Row]]:
         if best[(start, by)][1] == winner:
             won[(start, winner)].extend(members)
     return won
+
+
+def adaptive_smoothed(readings: Iterable[Row], epoch_ms: int, delta: float, from_ms: int | None = None) -> list[Row]:
+    """Adaptive smoothing (dsp.smurf.ReaderSmoother, the DSP's Smooth operator) centrally: per
+    receptor, from the epoch of its first reading (at or after `from_ms`) to the last epoch of any
+    reading, one row per epoch and tag reported present."""
+    first_epoch = -(-from_ms // epoch_ms) if from_ms else None
+    epochs: dict[str, dict[int, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    for r in readings:
+        epoch = r["ts"] // epoch_ms
+        if first_epoch is None or epoch >= first_epoch:
+            epochs[r["receptor_id"]][epoch][r["tag_id"]] += 1
+    last = max((max(by_epoch) for by_epoch in epochs.values()), default=-1)
+    rows = []
+    for receptor, by_epoch in sorted(epochs.items()):
+        smoother = ReaderSmoother(delta)
+        for epoch in range(min(by_epoch), last + 1):
+            for tag, reads, window in smoother.step(by_epoch.get(epoch, {})):
+                rows.append({"window_start": epoch * epoch_ms, "window_end": (epoch + 1) * epoch_ms,
+                             "receptor_id": receptor, "tag_id": tag, "reads": reads, "epochs": window})
+    return rows
 
 
 def rfid_readings(logged: Iterable[dict[str, Any]]) -> list[Row]:

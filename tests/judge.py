@@ -42,18 +42,25 @@ def _span(hierarchy, plan) -> tuple[int, int] | None:
     if plan.query.is_aggregate:
         starts = sorted({_ms(r["window_start"]) for r in rows if _ms(r["window_start"]) >= start})
         return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
-    times = [_ms(r["ts"]) for r in rows if _ms(r["ts"]) >= start]
+    column = _time_column(plan)
+    times = [_ms(r[column]) for r in rows if _ms(r[column]) >= start]
     # rows of the last seconds may still be on their way
     return (start, max(times) - 3000) if len(times) >= 20 else None
+
+
+def _time_column(plan) -> str:
+    """What places a row in time: its window's start, or a selection's `ts` (a selection of
+    smoothed rows has their epoch's window_start instead)."""
+    return "window_start" if plan.query.is_aggregate or "ts" not in plan.columns else "ts"
 
 
 def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
     """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
     columns = plan.columns
-    at = 0 if plan.query.is_aggregate else columns.index("ts")
+    at = columns.index(_time_column(plan))
     got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
-    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog)
+    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog, plan.start_ms)
     want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
     low, high = span
     early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]

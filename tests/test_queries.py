@@ -105,6 +105,12 @@ QUERIES = {
     "a view as source scoped to one receptor: root at its edge": (
         "SELECT tag_id, count(*) AS windows FROM smoothed_rfid_stream [range by '4 seconds'] "
         "WHERE receptor_id = 'door1-r2' GROUP BY tag_id", "door1"),
+    "adaptive smoothing, tags per location through the join (clean, smooth, count in SQL)": (
+        "SELECT location, count(DISTINCT tag_id) AS tags FROM rfid_stream [adaptive epoch '1 second'] "
+        "JOIN receptor_locations USING (receptor_id) WHERE read_strength >= 0.2 GROUP BY location", "warehouse"),
+    "adaptive smoothing of one receptor's readings, the smoothed rows selected: root at its edge": (
+        "SELECT receptor_id, tag_id, reads, epochs, window_start FROM cleaned_rfid_stream "
+        "[adaptive epoch '1 second', delta 0.1] WHERE receptor_id = 'door1-r1'", "door1"),
     "a definition-only view as source (cleaned), ratio of two aggregates": (
         "SELECT receptor_id, count(DISTINCT tag_id) * 1.0 / count(*) AS distinct_share FROM cleaned_rfid_stream "
         "[range by '2 seconds'] GROUP BY receptor_id", "warehouse"),

@@ -1,5 +1,6 @@
 """The hierarchical plan of a query: one node-local plan per node of the root's subtree. Pure.
 
+    smooth     (adaptive windows) an edge node's readings, filtered, through adaptive smoothing
     producer   reads the source (a raw topic, or a child-exported view), joins static relations,
                filters, and emits tumbling pane partials (aggregates) or the selected rows
     merge      a node between the root and the producers: merges its children's panes per pane
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
+    SMOOTH_COLUMNS,
     Aggregate,
     AggSpec,
     BinOp,
@@ -32,6 +34,7 @@ from dsp.plan import (
     LookupJoin,
     Plan,
     Project,
+    Smooth,
     Source,
     Window,
     output_columns,
@@ -54,7 +57,7 @@ WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("wind
 @dataclass(frozen=True)
 class NodeTask:
     node: str
-    role: str                # producer | merge | final
+    role: str                # smooth | producer | merge | window | final
     query_id: str            # the DSP query id on that node
     plan: Plan
     topic: str
@@ -106,6 +109,7 @@ class _Builder:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.nodes = placement.path_nodes(catalog)
         self.tasks: list[NodeTask] = []
+        self.smoothing: dict[str, NodeTask] = {}
         self.naive = naive
         self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
         self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
@@ -115,20 +119,42 @@ class _Builder:
 
     def source(self, node: str) -> Source:
         q = self.q
+        if q.smoothing is not None:
+            return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, markers=True)
         if q.source_kind == "stream":
             return Source((bus.raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, "window_start", 0, markers=True)
 
-    def selection(self, node: str) -> Plan:
-        plan: Plan = self.source(node)
+    def smoothed(self, node: str) -> NodeTask:
+        """The node's readings that WHERE keeps, through adaptive smoothing: a task of its own on
+        the edge node (its rows are stamped with their epoch, and an aggregate over them needs a
+        watermark on that stamp, which only a stream read anew carries). Named after the query,
+        not shared: smoothing state depends on where in the stream it began (the query's start)."""
+        if node not in self.smoothing:
+            assert self.q.smoothing is not None
+            raw = self.joined(Source((bus.raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms),
+                              node)
+            if self.q.predicate is not None:
+                raw = Filter(raw, self.q.predicate)
+            name = f"smooth_{self.query_id}"
+            self.smoothing[node] = NodeTask(node, "smooth", f"view.{name}", Smooth(
+                raw, self.q.smoothing.epoch_ms, self.q.smoothing.delta), bus.view_topic(node, name), name)
+            self.tasks.append(self.smoothing[node])
+        return self.smoothing[node]
+
+    def joined(self, plan: Plan, node: str) -> Plan:
         for join in self.q.joins:
             relation = self.catalog.relations[join.relation]
             if not relation.replicated_at(node):
                 raise SqlError(f"static relation {join.relation!r} is not replicated at {node}, where "
                                f"{self.q.source!r} is read")
             plan = LookupJoin(plan, join.relation, join.on, join.columns)
-        if self.q.predicate is not None:
+        return plan
+
+    def selection(self, node: str) -> Plan:
+        plan = self.joined(self.source(node), node)
+        if self.q.predicate is not None and self.q.smoothing is None:   # smoothing: WHERE came before it
             plan = Filter(plan, self.q.predicate)
         return plan
 
@@ -244,7 +270,11 @@ class _Builder:
 
 def answering_from(plan: DistributedPlan, start_ms: int) -> DistributedPlan:
     """`plan` with a root that drops windows (rows) starting before `start_ms`: a query whose
-    sources are read from what they received after its start answers only what it saw whole."""
+    sources are read from what they received after its start answers only what it saw whole.
+    Adaptive smoothing starts at the first epoch from `start_ms` on (the reference does too)."""
+    tasks = [replace(t, plan=replace(t.plan, from_ms=start_ms)) if isinstance(t.plan, Smooth) else t
+             for t in plan.tasks]
+    plan = replace(plan, tasks=tasks)
     final = plan.tasks[-1]
     if plan.query.is_aggregate:
         body: Plan = Filter(final.plan, _at_or_after("window_start", start_ms))

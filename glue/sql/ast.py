@@ -71,11 +71,16 @@ Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll]  # noqa: UP
 
 @dataclass(frozen=True)
 class WindowClause:
+    """`[range by 'R', slide by 'S']`, or `[adaptive epoch 'E', delta D]` (range holds the epoch)."""
+
     range: str
     slide: str | None
     pos: Pos
     range_pos: Pos
     slide_pos: Pos | None
+    adaptive: bool = False
+    delta: float | None = None
+    delta_pos: Pos | None = None
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,9 @@ class _Parser:
 
     def window(self) -> ast.WindowClause:
         pos = self._expect("symbol", "[").pos
-        self._expect("keyword", "RANGE", "RANGE BY")
+        if self._accept("ident", "adaptive"):
+            return self._adaptive(pos)
+        self._expect("keyword", "RANGE", "RANGE BY (or ADAPTIVE EPOCH)")
         self._expect("keyword", "BY")
         range_tok = self._expect("string", what="a quoted duration such as '5 seconds'")
         slide_tok = None
@@ -146,6 +148,19 @@ class _Parser:
         self._expect("symbol", "]")
         return ast.WindowClause(range_tok.text, slide_tok.text if slide_tok else None, pos, range_tok.pos,
                                 slide_tok.pos if slide_tok else None)
+
+    def _adaptive(self, pos) -> ast.WindowClause:
+        """`[adaptive epoch 'E' (, delta D)]`: per-tag adaptive smoothing (words, not keywords:
+        `epoch` and `delta` stay usable as names)."""
+        self._expect("ident", "epoch", "EPOCH")
+        epoch = self._expect("string", what="a quoted duration such as '1 second'")
+        delta = delta_pos = None
+        if self._accept("symbol", ","):
+            self._expect("ident", "delta", "DELTA")
+            tok = self._expect("number", what="a number such as 0.25")
+            delta, delta_pos = float(tok.text), tok.pos
+        self._expect("symbol", "]")
+        return ast.WindowClause(epoch.text, None, pos, epoch.pos, None, True, delta, delta_pos)
 
     def name(self) -> ast.Name:
         tok = self._ident("a column name")
