@@ -32,6 +32,16 @@ def test_read_cycle_round_trip_yields_one_row_per_read():
     assert rows[0][4].timestamp() * 1000 == NOW
 
 
+def test_a_heartbeat_row_marks_every_valid_cycle_read_or_not():
+    _, empty = encode_read_cycle("r1", 10, NOW, [])
+    assert decode_read_cycle(empty, 0, 43, NOW) == []
+    (beat,) = decode_read_cycle(empty, 0, 43, NOW, heartbeat=True)
+    assert (beat[0], beat[1], beat[3], beat[ERROR]) == ("r1", None, None, None) and beat[4].timestamp() * 1000 == NOW
+    _, one = encode_read_cycle("r1", 11, NOW, [TagObservation("a", 1, 0.5)])
+    assert [r[1] for r in decode_read_cycle(one, 0, 44, NOW, heartbeat=True)] == ["a", None]
+    assert len(decode_read_cycle(b"\xff\xff", 0, 45, NOW, heartbeat=True)) == 1   # a bad record: its error row only
+
+
 def test_each_kind_of_bad_record_is_rejected_with_its_reason():
     cases = {
         b"\xff\xff\xff not protobuf": "undecodable",

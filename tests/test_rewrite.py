@@ -3,10 +3,10 @@ and the reference evaluator the hierarchy is judged by."""
 
 import pytest
 
-from dsp.plan import Aggregate, AggSpec, Col, Filter, LookupJoin, Source, Window, output_columns
+from dsp.plan import SMOOTH_COLUMNS, Aggregate, AggSpec, Col, Filter, LookupJoin, Smooth, Source, Window, output_columns
 from glue.analyzer import AggCall, analyze
 from glue.catalog import ExportedView, NodeInfo
-from glue.reference import Reference, evaluate_expr
+from glue.reference import Reference, adaptive_smoothed, evaluate_expr
 from glue.rewrite.distribute import answering_from, distribute
 from glue.rewrite.partials import split
 from glue.rewrite.placement import place
@@ -194,3 +194,33 @@ def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only
     selection = distribute(analyze("SELECT tag_id FROM rfid_stream", catalog), catalog, "q2")
     kept = answering_from(selection, 10_000).tasks[-1].plan
     assert output_columns(kept) == (("tag_id", "string"),) and "__ts" in str(kept)
+
+
+def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_query_start():
+    catalog = supply_chain_catalog()
+    query = analyze("SELECT location, count(DISTINCT tag_id) AS tags FROM rfid_stream [adaptive epoch '1 second'] "
+                    "JOIN receptor_locations USING (receptor_id) WHERE read_strength >= 0.2 GROUP BY location", catalog)
+    plan = answering_from(distribute(query, catalog, "q7"), 12_345)
+    smooth = [t for t in plan.tasks if t.role == "smooth"]
+    assert [t.node for t in smooth] == ["door1", "door2"] and all(t.export_as == "smooth_q7" for t in smooth)
+    for task in smooth:
+        assert isinstance(task.plan, Smooth) and task.plan.from_ms == 12_345 and task.plan.epoch_ms == 1000
+        # the readings are joined and filtered before smoothing, the smoothed rows joined again after
+        assert isinstance(task.plan.child, Filter) and isinstance(task.plan.child.child, LookupJoin)
+        producer = next(t for t in plan.tasks if t.role == "producer" and t.node == task.node)
+        assert plan.tasks.index(task) < plan.tasks.index(producer)
+        assert isinstance(producer.plan.child, LookupJoin)
+        assert producer.plan.child.child == Source((task.topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True)
+    assert plan.placement.root == "warehouse"
+
+
+def test_the_reference_smooths_each_receptor_from_its_first_reading_after_the_start():
+    readings = [{"receptor_id": "r1", "tag_id": "a", "antenna": 1, "read_strength": 0.9, "ts": t}
+                for t in (500, 1200, 1400, 2300, 9100)]
+    rows = adaptive_smoothed(readings, 1000, 0.25)
+    present = [(r["window_start"], r["tag_id"]) for r in rows]
+    assert present[:3] == [(0, "a"), (1000, "a"), (2000, "a")]      # read in epochs 0, 1, 2
+    assert (9000, "a") in present and max(r["epochs"] for r in rows) >= 1
+    assert rows[1]["reads"] == 3                                    # epochs 0 and 1 in a window of 2 or more
+    later = adaptive_smoothed(readings, 1000, 0.25, from_ms=1001)  # smoothing begins at epoch 2
+    assert min(r["window_start"] for r in later) == 2000

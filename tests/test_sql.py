@@ -3,7 +3,7 @@
 import pytest
 
 from dsp.plan import BinOp, Col, Lit, Window
-from glue.analyzer import Arbitration, analyze
+from glue.analyzer import Arbitration, Smoothing, analyze
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
@@ -85,6 +85,14 @@ def test_the_papers_views_bind_with_deployment_parameters(catalog):
     ("SELECT tag_id, tag_id FROM rfid_stream", "two output columns are named 'tag_id'"),
     ("SELECT receptor_id, count(*) FROM rfid_stream r [range by '2 seconds'] GROUP BY receptor_id, tag_id "
      "HAVING count(*) >= ALL (SELECT max(read_strength) FROM rfid_stream)", "only ALL form supported"),
+    ("SELECT tag_id FROM rfid_stream [adaptive '1 second']", "line 1, column 42: expected EPOCH"),
+    ("SELECT tag_id FROM rfid_stream [adaptive epoch '1 second', delta 2]",
+     "line 1, column 66: delta is the chance of missing a present tag: 0 < delta < 1"),
+    ("SELECT tag_id FROM smoothed_rfid_stream [adaptive epoch '1 second']",
+     "line 1, column 41: adaptive smoothing reads RFID readings"),
+    ("SELECT tag_id, read_strength FROM rfid_stream [adaptive epoch '1 second']", "unknown column 'read_strength'"),
+    ("SELECT tag_id FROM rfid_stream [adaptive epoch '1 second'] JOIN receptor_locations USING (location)",
+     "join column 'location' must be in both"),
 ])
 def test_errors_name_the_position_and_the_problem(catalog, text, message):
     with pytest.raises(SqlError) as error:
@@ -108,3 +116,16 @@ def test_in_lists_not_and_arithmetic_bind_to_plan_expressions(catalog):
     assert query.predicate.left == BinOp("OR", BinOp("=", Col("receptor_id"), Lit("door1-r1")),
                                          BinOp("=", Col("receptor_id"), Lit("door2-r2")))
     assert query.outputs[1] == ("doubled", BinOp("*", Col("read_strength"), Lit(2)))
+
+
+def test_adaptive_smoothing_filters_readings_then_exposes_the_smoothed_rows(catalog):
+    query = analyze("SELECT location, count(DISTINCT tag_id) AS tags FROM cleaned_rfid_stream "
+                    "[adaptive epoch '1 second', delta 0.1] JOIN receptor_locations USING (receptor_id) "
+                    "WHERE receptor_id = 'door1-r1' GROUP BY location", catalog)
+    assert query.smoothing == Smoothing(1000, 0.1)
+    assert query.source_kind == "stream" and query.event_time == "window_start"
+    assert query.window == Window(1000, 1000)      # an aggregate keeps the epochs, as over a view
+    # the definition's strength threshold and the WHERE both filter the readings
+    assert "read_strength" in repr(query.predicate) and "door1-r1" in repr(query.predicate)
+    plain = analyze("SELECT tag_id, reads, epochs FROM rfid_stream [adaptive epoch '2 seconds']", catalog)
+    assert plain.smoothing == Smoothing(2000, 0.25) and not plain.is_aggregate
