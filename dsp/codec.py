@@ -70,12 +70,30 @@ def decode_sensor_batch(value: bytes) -> list[Sample]:
     return [Sample(s.receptor_id, s.seq, s.timestamp_ms, dict(s.values)) for s in msg.samples]
 
 
+def decode_sample_rows(value: bytes, quantities: Sequence[str]) -> list[tuple]:
+    """Rows (receptor_id, *quantities, ts) of a SensorBatch record: one per sample, a quantity the
+    sample lacks is None; an undecodable record gives none."""
+    try:
+        samples = decode_sensor_batch(value)
+    except (DecodeError, ValueError):
+        return []
+    return [(s.receptor_id, *(s.values.get(q) for q in quantities), ms_to_datetime(s.timestamp_ms))
+            for s in samples if s.receptor_id and s.timestamp_ms > 0]
+
+
 def is_sensor_batch(headers: Iterable[tuple[str, bytes]] | None) -> bool:
     return any(name == RECORD_TYPE_HEADER and value == SENSOR_BATCH for name, value in headers or ())
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000.0, tz=dt.UTC)
+
+
+def datetime_ms(value: dt.datetime) -> int:
+    """Epoch milliseconds of a timestamp; a naive one is UTC (Spark's session time zone)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return round(value.timestamp() * 1000)
 
 
 def cycle_problem(msg: hifi_pb2.RfidReadCycle, now_ms: int) -> str | None:
@@ -129,9 +147,7 @@ def to_value(value: Any) -> hifi_pb2.Value:
     if isinstance(value, float):
         return hifi_pb2.Value(d=value)
     if isinstance(value, dt.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.UTC)
-        return hifi_pb2.Value(ts_ms=round(value.timestamp() * 1000))
+        return hifi_pb2.Value(ts_ms=datetime_ms(value))
     if isinstance(value, list | tuple):
         return hifi_pb2.Value(list=hifi_pb2.ValueList(items=[to_value(v) for v in value]))
     return hifi_pb2.Value(s=str(value))

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from dsp.kafka_source import PROGRESS_COLUMN
 from dsp.plan import (
+    SAMPLE_QUANTITIES,
     Aggregate,
     AggSpec,
     BinOp,
@@ -29,6 +30,7 @@ from dsp.plan import (
     Plan,
     PlanError,
     Project,
+    Qualify,
     Smooth,
     Source,
     Union_,
@@ -109,9 +111,14 @@ class CompileContext:
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
-    """The plan's rows as a streaming DataFrame; for a Smooth, its input (see _smooth)."""
+    """The plan's rows as a streaming DataFrame; for a Smooth or a Qualify, the input of the
+    sink that runs them (see _smooth, _qualify)."""
     output_columns(plan)  # type-check the whole tree first: errors name the operator, not Spark
-    return _smooth(plan, ctx) if isinstance(plan, Smooth) else _compile(plan, ctx)
+    if isinstance(plan, Smooth):
+        return _smooth(plan, ctx)
+    if isinstance(plan, Qualify):
+        return _qualify(plan, ctx)
+    return _compile(plan, ctx)
 
 
 def read_source(source: Source, ctx: CompileContext, valid_only: bool = True, heartbeats: bool = False) -> DataFrame:
@@ -136,6 +143,8 @@ def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, va
     reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
               .option("topics", ",".join(topics)).option("format", source.format)
               .option("heartbeats", str(heartbeats).lower()))
+    if source.format == "samples":
+        reader = reader.option("schema", ddl(source.columns))
     if source.format == "rows":
         columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
         reader = reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
@@ -197,8 +206,8 @@ def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
         return _lookup_join(_compile(plan.child, ctx), plan, ctx)
     if isinstance(plan, Union_):
         return _union([_compile(child, ctx) for child in plan.children])
-    if isinstance(plan, Smooth):
-        raise PlanError("adaptive smoothing runs at the root of a node's plan (its state lives in the sink)")
+    if isinstance(plan, Smooth | Qualify):
+        raise PlanError(f"{type(plan).__name__} runs at the root of a node's plan (its state lives in the sink)")
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
 
 
@@ -226,3 +235,13 @@ def _smooth(plan: Smooth, ctx: CompileContext) -> DataFrame:
     return (df.groupBy(window, "receptor_id", "tag_id").agg(F.count("tag_id").alias("reads"))
             .select(F.col("__window.start").alias("window_start"), F.col("__window.end").alias("window_end"),
                     "receptor_id", "tag_id", "reads"))
+
+
+def _qualify(plan: Qualify, ctx: CompileContext) -> DataFrame:
+    """Each mote's mean values per sampling period, with its position, emitted when the watermark
+    closes the period; the judging runs on them in the sink (dsp.quality)."""
+    df = _compile(plan.child, ctx)
+    window = F.window(event_time_column(plan.child), f"{plan.period_ms} milliseconds").alias("__window")
+    means = [F.avg(q).alias(q) for q in SAMPLE_QUANTITIES]
+    return (df.groupBy(window, "receptor_id", "x", "y").agg(*means)
+            .select(F.col("__window.start").alias("window_start"), "receptor_id", "x", "y", *SAMPLE_QUANTITIES))

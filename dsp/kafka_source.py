@@ -6,6 +6,8 @@ Options:
   format     "rfid"  raw RfidReadCycle records -> one row per tag read (dsp.codec.RAW_RFID_DDL),
                      with `error` set on rows of records that fail validation; sensor sample
                      batches on the same topic (header hifi-type: sensor-batch) are skipped
+             "samples"  the mote sample batches of a raw topic -> one row per sample of the schema
+                     given in `schema`: receptor_id, the quantities, ts (read cycles are skipped)
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
   heartbeats "true" (format "rfid"): also a row with no tag (tag_id, antenna, read_strength null) for
              every valid read cycle, so a query knows the cycles that read nothing (adaptive smoothing)
@@ -53,6 +55,7 @@ from dsp.codec import (
     RAW_RFID_DDL,
     decode_read_cycle,
     decode_row_batch,
+    decode_sample_rows,
     encode_dead_letter,
     is_sensor_batch,
     ms_to_datetime,
@@ -167,6 +170,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 if ingest is not None:   # a heartbeat is no reading (the only row with neither tag nor error)
                     ingest.add([r for r in decoded if r[TAG] is not None or r[ERROR] is not None])
                 rows.extend(decoded)
+            elif self.format == "samples":
+                if is_sensor_batch(record.headers):
+                    rows.extend(decode_sample_rows(record.value, self.schema.fieldNames()[1:-1]))
             else:
                 batch = decode_row_batch(record.value)
                 if batch.rows:

@@ -18,10 +18,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
-from dsp.kafka_sink import BatchHook, RowBatchSink
+from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
+    Qualify,
     Smooth,
     Source,
     event_time_column,
@@ -31,6 +32,7 @@ from dsp.plan import (
     window_of,
 )
 from dsp.progress import MarkerTarget, markers_for
+from dsp.quality import QUALIFY_INPUT_COLUMNS, QualityState
 from dsp.smoothing import SMOOTH_INPUT_COLUMNS, SmoothingState
 
 
@@ -51,6 +53,16 @@ class ManagedQuery:
 
     def plan_json(self) -> str:
         return to_json(self.plan) if self.plan is not None else ""
+
+
+def _sink_transform(plan: Plan, state_path: str) -> tuple[BatchTransform | None, Sequence[str] | None]:
+    """The stateful operators that run in the sink (their state saved at `state_path`), with the
+    columns they take from Spark."""
+    if isinstance(plan, Smooth):
+        return SmoothingState(plan, state_path), SMOOTH_INPUT_COLUMNS
+    if isinstance(plan, Qualify):
+        return QualityState(plan, state_path), QUALIFY_INPUT_COLUMNS
+    return None, None
 
 
 class DSPManager:
@@ -100,11 +112,10 @@ class DSPManager:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
-            smoothing = (SmoothingState(plan, os.path.join(self._checkpoint(query_id), "smoothing.json"))
-                         if isinstance(plan, Smooth) else None)
+            transform, inputs = _sink_transform(plan, os.path.join(self._checkpoint(query_id), "sink.state"))
             sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
                                 os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),
-                                on_batch, smoothing, SMOOTH_INPUT_COLUMNS if smoothing is not None else None)
+                                on_batch, transform, inputs)
             ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
             def start() -> StreamingQuery:

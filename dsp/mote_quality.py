@@ -16,6 +16,7 @@ disagreement threshold and below it beyond; 0 for out-of-limits and stuck values
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict, deque
@@ -37,9 +38,9 @@ class Verdict:
 
 @dataclass
 class MoteQuality:
-    """Judges every mote of `positions` once per sampling period."""
+    """Judges every mote of `positions` once per sampling period (`add` makes a mote known)."""
 
-    positions: Mapping[str, tuple[float, float]]
+    positions: dict[str, tuple[float, float]]
     neighbours: int = 6
     stuck_run: int = 3                       # identical samples in a row that make a mote stuck
     baseline_periods: int = 24               # how many periods a mote's usual offset is taken over
@@ -50,10 +51,33 @@ class MoteQuality:
     _offsets: dict[tuple[str, str], deque[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.positions = dict(self.positions)
+        self._place()
+
+    def _place(self) -> None:
         self._near = {mote: sorted((other for other in self.positions if other != mote),
                                    key=lambda other: (math.dist(self.positions[mote], self.positions[other]), other)
                                    )[:self.neighbours]
                       for mote in self.positions}
+
+    def add(self, mote: str, x: float, y: float) -> None:
+        """A mote seen for the first time: judged from now on (silence included)."""
+        if mote not in self.positions:
+            self.positions[mote] = (x, y)
+            self._place()
+
+    def to_json(self) -> str:
+        return json.dumps({"positions": self.positions, "last": self._last, "repeats": dict(self._repeats),
+                           "offsets": [[m, q, list(d)] for (m, q), d in self._offsets.items()]})
+
+    @classmethod
+    def from_json(cls, text: str) -> MoteQuality:
+        data = json.loads(text)
+        quality = cls({m: tuple(p) for m, p in data["positions"].items()})
+        quality._last = {m: tuple(tuple(pair) for pair in sig) for m, sig in data["last"].items()}
+        quality._repeats.update(data["repeats"])
+        quality._offsets = {(m, q): deque(d, maxlen=quality.baseline_periods) for m, q, d in data["offsets"]}
+        return quality
 
     def step(self, t_ms: int, samples: Mapping[str, Mapping[str, float]]) -> list[Verdict]:
         """Verdicts for every known mote in the period at `t_ms`, given the samples that arrived."""

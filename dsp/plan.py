@@ -15,6 +15,8 @@ A plan is a tree of operators ending in the rows a node's query emits:
   Union(children)                                             rows of several inputs
   Smooth(child, epoch_ms, delta, max_window, from_ms)         adaptive per-tag smoothing (dsp.smurf), per
                                                               receptor and epoch
+  Qualify(child, period_ms, from_ms)                          faulty-mote detection (dsp.mote_quality), per
+                                                              sampling period
 
 Windowed aggregates add `window_start` and `window_end` (TIMESTAMP) to their keys. An Aggregate
 without a window over an already-windowed stream groups by those columns like any key; its input
@@ -36,6 +38,10 @@ PLAN_FORMAT = "hifi-plan/1"
 COLUMN_TYPES = ("string", "int", "long", "double", "timestamp", "boolean", "binary")
 Column = tuple[str, str]  # (name, type)
 
+# The columns a plan sees of a raw topic's mote samples (one row per sample; see dsp.codec).
+SAMPLE_QUANTITIES = ("temperature", "humidity", "light", "sound", "voltage")
+RAW_SAMPLE_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"),
+                                                 *((q, "double") for q in SAMPLE_QUANTITIES), ("ts", "timestamp"))
 # The columns a plan sees of a raw RFID topic (one row per tag read; see dsp.codec).
 RAW_RFID_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"), ("tag_id", "string"), ("antenna", "int"),
                                                ("read_strength", "double"), ("ts", "timestamp"))
@@ -203,11 +209,27 @@ class Smooth:
     from_ms: int = 0        # epochs starting before this are left out (a query answers from its start)
 
 
+@dataclass(frozen=True)
+class Qualify:
+    """Faulty-mote detection (dsp.mote_quality.MoteQuality) over mote samples: per sampling
+    period, every mote seen so far with its values (the period's mean), whether it is faulty, why,
+    and a confidence in [0, 1] — the data stream with its quality beside it. The child must give
+    receptor_id, x, y (a join with the motes' positions), the quantities and an event time."""
+
+    child: Plan
+    period_ms: int
+    from_ms: int = 0        # periods starting before this are left out
+
+
+QUALITY_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
+                                       ("receptor_id", "string"), ("faulty", "boolean"), ("reasons", "string"),
+                                       ("confidence", "double"), *((q, "double") for q in SAMPLE_QUANTITIES))
+
 SMOOTH_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
                                       ("receptor_id", "string"), ("tag_id", "string"), ("reads", "long"),
                                       ("epochs", "long"))
 
-Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth]  # noqa: UP007
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify]  # noqa: UP007
 
 
 def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
@@ -233,7 +255,7 @@ def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
 def output_columns(plan: Plan) -> tuple[Column, ...]:
     """The (name, type) columns a plan produces, checking every column reference on the way."""
     if isinstance(plan, Source):
-        if plan.format not in ("rfid", "rows"):
+        if plan.format not in ("rfid", "samples", "rows"):
             raise PlanError(f"source {plan.topics}: unknown format {plan.format!r}")
         if plan.event_time not in dict(plan.columns):
             raise PlanError(f"source {plan.topics}: event time column {plan.event_time!r} is not a column")
@@ -275,6 +297,16 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
             raise PlanError(f"adaptive smoothing: epoch {plan.epoch_ms} ms, delta {plan.delta}, "
                             f"max window {plan.max_window} (need a positive epoch, 0 < delta < 1, a window >= 1)")
         return SMOOTH_COLUMNS
+    if isinstance(plan, Qualify):
+        schema = dict(output_columns(plan.child))
+        needed = {"receptor_id": "string", "x": "double", "y": "double", **dict.fromkeys(SAMPLE_QUANTITIES, "double")}
+        wrong = [name for name, kind in needed.items() if schema.get(name) != kind]
+        if wrong:
+            raise PlanError(f"mote quality needs {', '.join(f'{n} {needed[n]}' for n in wrong)} "
+                            f"(have {', '.join(schema)})")
+        if event_time_column(plan.child) is None or plan.period_ms <= 0:
+            raise PlanError("mote quality needs an input with event time and a positive sampling period")
+        return QUALITY_COLUMNS
     if isinstance(plan, Union_):
         shapes = {output_columns(child) for child in plan.children}
         if len(shapes) != 1:
@@ -287,7 +319,7 @@ def event_time_column(plan: Plan) -> str | None:
     """The column carrying event time in a plan's output (window_end for windowed aggregates)."""
     if isinstance(plan, Source):
         return plan.event_time
-    if isinstance(plan, Smooth):
+    if isinstance(plan, Smooth | Qualify):
         return "window_start"
     if isinstance(plan, Aggregate):
         if plan.window is not None:
@@ -308,6 +340,8 @@ def window_of(plan: Plan) -> Window | None:
         return plan.window
     if isinstance(plan, Smooth):
         return Window(plan.epoch_ms, plan.epoch_ms)
+    if isinstance(plan, Qualify):
+        return Window(plan.period_ms, plan.period_ms)
     if isinstance(plan, Source):
         return None
     if isinstance(plan, Union_):
@@ -326,7 +360,7 @@ def sources(plan: Plan) -> list[Source]:
 # ---------------------------------------------------------------- JSON
 
 _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_,
-                                                         Smooth)}
+                                                         Smooth, Qualify)}
 
 
 def _encode(value: Any) -> Any:
@@ -380,6 +414,8 @@ def _decode(data: dict) -> Plan:
     if op == "LookupJoin":
         return LookupJoin(_decode(data["child"]), data["relation"], data["on"],
                           tuple(tuple(c) for c in data["columns"]))
+    if op == "Qualify":
+        return Qualify(_decode(data["child"]), int(data["period_ms"]), int(data.get("from_ms", 0)))
     if op == "Smooth":
         return Smooth(_decode(data["child"]), int(data["epoch_ms"]), float(data["delta"]), int(data["max_window"]),
                       int(data.get("from_ms", 0)))

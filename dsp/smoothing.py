@@ -11,59 +11,40 @@ plan's `from_ms` are left out: smoothing starts with the query.
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dsp.codec import ms_to_datetime
+from dsp.codec import datetime_ms, ms_to_datetime
 from dsp.plan import Smooth
+from dsp.sink_state import BatchState
 from dsp.smurf import ReaderSmoother
 
 SMOOTH_INPUT_COLUMNS = ("window_start", "window_end", "receptor_id", "tag_id", "reads")   # dsp.compiler._smooth
 
 
-def _ms(value: dt.datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return round(value.timestamp() * 1000)
-
-
-class SmoothingState:
-    """Receptor -> (last epoch stepped, its smoother), saved per micro-batch: the state before and
-    after batch N, so a replay of N starts again from before it."""
+class SmoothingState(BatchState):
+    """Receptor -> (last epoch stepped, its smoother)."""
 
     def __init__(self, plan: Smooth, path: str) -> None:
-        self.plan, self.path = plan, path
+        super().__init__(path)
+        self.plan = plan
         self.first_epoch = -(-plan.from_ms // plan.epoch_ms)
         self.receptors: dict[str, tuple[int, ReaderSmoother]] = {}
-        self._loaded = False
 
-    def _dump(self) -> dict:
+    def dump(self) -> dict:
         return {r: [stepped, smoother.to_json()] for r, (stepped, smoother) in self.receptors.items()}
 
-    def _load(self, data: dict) -> None:
+    def load(self, data: dict) -> None:
         self.receptors = {r: (stepped, ReaderSmoother.from_json(text, self.plan.delta, self.plan.max_window))
                           for r, (stepped, text) in data.items()}
 
-    def _restore(self, batch_id: int) -> None:
-        try:
-            with open(self.path) as fh:
-                saved = json.load(fh)
-        except FileNotFoundError:
-            return
-        self._load(saved["before"] if saved["batch"] == batch_id else saved["after"])
-
     def __call__(self, rows: Sequence[tuple], batch_id: int) -> list[tuple]:
         """(window_start, window_end, receptor_id, tag_id, reads) in -> SMOOTH_COLUMNS rows out."""
-        if not self._loaded:
-            self._restore(batch_id)
-            self._loaded = True
+        before = self.begin(batch_id)
         reads: dict[tuple[int, str], dict[str, int]] = defaultdict(dict)
         firsts: dict[str, int] = {}   # each receptor's first epoch in this batch
         for window_start, _, receptor, tag, n in rows:
-            epoch = _ms(window_start) // self.plan.epoch_ms
+            epoch = datetime_ms(window_start) // self.plan.epoch_ms
             if epoch < self.first_epoch:
                 continue
             firsts[receptor] = min(firsts.get(receptor, epoch), epoch)
@@ -71,8 +52,7 @@ class SmoothingState:
                 reads[(epoch, receptor)][tag] = n
         if not firsts:
             return []
-        before = self._dump()
-        closed = max(_ms(row[0]) // self.plan.epoch_ms for row in rows)
+        closed = max(datetime_ms(row[0]) // self.plan.epoch_ms for row in rows)
         out = []
         epoch_ms = self.plan.epoch_ms
         for receptor in sorted(self.receptors.keys() | firsts.keys()):
@@ -83,12 +63,5 @@ class SmoothingState:
                 out += [(start, end, receptor, tag, n, window)
                         for tag, n, window in smoother.step(reads.get((epoch, receptor), {}))]
             self.receptors[receptor] = (max(stepped, closed), smoother)
-        self._save(batch_id, before)
+        self.commit(batch_id, before)
         return out
-
-    def _save(self, batch_id: int, before: dict) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"batch": batch_id, "before": before, "after": self._dump()}, fh)
-        os.replace(tmp, self.path)

@@ -10,6 +10,15 @@ prints it.
   arbitrate  above  product_counts: each tag once per window, at the receptor that saw it most
                     (ties: smallest receptor id), counted per receptor
   totals     above  location_counts: product counts joined with receptor_locations, per location
+  validate   above  stock_alerts: the (window, location) counts outside the range a static
+                    relation expects (expected_stock: location, min_tags, max_tags) — an alert stream
+  analyze    above  location_trends: per location over long windows (trend_range), the mean,
+                    fewest and most tags of its count windows and how many there were
+  qualify    edge   mote_quality: the motes' samples per sampling period with a verdict (faulty,
+                    why) and a confidence per mote (dsp.mote_quality), positions from mote_positions
+
+A stage's `input` is a view of the node's children, or one the node itself exports earlier in the
+topology's list (validate reads the node's own location_counts).
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from typing import Any
 
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
+    RAW_SAMPLE_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,
     BinOp,
@@ -29,8 +39,10 @@ from dsp.plan import (
     LookupJoin,
     Plan,
     Project,
+    Qualify,
     Source,
     Window,
+    output_columns,
 )
 from glue import bus
 from glue.topology import Topology, TopologyError, ViewSpec, duration_ms
@@ -88,8 +100,42 @@ def _totals(topology: Topology, node_id: str, options: Mapping[str, Any], inputs
     return Aggregate(located, ("window_start", "window_end", "location"), (AggSpec("tags", "sum", "tags"),))
 
 
+def _validate(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    counts = inputs(str(options.get("input", "location_counts")))
+    relation = str(options.get("relation", "expected_stock"))
+    key, value = str(options.get("key", "location")), str(options.get("value", "tags"))
+    low, high = str(options.get("low", "min_tags")), str(options.get("high", "max_tags"))
+    spec = next((r for r in topology.relations if r.name == relation), None)
+    if spec is None:
+        raise TopologyError(f"view stage validate: no static relation {relation!r} in the topology")
+    types = dict(spec.columns)
+    if not {key, low, high} <= set(types):
+        raise TopologyError(f"view stage validate: relation {relation!r} needs columns {key}, {low}, {high}")
+    joined = LookupJoin(counts, relation, key, ((low, types[low]), (high, types[high])))
+    outside = Filter(joined, BinOp("OR", BinOp("<", Col(value), Col(low)), BinOp(">", Col(value), Col(high))))
+    return Project(outside, tuple((c, Col(c)) for c in ("window_start", "window_end", key, value, low, high)))
+
+
+def _analyze(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    counts = inputs(str(options.get("input", "location_counts")), "window_start")
+    range_ms = duration_ms(_param(topology, options, "range", "trend_range"))
+    key, value = str(options.get("key", "location")), str(options.get("value", "tags"))
+    return Aggregate(counts, (key,), (AggSpec(f"mean_{value}", "avg", value), AggSpec(f"fewest_{value}", "min", value),
+                                      AggSpec(f"most_{value}", "max", value), AggSpec("windows", "count")),
+                     None, Window(range_ms, range_ms))
+
+
+def _qualify(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
+    samples = Source((bus.raw_topic(node_id),), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts",
+                     duration_ms(options.get("lateness", "1 second")))
+    located = LookupJoin(samples, str(options.get("positions", "mote_positions")), "receptor_id",
+                         (("x", "double"), ("y", "double")))
+    return Qualify(located, duration_ms(_param(topology, options, "period", "sample_period")))
+
+
 STAGES: dict[str, Callable[..., Plan]] = {"clean": _clean, "smooth": _smooth, "arbitrate": _arbitrate,
-                                          "totals": _totals}
+                                          "totals": _totals, "validate": _validate, "analyze": _analyze,
+                                          "qualify": _qualify}
 
 
 ChildViews = Callable[[str, str], tuple[tuple[str, ...], tuple[tuple[str, str], ...]]]
@@ -98,16 +144,20 @@ ChildViews = Callable[[str, str], tuple[tuple[str, ...], tuple[tuple[str, str], 
 def view_plans(topology: Topology, node_id: str, child_views: ChildViews) -> list[ViewPlan]:
     """Plans of the views `node_id` exports. `child_views(node, view)` gives (topics, columns) of a
     view exported by the node's children, as the MDR lists it."""
-    plans = []
+    plans: list[ViewPlan] = []
     for view in topology.views_at(node_id):
         builder = STAGES.get(view.stage)
         if builder is None:
             raise TopologyError(f"view {view.name!r}: unknown stage {view.stage!r} (one of {', '.join(STAGES)})")
 
-        def inputs(name: str, view: ViewSpec = view) -> Plan:
-            topics, columns = child_views(node_id, name)
+        def inputs(name: str, event_time: str = "window_end", view: ViewSpec = view) -> Plan:
+            own = next((p for p in plans if p.view.name == name and p.view.materialize), None)
+            if own is not None:
+                topics, columns = (own.topic,), output_columns(own.plan)
+            else:
+                topics, columns = child_views(node_id, name)
             slack = duration_ms(view.options.get("lateness", topology.parameters.get("level_lateness", "2 seconds")))
-            return Source(topics, "rows", columns, "window_end", slack)
+            return Source(topics, "rows", columns, event_time, slack)
 
         plans.append(ViewPlan(view, builder(topology, node_id, view.options, inputs),
                               bus.view_topic(node_id, view.name)))

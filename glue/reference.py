@@ -14,7 +14,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dsp.plan import BinOp, Col, Expr, Func, Lit
+from dsp.mote_quality import MoteQuality
+from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit
+from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, LogicalQuery, analyze
 from glue.catalog import Catalog
@@ -185,3 +187,41 @@ def csava_location_counts(readings: Iterable[Row], strength_t: float, count_t: i
     for (window, _), (_, receptor) in best.items():
         counts[(window, locations[receptor])] += 1
     return dict(counts)
+
+
+def stock_alerts(counts: dict[tuple[int, str], int], expected: dict[str, tuple[int, int]]
+                 ) -> set[tuple[int, str, int]]:
+    """The validate stage centrally: (window_start_ms, location, tags) of the counts outside the
+    (min, max) a location expects; locations not in `expected` raise no alert."""
+    return {(window, location, tags) for (window, location), tags in counts.items()
+            if location in expected and not expected[location][0] <= tags <= expected[location][1]}
+
+
+def location_trends(counts: dict[tuple[int, str], int], range_ms: int) -> dict[tuple[int, str], tuple]:
+    """The analyze stage centrally: per (long window start, location), the mean, fewest and most
+    tags of its count windows, and how many there were."""
+    grouped: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for (window, location), tags in counts.items():
+        grouped[(window // range_ms * range_ms, location)].append(tags)
+    return {key: (sum(v) / len(v), min(v), max(v), len(v)) for key, v in grouped.items()}
+
+
+def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, positions: dict[str, tuple[float, float]],
+                      from_ms: int | None = None) -> list[tuple]:
+    """The qualify stage centrally over the agent's readings log (its sample batches), for the
+    motes with a position: dsp.plan.QUALITY_COLUMNS rows, each mote's values the period's mean."""
+    sums: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    first_period = -(-from_ms // period_ms) if from_ms else None
+    for line in logged:
+        for sample in line.get("samples", ()):
+            period = sample["timestamp_ms"] // period_ms
+            if sample["receptor_id"] in positions and (first_period is None or period >= first_period):
+                for quantity, value in sample["values"].items():
+                    if quantity in SAMPLE_QUANTITIES:
+                        sums[(period, sample["receptor_id"])][quantity].append(value)
+    samples: dict[int, dict[str, tuple[float, float, dict[str, float]]]] = defaultdict(dict)
+    for (period, mote), values in sums.items():
+        samples[period][mote] = (*positions[mote], {q: sum(v) / len(v) for q, v in values.items()})
+    if not samples:
+        return []
+    return judge_periods(MoteQuality({}), samples, min(samples), max(samples), period_ms)

@@ -75,6 +75,7 @@ class ViewSpec:
     definition: str
     materialize: bool
     readers: tuple[str, ...]
+    nodes: tuple[str, ...] = ()     # placed at these nodes (instead of every node of `tiers`)
 
 
 @dataclass
@@ -122,7 +123,7 @@ class Topology:
 
     def views_at(self, node_id: str) -> list[ViewSpec]:
         tier = self.nodes[node_id].tier
-        return [v for v in self.views if tier in v.tiers]
+        return [v for v in self.views if (node_id in v.nodes if v.nodes else tier in v.tiers)]
 
 
 def _need(item: dict, key: str, where: str) -> Any:
@@ -203,15 +204,20 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
     views: list[ViewSpec] = []
     for item in doc.get("views") or []:
         name = str(_need(item, "name", "a view"))
-        tiers = item.get("tiers") or [item.get("tier")]
+        placed = [str(n) for n in item.get("nodes") or []]
+        unknown = [n for n in placed if n not in nodes]
+        if unknown:
+            raise TopologyError(f"line {item['__line__']}: view {name!r} placed at unknown node(s) "
+                                f"{', '.join(unknown)}")
+        tiers = sorted({nodes[n].tier for n in placed}) if placed else item.get("tiers") or [item.get("tier")]
         for tier in tiers:
             if tier not in TIERS:
                 raise TopologyError(f"line {item['__line__']}: view {name!r} placed at unknown tier {tier!r}")
-        known = {"name", "stage", "tiers", "tier", "definition", "materialize", "readers"}
+        known = {"name", "stage", "tiers", "tier", "nodes", "definition", "materialize", "readers"}
         views.append(ViewSpec(name, str(_need(item, "stage", f"view {name!r}")), tuple(tiers),
                               {k: v for k, v in _clean(item).items() if k not in known},
                               str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
-                              tuple(item.get("readers") or ["*"])))
+                              tuple(item.get("readers") or ["*"]), tuple(placed)))
 
     return Topology(name=str(doc.get("name", source)), nodes=nodes, receptors=receptors, relations=relations,
                     views=views, parameters=_clean(doc.get("parameters") or {}),

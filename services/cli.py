@@ -81,18 +81,18 @@ def cmd_up(args: argparse.Namespace) -> int:
             hierarchy.start_agents(args.receptor_dir)
             hierarchy.write_run_file()
             _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
-                      f"{len(hierarchy.agent.scenario.readers)} readers; results from {topology.root} follow "
+                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends) follow "
                       f"(Ctrl-C stops)")
             first: list[float] = []
 
             def emit(topic: str, row: dict) -> None:
                 if not first:
                     first.append(time.monotonic() - started)
-                    _progress(f"first result at the core {first[0]:.1f} s after start")
+                    _progress(f"first result {first[0]:.1f} s after start")
                 _say(format_result(topic, row))
 
             follower = threading.Thread(target=follow_results,
-                                        args=(servers.bootstrap, hierarchy.root_topics(), stop, emit), daemon=True)
+                                        args=(servers.bootstrap, hierarchy.result_topics(), stop, emit), daemon=True)
             follower.start()
             deadline = time.monotonic() + args.duration if args.duration else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="run a whole topology (nodes + agents) and print results at the core")
+    up = sub.add_parser("up", help="run a whole topology (nodes + agents) and print the results at the ends of its "
+                                   "CSAVA chain (alerts, trends)")
     up.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
     up.add_argument("--duration", type=float, default=None, help="stop cleanly after this many seconds")
     up.add_argument("--state-dir", default=None, help="checkpoints and ground truth (default: a temp dir)")

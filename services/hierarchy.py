@@ -49,6 +49,8 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
         rows = list(relation.rows)
         if relation.name == "receptor_locations":
             rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
+        if relation.name == "mote_positions":
+            rows += [(r.id, float(r.x), float(r.y)) for r in receptors if r.kind == "mote"]
         mdr.put_relation(relation.name, relation.columns, rows, relation.replicas)
 
 
@@ -101,8 +103,17 @@ class Hierarchy:
         assert self.agent is not None, "the agents have not been started"
         return self.agent.readings_path
 
-    def root_topics(self) -> list[str]:
-        return [v.topic for v in self.mdr.views(self.topology.root) if v.topic]
+    def view_topics(self, name: str) -> list[str]:
+        """The topics of the topology's materialized view `name`, at every node that exports it."""
+        return [bus.view_topic(node, v.name) for node in self.topology.nodes for v in self.topology.views_at(node)
+                if v.name == name and v.materialize]
+
+    def result_topics(self) -> list[str]:
+        """The ends of the CSAVA chain: materialized views no other view reads (headquarters'
+        analysis, the region's alerts), wherever they are exported."""
+        read = {str(v.options.get("input")) for v in self.topology.views if v.options.get("input")}
+        return [topic for v in self.topology.views if v.materialize and v.name not in read
+                for topic in self.view_topics(v.name)]
 
     def stop(self) -> None:
         if self.agent is not None:

@@ -1,6 +1,8 @@
 """End to end: the default supply-chain topology on real Redis, broker and Spark, its standing
-CSAVA views checked against the same chain evaluated centrally over the readings the agents
-published; plus the Node gRPC API and the hifi CLI against the running hierarchy."""
+CSAVA views (clean and smooth at the doors, arbitrate at the warehouse, totals and validation at the
+region, analysis at headquarters) checked against the same chain evaluated centrally over the
+readings the agents published; plus the Node gRPC API and the hifi CLI against the running
+hierarchy."""
 
 import os
 import subprocess
@@ -25,38 +27,135 @@ def hierarchy(servers, spark, tmp_path_factory):
     yield from running_hierarchy(load_topology(DEFAULT_TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
 
 
-def _core_rows(hierarchy):
-    return topic_rows(hierarchy.bootstrap, "hifi.view.hq.location_counts")
+DOORS = ("inbound-dock", "outbound-door")
 
 
-def test_core_counts_per_location_equal_the_csava_chain_evaluated_centrally(hierarchy):
-    from edge.agent import read_jsonl
+def _ms(value) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _rows(hierarchy, node: str, view: str) -> list[dict]:
+    return topic_rows(hierarchy.bootstrap, f"hifi.view.{node}.{view}")
+
+
+def _central_counts(hierarchy, logged) -> dict[tuple[int, str], int]:
     from glue.reference import csava_location_counts, rfid_readings
 
     parameters = hierarchy.topology.parameters
-    window_ms = duration_ms(parameters["t1"])
-    cycle_ms = hierarchy.agent.scenario.cycle_ms
-    doors = ("inbound-dock", "outbound-door")
     located = {r.id: r.location for r in hierarchy.topology.receptors}
+    return csava_location_counts(rfid_readings(logged), float(parameters["strength_T"]), int(parameters["count_T"]),
+                                 duration_ms(parameters["t1"]), located)
+
+
+def test_region_counts_per_location_equal_the_csava_chain_evaluated_centrally(hierarchy):
+    """Clean and smooth at the doors, arbitrate at the warehouse, totals at the region."""
+    from edge.agent import read_jsonl
+
+    window_ms = duration_ms(hierarchy.topology.parameters["t1"])
+    cycle_ms = hierarchy.agent.scenario.cycle_ms
 
     def scored_windows():
-        rows = _core_rows(hierarchy)
+        rows = _rows(hierarchy, "region", "location_counts")
         logged = read_jsonl(hierarchy.readings_path)
-        emitted = {int(r["window_start"].timestamp() * 1000) for r in rows}
+        emitted = {_ms(r["window_start"]) for r in rows}
         covered = [w for w in covered_windows(logged, window_ms, cycle_ms) if w in emitted or
                    (emitted and min(emitted) < w < max(emitted))]
         return (rows, logged, covered) if len(covered) >= MIN_WINDOWS else None
 
-    rows, logged, covered = wait_for(scored_windows, 240, f"{MIN_WINDOWS} closed windows at the core", 2)
-    expected = csava_location_counts(rfid_readings(logged), float(parameters["strength_T"]),
-                                     int(parameters["count_T"]), window_ms, located)
-    got = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["tags"] for r in rows}
+    rows, logged, covered = wait_for(scored_windows, 240, f"{MIN_WINDOWS} closed windows at the region", 2)
+    expected = _central_counts(hierarchy, logged)
+    got = {(_ms(r["window_start"]), r["location"]): r["tags"] for r in rows}
     assert len(got) == len(rows), "a (window, location) was reported twice"
     for window in covered:
-        for location in doors:
+        for location in DOORS:
             want = expected.get((window, location), 0)
             assert got.get((window, location), 0) == want, (window, location, got.get((window, location)), want)
-    assert sum(expected.get((w, loc), 0) for w in covered for loc in doors) > 0
+    assert sum(expected.get((w, loc), 0) for w in covered for loc in DOORS) > 0
+
+
+def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_trends(hierarchy):
+    """Validate: the alert stream holds exactly the region's counts outside the expected range.
+    Analyze: hq's long windows hold the mean, fewest and most of the region's count windows."""
+    from edge.agent import read_jsonl
+    from glue.reference import location_trends, stock_alerts
+
+    relation = next(r for r in hierarchy.topology.relations if r.name == "expected_stock")
+    expected_stock = {location: (low, high) for location, low, high in relation.rows}
+    range_ms = duration_ms(hierarchy.topology.parameters["trend_range"])
+
+    def closed_trends():
+        trends = _rows(hierarchy, "hq", "location_trends")
+        counts = _rows(hierarchy, "region", "location_counts")
+        firsts = [_ms(r["window_start"]) for r in counts]
+        # long windows whose every count window the region emitted after its first one
+        whole = {_ms(t["window_start"]) for t in trends if firsts and _ms(t["window_start"]) > min(firsts)}
+        return (trends, counts, whole) if whole else None
+
+    trends, counts, whole = wait_for(closed_trends, 300, "a whole long window at hq", 3)
+    region = {(_ms(r["window_start"]), r["location"]): r["tags"] for r in counts}
+    want_trends = location_trends(region, range_ms)
+    for t in trends:
+        key = (_ms(t["window_start"]), t["location"])
+        if key[0] in whole:
+            assert (t["mean_tags"], t["fewest_tags"], t["most_tags"], t["windows"]) == pytest.approx(want_trends[key])
+    assert any(t["windows"] > 1 for t in trends if _ms(t["window_start"]) in whole)
+
+    upto = max(w for w, _ in region) - 4000      # the alert query reads the region's counts a hop later
+    want_alerts = {a for a in stock_alerts(region, expected_stock) if a[0] <= upto}
+    assert want_alerts, "the scenario should overflow a door now and then; the check would be empty"
+
+    def alerts_so_far():
+        alerts = {(_ms(a["window_start"]), a["location"], a["tags"])
+                  for a in _rows(hierarchy, "region", "stock_alerts")}
+        return {a for a in alerts if a[0] <= upto} == want_alerts or None
+
+    wait_for(alerts_so_far, 60, f"the region's alerts to be {sorted(want_alerts)[:4]}...", 2)
+    logged = read_jsonl(hierarchy.readings_path)   # and the region's counts are the central chain's
+    central = _central_counts(hierarchy, logged)
+    assert all(central.get(key) == tags for key, tags in region.items() if key[0] <= upto - 4000)
+
+
+def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying_mote(hierarchy):
+    """dock-m3's battery starts failing 45 s into the scenario (deploy/scenarios/supply-chain.yaml)."""
+    from edge.agent import read_jsonl
+    from edge.scenario import receptors_for
+    from glue.reference import mote_quality_rows
+
+    agent_start = hierarchy.agent.stats.started_ms
+    dying_from = agent_start + 45_000
+
+    def judged():
+        rows = _rows(hierarchy, "door1", "mote_quality")
+        late = [r for r in rows if _ms(r["window_start"]) > dying_from + 5000]
+        return rows if late else None
+
+    rows = wait_for(judged, 240, "mote quality 50 s into the run", 3)
+    positions = {r.id: (r.x, r.y) for r in receptors_for(hierarchy.topology, hierarchy.agent.scenario)
+                 if r.kind == "mote"}
+    columns = ("receptor_id", "faulty", "reasons", "confidence", "temperature", "humidity", "light", "sound",
+               "voltage")
+    upto = max(_ms(r["window_start"]) for r in rows) - 2000
+    got = sorted((_ms(r["window_start"]), *(r[c] for c in columns)) for r in rows if _ms(r["window_start"]) <= upto)
+    want = sorted((_ms(row[0]), *row[2:]) for row in mote_quality_rows(read_jsonl(hierarchy.readings_path), 1000,
+                                                                         positions) if _ms(row[0]) <= upto)
+    assert got == want and len(got) > 100
+    verdicts = {(t, mote): faulty for t, mote, faulty, *_ in got}
+    assert any(faulty for (t, mote), faulty in verdicts.items() if mote == "dock-m3" and t >= dying_from)
+    healthy = [faulty for (t, mote), faulty in verdicts.items() if mote != "dock-m3"]
+    assert sum(healthy) <= 0.05 * len(healthy)
+
+
+def test_alerts_appear_in_hifi_query_results(hierarchy):
+    plan = hierarchy.placement.submit("SELECT window_start, location, tags, max_tags FROM stock_alerts")
+    try:
+        assert plan.placement.root == "region", plan.explain()
+        rows = wait_for(lambda: topic_rows(hierarchy.bootstrap, plan.result_topic) or None, 180,
+                        "alerts in the query's results", 2)
+        assert all(r["tags"] > r["max_tags"] for r in rows)
+        published = {(_ms(a["window_start"]), a["location"]) for a in _rows(hierarchy, "region", "stock_alerts")}
+        assert {(_ms(r["window_start"]), r["location"]) for r in rows} <= published
+    finally:
+        hierarchy.placement.cancel(plan.query_id)
 
 
 def test_readings_produced_equal_consumed_plus_dead_lettered(hierarchy):
@@ -88,7 +187,8 @@ def test_node_grpc_api_health_and_reflection(hierarchy):
         assert views["smoothed_rfid_stream"].window == "tumbling 2s"
         assert views["cleaned_rfid_stream"].topic == ""
         queries = node.ListQueries(hifi_pb2.Empty()).queries
-        assert [(q.query_id, q.status) for q in queries] == [("view.smoothed_rfid_stream", "running")]
+        assert sorted((q.query_id, q.status) for q in queries) == [("view.mote_quality", "running"),
+                                                                   ("view.smoothed_rfid_stream", "running")]
         with pytest.raises(grpc.RpcError) as missing:
             node.Cancel(hifi_pb2.QueryRef(query_id="no-such-query"))
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
@@ -115,7 +215,7 @@ def test_cli_tables_read_the_mdr(hierarchy):
     nodes = _hifi("nodes", env_extra=env)
     assert nodes.returncode == 0, nodes.stderr
     lines = {line.split()[0]: line.split() for line in nodes.stdout.splitlines()[2:]}
-    assert set(lines) == {"door1", "door2", "warehouse", "hq"}
+    assert set(lines) == {"door1", "door2", "warehouse", "region", "hq"}
     assert lines["door1"][1:3] == ["edge", "warehouse"] and "alive" in lines["door1"]
     views = _hifi("views", env_extra=env)
     assert "hifi.view.warehouse.product_counts" in views.stdout and "(definition only)" in views.stdout

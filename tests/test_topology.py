@@ -24,7 +24,7 @@ def test_default_topology_loads_and_orders_children_first():
     topology = load_topology(DEFAULT)
     assert topology.root == "hq"
     order = [n.id for n in topology.bottom_up()]
-    assert order.index("door1") < order.index("warehouse") < order.index("hq")
+    assert order.index("door1") < order.index("warehouse") < order.index("region") < order.index("hq")
     assert topology.children("warehouse") == ["door1", "door2"]
     assert {r.node for r in topology.receptors} == {"door1", "door2"}
 
@@ -40,9 +40,21 @@ def test_default_views_build_plans_at_every_tier():
 
         for vp in view_plans(topology, spec.id, child_views):
             exported[(spec.id, vp.view.name)] = (vp.topic, output_columns(vp.plan))
-    assert exported[("hq", "location_counts")][1] == (("window_start", "timestamp"), ("window_end", "timestamp"),
-                                                      ("location", "string"), ("tags", "long"))
+    assert exported[("region", "location_counts")][1] == (("window_start", "timestamp"), ("window_end", "timestamp"),
+                                                          ("location", "string"), ("tags", "long"))
     assert exported[("door1", "smoothed_rfid_stream")][0] == "hifi.view.door1.smoothed_rfid_stream"
+    # each CSAVA stage at its level: views placed by node, validation reading the region's own counts
+    assert {node for node, _ in exported} == {"door1", "door2", "warehouse", "region", "hq"}
+    assert {name for node, name in exported if node == "warehouse"} == {"product_counts"}
+    assert [c for c, _ in exported[("region", "stock_alerts")][1]] == [
+        "window_start", "window_end", "location", "tags", "min_tags", "max_tags"]
+    assert [c for c, _ in exported[("hq", "location_trends")][1]] == [
+        "window_start", "window_end", "location", "mean_tags", "fewest_tags", "most_tags", "windows"]
+
+
+def test_a_view_placed_at_an_unknown_node_is_refused():
+    with pytest.raises(TopologyError, match="view 'v' placed at unknown node"):
+        parse_topology(NODES_OK + "views:\n  - {name: v, stage: totals, nodes: [nowhere]}\n")
 
 
 @pytest.mark.parametrize("text, message", [
