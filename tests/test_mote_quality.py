@@ -63,3 +63,24 @@ def test_a_dying_battery_is_out_of_limits_and_a_mote_in_the_sun_is_not_faulty():
 def test_injected_faults_in_the_intel_lab_replay_are_found_with_precision_and_recall_over_0_9():
     tp, fp, fn = mote_detection(seed=11)
     assert tp / (tp + fp) >= 0.9 and tp / (tp + fn) >= 0.9, (tp, fp, fn)
+
+
+def test_the_sink_judges_periods_as_they_close_and_a_replay_continues_exactly(tmp_path):
+    from dsp.codec import ms_to_datetime
+    from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, Qualify, Source
+    from dsp.quality import QualityState
+
+    plan = Qualify(Source(("hifi.raw.door1",), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts", 1000), 1000)
+    periods = [_period(t) for t in range(12)]
+    del periods[7]["m4"]                                  # m4 misses one period: silent then
+    batches = [[(ms_to_datetime(t * 1000), mote, *GRID[mote], *(v.get(q) for q in SAMPLE_QUANTITIES))
+                for t in range(first, first + 3) for mote, v in periods[t].items()] for first in (0, 3, 6, 9)]
+    straight = QualityState(plan, str(tmp_path / "a.json"))
+    expected = [straight(batch, i) for i, batch in enumerate(batches)]
+    assert [len(rows) for rows in expected] == [27, 27, 27, 27]          # every mote, every period
+    silent = [row for rows in expected for row in rows if row[3]]
+    assert [(row[0].timestamp(), row[2], row[4]) for row in silent] == [(7.0, "m4", "silent")]
+    first = QualityState(plan, str(tmp_path / "b.json"))
+    assert first(batches[0], 0) == expected[0] and first(batches[1], 1) == expected[1]
+    restarted = QualityState(plan, str(tmp_path / "b.json"))   # batch 1 is replayed after a restart
+    assert [restarted(batches[i], i) for i in (1, 2, 3)] == expected[1:]
