@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from dsp.kafka_source import PROGRESS_COLUMN
 from dsp.plan import (
+    EPC_SCHEME,
     SAMPLE_QUANTITIES,
     Aggregate,
     AggSpec,
@@ -61,6 +62,7 @@ def ddl(columns: Sequence[tuple[str, str]]) -> str:
 _FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
     "not": operator.invert, "size": F.size, "double": lambda c: c.cast("double"),
     "epoch_ms": F.unix_millis,
+    "product": lambda c: F.regexp_replace(F.substring_index(c, ".", 2), EPC_SCHEME, ""),
 }
 
 
@@ -209,7 +211,6 @@ def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
     if isinstance(plan, Smooth | Qualify):
         raise PlanError(f"{type(plan).__name__} runs at the root of a node's plan (its state lives in the sink)")
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
-
 
 
 def _smooth_input(plan: Plan, ctx: CompileContext) -> DataFrame:

@@ -72,14 +72,19 @@ class BinOp:
 
 @dataclass(frozen=True)
 class Func:
-    """A scalar function: not(b), size(array), double(x) (a cast), epoch_ms(timestamp)."""
+    """A scalar function: not(b), size(array), double(x) (a cast), epoch_ms(timestamp),
+    product(tag) (an EPC's product identity)."""
 
     name: str
     args: tuple[Expr, ...]
 
 
 Expr = Union[Col, Lit, BinOp, Func]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
-FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long"}
+FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long", "product": "string"}
+# product(tag): the product identity of a pure-identity EPC URI, its company prefix and item
+# reference ("urn:epc:id:sgtin:0614141.812345.6789" -> "0614141.812345"): the URI up to its second
+# '.', without the scheme
+EPC_SCHEME = "^urn:epc:id:[a-z0-9]+:"
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 LOGICAL = ("AND", "OR")
 ARITHMETIC = ("+", "-", "*", "/")

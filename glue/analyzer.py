@@ -25,12 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
 from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
-from glue.sql.parser import parse
+from glue.sql.parser import SCALAR_FUNCTIONS, parse
 from glue.topology import TopologyError, duration_ms
 
 RAW_STREAMS = {"rfid_stream": RAW_RFID_SOURCE_COLUMNS}
@@ -82,6 +82,7 @@ class LogicalQuery:
     arbitration: Arbitration | None = None
     view_name: str | None = None             # CREATE VIEW
     smoothing: Smoothing | None = None       # the source is read through adaptive smoothing
+    derived: tuple[tuple[str, Expr], ...] = ()   # grouping columns computed from each row (GROUP BY an alias)
 
     @property
     def is_aggregate(self) -> bool:
@@ -193,6 +194,8 @@ class _Binder:
                 result = test if result is None else BinOp("OR", result, test)
             assert result is not None
             return Func("not", (result,)) if node.negated else result
+        if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
+            return Func(node.name, (self.scalar(node.arg, columns, qualifiers, outer),))
         if isinstance(node, ast.Call):
             raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
         raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
@@ -200,7 +203,7 @@ class _Binder:
 
 def _contains_aggregate(node: ast.Node) -> bool:
     if isinstance(node, ast.Call):
-        return True
+        return node.name not in SCALAR_FUNCTIONS or (node.arg is not None and _contains_aggregate(node.arg))
     if isinstance(node, ast.Binary):
         return _contains_aggregate(node.left) or _contains_aggregate(node.right)
     if isinstance(node, ast.Unary):
@@ -263,6 +266,16 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
         facts = {**facts, "event_time": "window_start",
                  "source_window": Window(smoothing.epoch_ms, smoothing.epoch_ms)}
     source_window: Window | None = facts["source_window"]
+    # GROUP BY an alias of a scalar select item (GROUP BY product with product(tag_id) AS product):
+    # a column computed from each row before grouping
+    derived: list[tuple[str, Expr]] = []
+    for name in select.group_by:
+        item = next((i for i in select.items if i.alias == name.name and name.name not in columns), None)
+        if item is not None and not _contains_aggregate(item.expr):
+            expr = binder.scalar(item.expr, columns, qualifiers)
+            derived.append((name.name, expr))
+            columns[name.name] = expr_type(expr, columns)
+    derived_exprs = [(i.alias, i.expr) for i in select.items if i.alias in dict(derived)]
     keys = tuple(binder.scalar(name, columns, qualifiers).name for name in select.group_by)  # type: ignore[union-attr]
     aggregate_query = bool(keys) or any(_contains_aggregate(i.expr) for i in select.items) or select.having is not None
 
@@ -284,6 +297,11 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
 
     def bind_output(node: ast.Node) -> Expr:
         """An expression over keys and aggregates (aggregate queries)."""
+        computed = next((alias for alias, expr in derived_exprs if expr == node), None)
+        if computed is not None:
+            return Col(computed)
+        if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
+            return Func(node.name, (bind_output(node.arg),))
         if isinstance(node, ast.Call):
             column = None
             if node.arg is not None:
@@ -335,7 +353,8 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
 
     query = LogicalQuery(text=text, window=window, joins=tuple(joins), predicate=predicate, keys=keys,
                          aggregates=tuple(aggregates.values()), having=having, outputs=tuple(outputs),
-                         arbitration=arbitration, view_name=view_name, smoothing=smoothing, **facts)
+                         arbitration=arbitration, view_name=view_name, smoothing=smoothing,
+                         derived=tuple(derived), **facts)
     if arbitration is not None:
         query = replace(query, keys=tuple(k for k in keys if k != arbitration.by))
     return query

@@ -15,7 +15,9 @@ prints it.
   analyze    above  location_trends: per location over long windows (trend_range), the mean,
                     fewest and most tags of its count windows and how many there were
   qualify    edge   mote_quality: the motes' samples per sampling period with a verdict (faulty,
-                    why) and a confidence per mote (dsp.mote_quality), positions from mote_positions
+                    why) and a confidence per mote (dsp.mote_quality), positions from mote_positions;
+                    with `calibration`, values first corrected by each mote's offsets (a relation
+                    receptor_id, temperature_offset, humidity_offset)
 
 A stage's `input` is a view of the node's children, or one the node itself exports earlier in the
 topology's list (validate reads the node's own location_counts).
@@ -46,6 +48,8 @@ from dsp.plan import (
 )
 from glue import bus
 from glue.topology import Topology, TopologyError, ViewSpec, duration_ms
+
+CALIBRATED = ("temperature", "humidity")   # the quantities a calibration relation corrects
 
 
 @dataclass(frozen=True)
@@ -126,8 +130,14 @@ def _analyze(topology: Topology, node_id: str, options: Mapping[str, Any], input
 
 
 def _qualify(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
-    samples = Source((bus.raw_topic(node_id),), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts",
-                     duration_ms(options.get("lateness", "1 second")))
+    samples: Plan = Source((bus.raw_topic(node_id),), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts",
+                           duration_ms(options.get("lateness", "1 second")))
+    if options.get("calibration"):
+        # per-receptor calibration from the MDR: each value minus the mote's known offset
+        offsets = tuple((f"{q}_offset", "double") for q in CALIBRATED)
+        joined = LookupJoin(samples, str(options["calibration"]), "receptor_id", offsets)
+        samples = Project(joined, tuple((name, BinOp("-", Col(name), Col(f"{name}_offset")) if name in CALIBRATED
+                                         else Col(name)) for name, _ in RAW_SAMPLE_SOURCE_COLUMNS))
     located = LookupJoin(samples, str(options.get("positions", "mote_positions")), "receptor_id",
                          (("x", "double"), ("y", "double")))
     return Qualify(located, duration_ms(_param(topology, options, "period", "sample_period")))

@@ -10,12 +10,13 @@ used as a source is recomputed from its exported definition over the same readin
 from __future__ import annotations
 
 import operator
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from dsp.mote_quality import MoteQuality
-from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit
+from dsp.plan import EPC_SCHEME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit
 from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, LogicalQuery, analyze
@@ -32,6 +33,11 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
+def _product(tag: str) -> str:
+    """dsp.plan's product(): the URI up to its second '.', without the EPC scheme."""
+    return re.sub(EPC_SCHEME, "", ".".join(tag.split(".")[:2]))
+
+
 def evaluate_expr(expr: Expr, row: Row) -> Any:
     """SQL semantics: NULL in, NULL out; AND/OR with NULL as in three-valued logic."""
     if isinstance(expr, Col):
@@ -42,7 +48,8 @@ def evaluate_expr(expr: Expr, row: Row) -> Any:
         args = [evaluate_expr(a, row) for a in expr.args]
         if args[0] is None:
             return None
-        return {"not": lambda v: not v, "size": len, "double": float, "epoch_ms": int}[expr.name](args[0])
+        return {"not": lambda v: not v, "size": len, "double": float, "epoch_ms": int,
+                "product": _product}[expr.name](args[0])
     assert isinstance(expr, BinOp)
     left, right = evaluate_expr(expr.left, row), evaluate_expr(expr.right, row)
     if expr.op == "AND":
@@ -103,6 +110,8 @@ class Reference:
         if query.smoothing is not None:   # WHERE filtered the readings; the rest sees smoothed rows
             rows = self.joined(adaptive_smoothed(rows, query.smoothing.epoch_ms, query.smoothing.delta,
                                                  self.start_ms), query)
+        if query.derived:
+            rows = [{**row, **{name: evaluate_expr(expr, row) for name, expr in query.derived}} for row in rows]
         if not query.is_aggregate:
             return [{name: evaluate_expr(expr, row) for name, expr in query.outputs} for row in rows]
         assert query.window is not None
@@ -207,9 +216,10 @@ def location_trends(counts: dict[tuple[int, str], int], range_ms: int) -> dict[t
 
 
 def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, positions: dict[str, tuple[float, float]],
-                      from_ms: int | None = None) -> list[tuple]:
+                      offsets: dict[str, dict[str, float]] | None = None, from_ms: int | None = None) -> list[tuple]:
     """The qualify stage centrally over the agent's readings log (its sample batches), for the
-    motes with a position: dsp.plan.QUALITY_COLUMNS rows, each mote's values the period's mean."""
+    motes with a position: dsp.plan.QUALITY_COLUMNS rows, each mote's values the period's mean,
+    less its calibration `offsets` ({mote: {quantity: offset}}) if given."""
     sums: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     first_period = -(-from_ms // period_ms) if from_ms else None
     for line in logged:
@@ -218,6 +228,8 @@ def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, position
             if sample["receptor_id"] in positions and (first_period is None or period >= first_period):
                 for quantity, value in sample["values"].items():
                     if quantity in SAMPLE_QUANTITIES:
+                        if offsets is not None and quantity in offsets.get(sample["receptor_id"], {}):
+                            value = value - offsets[sample["receptor_id"]][quantity]
                         sums[(period, sample["receptor_id"])][quantity].append(value)
     samples: dict[int, dict[str, tuple[float, float, dict[str, float]]]] = defaultdict(dict)
     for (period, mote), values in sums.items():

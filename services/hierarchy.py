@@ -23,6 +23,7 @@ from dsp.session import spark_session
 from edge.agent import ReceptorAgent
 from edge.scenario import receptors_for, scenario_of
 from glue import bus
+from glue.csava import CALIBRATED
 from glue.topology import Topology
 from mdr.repository import MDR
 from services.node import HiFiNode
@@ -40,7 +41,8 @@ def run_file() -> str:
 def load_metadata(mdr: MDR, topology: Topology) -> None:
     """The mediated schema, receptors (the topology's and its scenario's) and static relations of
     a topology, into the MDR."""
-    receptors = receptors_for(topology, scenario_of(topology, 0))
+    scenario = scenario_of(topology, 0)
+    receptors = receptors_for(topology, scenario)
     mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
     mdr.put_parameters(topology.parameters)
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
@@ -51,6 +53,8 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
             rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
         if relation.name == "mote_positions":
             rows += [(r.id, float(r.x), float(r.y)) for r in receptors if r.kind == "mote"]
+        if relation.name == "mote_calibration":   # the emulated motes' calibration offsets, as a survey found them
+            rows += [(m.receptor_id, *(float(m.offset.get(q, 0.0)) for q in CALIBRATED)) for m in scenario.motes]
         mdr.put_relation(relation.name, relation.columns, rows, relation.replicas)
 
 

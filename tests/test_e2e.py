@@ -116,7 +116,8 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
 
 
 def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying_mote(hierarchy):
-    """dock-m3's battery starts failing 45 s into the scenario (deploy/scenarios/supply-chain.yaml)."""
+    """Values corrected by each mote's calibration offsets; dock-m3's battery starts failing 45 s into the
+    scenario (deploy/scenarios/supply-chain.yaml)."""
     from edge.agent import read_jsonl
     from edge.scenario import receptors_for
     from glue.reference import mote_quality_rows
@@ -132,13 +133,19 @@ def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying
     rows = wait_for(judged, 240, "mote quality 50 s into the run", 3)
     positions = {r.id: (r.x, r.y) for r in receptors_for(hierarchy.topology, hierarchy.agent.scenario)
                  if r.kind == "mote"}
+    offsets = {m.receptor_id: dict(m.offset) for m in hierarchy.agent.scenario.motes}   # calibration, per the MDR
     columns = ("receptor_id", "faulty", "reasons", "confidence", "temperature", "humidity", "light", "sound",
                "voltage")
     upto = max(_ms(r["window_start"]) for r in rows) - 2000
     got = sorted((_ms(r["window_start"]), *(r[c] for c in columns)) for r in rows if _ms(r["window_start"]) <= upto)
-    want = sorted((_ms(row[0]), *row[2:]) for row in mote_quality_rows(read_jsonl(hierarchy.readings_path), 1000,
-                                                                         positions) if _ms(row[0]) <= upto)
+    logged = read_jsonl(hierarchy.readings_path)
+    want = sorted((_ms(row[0]), *row[2:]) for row in mote_quality_rows(logged, 1000, positions, offsets)
+                  if _ms(row[0]) <= upto)
     assert got == want and len(got) > 100
+    raw = {(s["timestamp_ms"] // 1000 * 1000, s["receptor_id"]): s["values"]["temperature"]
+           for line in logged for s in line.get("samples", ())}
+    corrected = [(t, mote, temperature) for t, mote, _, _, _, temperature, *_ in got if temperature is not None]
+    assert any(raw[(t, mote)] != temperature for t, mote, temperature in corrected)
     verdicts = {(t, mote): faulty for t, mote, faulty, *_ in got}
     assert any(faulty for (t, mote), faulty in verdicts.items() if mote == "dock-m3" and t >= dying_from)
     healthy = [faulty for (t, mote), faulty in verdicts.items() if mote != "dock-m3"]

@@ -111,6 +111,9 @@ QUERIES = {
     "adaptive smoothing of one receptor's readings, the smoothed rows selected: root at its edge": (
         "SELECT receptor_id, tag_id, reads, epochs, window_start FROM cleaned_rfid_stream "
         "[adaptive epoch '1 second', delta 0.1] WHERE receptor_id = 'door1-r1'", "door1"),
+    "EPC decoding: distinct units per product, grouped by a computed key": (
+        "SELECT product(tag_id) AS product, count(DISTINCT tag_id) AS units FROM rfid_stream [range by '4 seconds'] "
+        "WHERE read_strength >= 0.2 GROUP BY product", "warehouse"),
     "a definition-only view as source (cleaned), ratio of two aggregates": (
         "SELECT receptor_id, count(DISTINCT tag_id) * 1.0 / count(*) AS distinct_share FROM cleaned_rfid_stream "
         "[range by '2 seconds'] GROUP BY receptor_id", "warehouse"),

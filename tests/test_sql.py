@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsp.plan import BinOp, Col, Lit, Window
+from dsp.plan import BinOp, Col, Func, Lit, Window
 from glue.analyzer import Arbitration, Smoothing, analyze
 from glue.sql import ast
 from glue.sql.lexer import SqlError
@@ -129,3 +129,16 @@ def test_adaptive_smoothing_filters_readings_then_exposes_the_smoothed_rows(cata
     assert "read_strength" in repr(query.predicate) and "door1-r1" in repr(query.predicate)
     plain = analyze("SELECT tag_id, reads, epochs FROM rfid_stream [adaptive epoch '2 seconds']", catalog)
     assert plain.smoothing == Smoothing(2000, 0.25) and not plain.is_aggregate
+
+
+def test_product_decodes_an_epc_and_a_computed_key_can_be_grouped_by(catalog):
+    from glue.reference import evaluate_expr
+
+    query = analyze("SELECT product(tag_id) AS product, count(DISTINCT tag_id) AS units "
+                    "FROM rfid_stream [range by '4 seconds'] WHERE product(tag_id) != 'x' GROUP BY product", catalog)
+    assert query.keys == ("product",) and query.derived == (("product", Func("product", (Col("tag_id"),))),)
+    assert dict(query.outputs)["product"] == Col("product")
+    row = {"tag_id": "urn:epc:id:sgtin:0614141.812345.6789"}
+    assert evaluate_expr(query.derived[0][1], row) == "0614141.812345"
+    with pytest.raises(SqlError, match="unknown function 'brand'"):
+        analyze("SELECT brand(tag_id) AS b FROM rfid_stream", catalog)

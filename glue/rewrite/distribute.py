@@ -156,6 +156,9 @@ class _Builder:
         plan = self.joined(self.source(node), node)
         if self.q.predicate is not None and self.q.smoothing is None:   # smoothing: WHERE came before it
             plan = Filter(plan, self.q.predicate)
+        if self.q.derived:   # grouping columns computed from each row, beside the others
+            kept = tuple((name, Col(name)) for name, _ in output_columns(plan))
+            plan = Project(plan, kept + self.q.derived)
         return plan
 
     def producer_plan(self, node: str) -> Plan:

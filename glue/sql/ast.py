@@ -48,7 +48,7 @@ class InList:
 
 @dataclass(frozen=True)
 class Call:
-    """An aggregate call: count(*), count(DISTINCT x), sum(x), ..."""
+    """An aggregate call: count(*), count(DISTINCT x), sum(x), ...; or a scalar function: product(x)."""
 
     name: str
     arg: Node | None     # None for count(*)

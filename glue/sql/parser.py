@@ -16,6 +16,7 @@ from glue.sql import ast
 from glue.sql.lexer import SqlError, Token, tokenize
 
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
+SCALAR_FUNCTIONS = ("product",)   # product(tag_id): the EPC's product identity (company prefix.item reference)
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 
 
@@ -261,9 +262,9 @@ class _Parser:
 
     def _call(self) -> ast.Call:
         tok = self._ident("a function name")
-        if tok.text not in AGGREGATE_NAMES:
-            raise SqlError(f"unknown function {tok.text!r} (aggregates: {', '.join(AGGREGATE_NAMES)})",
-                           tok.pos.line, tok.pos.column)
+        if tok.text not in AGGREGATE_NAMES + SCALAR_FUNCTIONS:
+            raise SqlError(f"unknown function {tok.text!r} (aggregates: {', '.join(AGGREGATE_NAMES)}; "
+                           f"functions: {', '.join(SCALAR_FUNCTIONS)})", tok.pos.line, tok.pos.column)
         self._expect("symbol", "(")
         if self._accept("symbol", "*"):
             if tok.text != "count":
