@@ -1,6 +1,7 @@
 """Per-tag smoothing of RFID presence over epochs: SMURF's adaptive window (Jeffery, Garofalakis,
 Franklin, VLDB 2006) and the fixed window it is measured against. Pure: the state machine of one
-(reader, tag) pair, epoch by epoch; the DSP and the reference evaluator run it per key.
+(reader, tag) pair, epoch by epoch, and `ReaderSmoother`, all tags of one reader, which the DSP's
+sink (dsp.smoothing), the reference evaluator and `hifi bench cleaning` run alike.
 
 An epoch is a few read cycles of a reader; the tag is read in it or not. SMURF keeps a window of
 w epochs per tag such that:
