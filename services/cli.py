@@ -81,11 +81,13 @@ def cmd_up(args: argparse.Namespace) -> int:
             hierarchy.start_agents(args.receptor_dir)
             hierarchy.write_run_file()
             _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
-                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends) follow "
-                      f"(Ctrl-C stops)")
+                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
+                      f"faulty motes) follow (Ctrl-C stops)")
             first: list[float] = []
 
             def emit(topic: str, row: dict) -> None:
+                if row.get("faulty") is False:
+                    return   # mote quality: every mote, every second; only the faulty ones are news
                 if not first:
                     first.append(time.monotonic() - started)
                     _progress(f"first result {first[0]:.1f} s after start")
