@@ -230,19 +230,21 @@ def _smooth(plan: Smooth, ctx: CompileContext) -> DataFrame:
     heartbeats come out as rows with no tag and no reads. The smoothing itself runs on them in
     the sink (dsp.smoothing), where its per-receptor state lives: its input is small, and this
     Spark has no usable per-key state for Python on this pandas (applyInPandasWithState fails)."""
-    df = _smooth_input(plan.child, ctx)
-    time_col = event_time_column(plan.child)
-    window = F.window(time_col, f"{plan.epoch_ms} milliseconds").alias("__window")
-    return (df.groupBy(window, "receptor_id", "tag_id").agg(F.count("tag_id").alias("reads"))
-            .select(F.col("__window.start").alias("window_start"), F.col("__window.end").alias("window_end"),
-                    "receptor_id", "tag_id", "reads"))
+    return _per_epoch(_smooth_input(plan.child, ctx), event_time_column(plan.child), plan.epoch_ms,
+                      ("receptor_id", "tag_id"), [F.count("tag_id").alias("reads")])
 
 
 def _qualify(plan: Qualify, ctx: CompileContext) -> DataFrame:
     """Each mote's mean values per sampling period, with its position, emitted when the watermark
     closes the period; the judging runs on them in the sink (dsp.quality)."""
-    df = _compile(plan.child, ctx)
-    window = F.window(event_time_column(plan.child), f"{plan.period_ms} milliseconds").alias("__window")
-    means = [F.avg(q).alias(q) for q in SAMPLE_QUANTITIES]
-    return (df.groupBy(window, "receptor_id", "x", "y").agg(*means)
-            .select(F.col("__window.start").alias("window_start"), "receptor_id", "x", "y", *SAMPLE_QUANTITIES))
+    return _per_epoch(_compile(plan.child, ctx), event_time_column(plan.child), plan.period_ms,
+                      ("receptor_id", "x", "y"), [F.avg(q).alias(q) for q in SAMPLE_QUANTITIES])
+
+
+def _per_epoch(df: DataFrame, time_col: str | None, epoch_ms: int, keys: Sequence[str],
+               aggregates: list[SparkColumn]) -> DataFrame:
+    """`aggregates` per key and tumbling epoch, emitted once the watermark closes the epoch:
+    window_start, window_end, the keys, the aggregates (the input of a sink-side operator)."""
+    grouped = df.groupBy(F.window(time_col, f"{epoch_ms} milliseconds").alias("__window"), *keys).agg(*aggregates)
+    return grouped.select(F.col("__window.start").alias("window_start"), F.col("__window.end").alias("window_end"),
+                          *keys, *grouped.columns[len(keys) + 1:])

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+from abc import ABC, abstractmethod
 from typing import Any
 
 
-class BatchState:
+class BatchState(ABC):
+    """A sink transform's state: subclasses say how it becomes JSON (`dump`) and back (`load`)."""
+
     def __init__(self, path: str) -> None:
         self.path = path
         self._restored = False
 
+    @abstractmethod
     def dump(self) -> Any:
-        raise NotImplementedError
+        """The state as JSON-ready data."""
 
+    @abstractmethod
     def load(self, data: Any) -> None:
-        raise NotImplementedError
+        """Take the state back from what `dump` gave."""
 
     def begin(self, batch_id: int) -> Any:
         """Restore (once, after a start) what batch `batch_id` starts from; return it, to be

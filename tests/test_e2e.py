@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dsp.codec import datetime_ms as _ms
 from edge.truth import covered_windows, readings_per_node
 from glue.topology import duration_ms, load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
@@ -28,10 +29,6 @@ def hierarchy(servers, spark, tmp_path_factory):
 
 
 DOORS = ("inbound-dock", "outbound-door")
-
-
-def _ms(value) -> int:
-    return int(value.timestamp() * 1000)
 
 
 def _rows(hierarchy, node: str, view: str) -> list[dict]:
