@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime) when missing.
+# Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime; Chromium and its
+# WebDriver for the dashboard's browser test) when missing.
 # As root it installs them; otherwise it says what to install and fails.
 set -euo pipefail
 
@@ -8,6 +9,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(17|21)'; then
   missing+=(openjdk-17-jre-headless)
 fi
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -99,6 +99,7 @@ class Ingest:
     node: str
     raw_topic: str
     mdr_url: str
+    weak_below: float = 0.0   # readings weaker than this count as "weak" in the receptor telemetry
 
 
 @dataclass
@@ -154,7 +155,8 @@ def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, va
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
         reader = reader.option("startingOffsets", json.dumps(mine))
     if ctx.ingest is not None and source.topics == (ctx.ingest.raw_topic,):
-        reader = reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
+        reader = (reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
+                  .option("weak_below", str(ctx.ingest.weak_below)))
     df = reader.load()
     if source.format == "rfid" and valid_only:
         df = df.where(F.col("error").isNull())

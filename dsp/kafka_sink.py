@@ -49,6 +49,8 @@ class BatchReport:
     batch_id: int
     rows_out: int = 0
     max_event_ms: int | None = None
+    duration_s: float = 0.0      # running the micro-batch's plan and writing its rows
+    emitted_ms: int = 0          # wall clock when its rows were written
 
 
 BatchHook = Callable[[BatchReport], None]
@@ -74,6 +76,7 @@ class RowBatchSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if batch_id <= self.fence.last():
             return
+        started = time.monotonic()
         rows = [tuple(row) for row in batch.select(*self.input_columns).collect()]
         if self.transform is not None:
             rows = self.transform(rows, batch_id)
@@ -89,7 +92,8 @@ class RowBatchSink:
             self._producer.flush()
         self.fence.done(batch_id)
         if self.on_batch is not None:
-            report = BatchReport(batch_id, rows_out=len(rows))
+            report = BatchReport(batch_id, rows_out=len(rows), duration_s=time.monotonic() - started,
+                                 emitted_ms=int(time.time() * 1000))
             if rows and self.event_time in self.columns:
                 idx = self.columns.index(self.event_time)
                 report.max_event_ms = max(int(r[idx].timestamp() * 1000) for r in rows if r[idx] is not None)

@@ -22,7 +22,9 @@ Options:
   ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
              reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
              "<topic>:<partition>:<offset>") and add the readings consumed and rejected to the
-             node's statistics in the MDR, fenced by offset range so a replayed range counts once
+             node's statistics in the MDR, fenced by offset range so a replayed range counts once,
+             with each receptor's readings, read cycles and weak readings (strength below
+             `weak_below`, what cleaning will drop) for the dashboard's receptor telemetry
 
 Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a restarted query resumes
 exactly where its last committed micro-batch ended. The reader is pickled to the Python workers:
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -64,7 +67,9 @@ from dsp.codec import (
 from glue import bus
 from mdr.repository import MDR
 
-TAG, ERROR, TS, OFFSET, PAYLOAD = (RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload"))
+TAG, ERROR, TS, OFFSET, PAYLOAD, RECEPTOR, STRENGTH, CYCLE = (
+    RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload", "receptor_id", "read_strength",
+                                        "cycle"))
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
@@ -120,6 +125,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.markers = options.get("markers", "false") == "true"
         self.heartbeats = options.get("heartbeats", "false") == "true"
         self.mdr_url = options.get("mdr_url", "")
+        self.weak_below = float(options.get("weak_below", "0"))
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)
@@ -159,16 +165,20 @@ class KafkaStreamReader(DataSourceStreamReader):
                                  partition.start, partition.end)
         schema = arrow_schema(self.schema)
         names = self.schema.fieldNames()
-        ingest = IngestTally(partition) if self.ingest_node else None
+        ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
         rows: list[tuple] = []
         now_ms = int(time.time() * 1000)
         for record in records:
             if self.format == "rfid":
                 if is_sensor_batch(record.headers):
                     continue   # mote samples share the raw topic; they are not rfid_stream readings
-                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms, self.heartbeats)
-                if ingest is not None:   # a heartbeat is no reading (the only row with neither tag nor error)
-                    ingest.add([r for r in decoded if r[TAG] is not None or r[ERROR] is not None])
+                # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
+                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms,
+                                            self.heartbeats or ingest is not None)
+                if ingest is not None:
+                    ingest.add(decoded)
+                    if not self.heartbeats:
+                        decoded = [r for r in decoded if r[TAG] is not None or r[ERROR] is not None]
                 rows.extend(decoded)
             elif self.format == "samples":
                 if is_sensor_batch(record.headers):
@@ -191,19 +201,27 @@ class KafkaStreamReader(DataSourceStreamReader):
 class IngestTally:
     """The data listener's bookkeeping for one offset range of a raw topic."""
 
-    def __init__(self, partition: OffsetRange) -> None:
+    def __init__(self, partition: OffsetRange, weak_below: float = 0.0) -> None:
         self.partition = partition
+        self.weak_below = weak_below
         self.good = 0
         self.max_event_ms = 0
         self.dead: list[tuple] = []
+        self.per_receptor: Counter[str] = Counter()   # "<receptor>:<reads|cycles|weak>"
 
     def add(self, rows: list[tuple]) -> None:
+        """The rows of one read cycle, its heartbeat row included."""
         for row in rows:
-            if row[ERROR] is None:
+            if row[ERROR] is not None:
+                self.dead.append(row)
+            elif row[TAG] is None:
+                self.per_receptor[f"{row[RECEPTOR]}:cycles"] += 1
+            else:
                 self.good += 1
                 self.max_event_ms = max(self.max_event_ms, int(row[TS].timestamp() * 1000))
-            else:
-                self.dead.append(row)
+                self.per_receptor[f"{row[RECEPTOR]}:reads"] += 1
+                if row[STRENGTH] < self.weak_below:
+                    self.per_receptor[f"{row[RECEPTOR]}:weak"] += 1
 
     def flush(self, bootstrap: str, node: str, mdr_url: str) -> None:
         topic = self.partition.topic
@@ -217,7 +235,7 @@ class IngestTally:
             producer.flush()
         mdr = shared_mdr(mdr_url)
         mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
-                             self.max_event_ms, {"rows_in": self.good, "dead": len(self.dead)})
+                             self.max_event_ms, {"rows_in": self.good, "dead": len(self.dead)}, dict(self.per_receptor))
 
 
 _mdrs: dict[str, MDR] = {}

@@ -1,7 +1,7 @@
 """Topology files (deploy/topologies/*.yaml): load, validate, and answer tree questions. Pure.
 
 Schema (documented in deploy/topologies/README.md):
-  name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen}],
+  name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen, metrics_port}],
   receptors [{id, kind, node, location, area, x, y}], relations [{name, columns, rows, replicas}],
   views [{name, stage, tiers, ...stage options, definition, materialize, readers}], scenario (file or {...})
 """
@@ -44,6 +44,7 @@ class NodeSpec:
     alternates: tuple[str, ...]
     listen: str
     line: int
+    metrics_port: int = 0    # where the node serves /metrics (0: any free port, recorded in the MDR)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,12 @@ class Topology:
         return [v for v in self.views if (node_id in v.nodes if v.nodes else tier in v.tiers)]
 
 
+def _port(value: object, line: int, node_id: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 65535:
+        raise TopologyError(f"line {line}: node {node_id!r}: metrics_port must be a port number 0-65535, not {value!r}")
+    return value
+
+
 def _need(item: dict, key: str, where: str) -> Any:
     if key not in item or item[key] in (None, ""):
         raise TopologyError(f"line {item.get('__line__', '?')}: {where} has no '{key}'")
@@ -157,7 +164,7 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
             raise TopologyError(f"line {line}: node {node_id!r} has unknown tier {tier!r} (one of {', '.join(TIERS)})")
         nodes[node_id] = NodeSpec(node_id, tier, str(item.get("parent") or ""),
                                   tuple(str(a) for a in item.get("alternates") or []), str(item.get("listen", "")),
-                                  line)
+                                  line, _port(item.get("metrics_port", 0), line, node_id))
     if not nodes:
         raise TopologyError(f"{source}: no nodes")
     for spec in nodes.values():

@@ -15,11 +15,18 @@ Key layout (all keys under the prefix, default "hifi:"):
   view:<node>.<view>         HASH  name, node, topic, window, definition, plan, columns (JSON),
                                    readers (JSON list; ["*"] = everyone), exported_ms
   queries                    SET   query ids
-  query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms
+  query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms,
+                                   result_topic, explain, columns (JSON), tasks (JSON: the placement)
   stats:<node>               HASH  rows_in, rows_out, dead, late_rows, input_rate, lag_ms, max_event_ms,
                                    updated_ms
   stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
+  stats:<node>:receptors     HASH  "<receptor>:<reads|cycles|weak>" -> readings, read cycles and weak
+                                   reads (below the cleaning threshold) the node's data listener took in
+  stats:<node>:history       LIST  JSON samples {ms, rows_in, rows_out, dead, input_rate, lag_ms}, the
+                                   newest last, capped at HISTORY_LENGTH (the dashboard's charts)
+  endpoints                  HASH  service ("node:<id>", "placement", "dashboard") -> JSON {grpc,
+                                   metrics, http}: where to reach it and scrape its Prometheus metrics
   placement                  STR   the placement service's gRPC address
   changes                    STREAM  one entry per change: kind, op, id (nodes and dashboard watch it)
 
@@ -28,8 +35,12 @@ Every change is one MULTI/EXEC transaction (or one Lua script) that also appends
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +48,7 @@ from typing import Any
 import redis
 
 CHANGE_STREAM_MAXLEN = 10_000
+HISTORY_LENGTH = 900   # samples per node: 15 minutes at the nodes' one-second gauges
 
 _FENCED_INCR = """
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
@@ -57,8 +69,9 @@ local newest = tonumber(ARGV[4])
 if newest > tonumber(redis.call('HGET', KEYS[1], 'max_event_ms') or '0') then
   redis.call('HSET', KEYS[1], 'max_event_ms', newest)
 end
-for i = 5, #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i + 1])
+local node_end = 6 + 2 * tonumber(ARGV[5])
+for i = 6, #ARGV, 2 do
+  redis.call('HINCRBY', i < node_end and KEYS[1] or KEYS[3], ARGV[i], ARGV[i + 1])
 end
 return 1
 """
@@ -111,13 +124,35 @@ class QueryRecord:
     result_topic: str = ""
     explain: str = ""
     columns: tuple[str, ...] = ()
+    # the placement drawn: [{node, role, query_id, export_as, reused}], leaves first
+    tasks: tuple[dict[str, Any], ...] = ()
 
 
+def _counting(name: str, method):
+    @functools.wraps(method)
+    def counted(self: MDR, *args, **kwargs):
+        with self._operations_lock:
+            self.operations[name] += 1
+        return method(self, *args, **kwargs)
+    return counted
+
+
+def _count_operations(cls: type) -> type:
+    """Count every call of a public method per instance (`operations`): the services' MDR metrics."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and name != "k" and inspect.isfunction(member):
+            setattr(cls, name, _counting(name, member))
+    return cls
+
+
+@_count_operations
 class MDR:
     def __init__(self, client: redis.Redis, prefix: str = "hifi:") -> None:
         self.r = client
         self.p = prefix
         self.url = ""
+        self.operations: Counter[str] = Counter()
+        self._operations_lock = threading.Lock()
         self._fenced_incr = client.register_script(_FENCED_INCR)
         self._range_incr = client.register_script(_RANGE_INCR)
 
@@ -282,6 +317,7 @@ class MDR:
                 "text": query.text, "root": query.root, "remote": json.dumps(query.remote),
                 "status": query.status, "submitted_ms": query.submitted_ms, "result_topic": query.result_topic,
                 "explain": query.explain, "columns": json.dumps(list(query.columns)),
+                "tasks": json.dumps(list(query.tasks)),
             })
             self._announce(pipe, "query", "put", query.id)
             pipe.execute()
@@ -300,7 +336,8 @@ class MDR:
             if d:
                 result.append(QueryRecord(query_id, d["text"], d["root"], json.loads(d["remote"]), d["status"],
                                           int(d["submitted_ms"]), d.get("result_topic", ""), d.get("explain", ""),
-                                          tuple(json.loads(d.get("columns", "[]")))))
+                                          tuple(json.loads(d.get("columns", "[]"))),
+                                          tuple(json.loads(d.get("tasks", "[]")))))
         return result
 
     # ------------------------------------------------------------ runtime statistics
@@ -314,14 +351,47 @@ class MDR:
                                       args=args))
 
     def add_range_counts(self, node_id: str, topic: str, partition: int, start: int, end: int,
-                         max_event_ms: int, counts: dict[str, int]) -> bool:
+                         max_event_ms: int, counts: dict[str, int],
+                         receptor_counts: dict[str, int] | None = None) -> bool:
         """Add what a node consumed from offsets [start, end) of a partition, once: a replay of a
-        range already counted adds nothing. Also raises the node's newest event time seen."""
-        args: list[Any] = [f"{topic}:{partition}", start, end, max_event_ms]
-        for name, value in counts.items():
+        range already counted adds nothing. Also raises the node's newest event time seen.
+        `receptor_counts`: {"<receptor>:<reads|cycles|weak>": n}, the same range per receptor."""
+        args: list[Any] = [f"{topic}:{partition}", start, end, max_event_ms, len(counts)]
+        for name, value in [*counts.items(), *(receptor_counts or {}).items()]:
             args += [name, int(value)]
-        return bool(self._range_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "offsets")],
-                                     args=args))
+        return bool(self._range_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "offsets"),
+                                           self.k("stats", node_id, "receptors")], args=args))
+
+    def receptor_stats(self, node_id: str) -> dict[str, dict[str, int]]:
+        """{receptor: {"reads": n, "cycles": n, "weak": n}} as the node's data listener counted them."""
+        found: dict[str, dict[str, int]] = {}
+        for field_name, value in self.r.hgetall(self.k("stats", node_id, "receptors")).items():
+            receptor, _, what = field_name.rpartition(":")
+            found.setdefault(receptor, {"reads": 0, "cycles": 0, "weak": 0})[what] = int(value)
+        return found
+
+    def record_history(self, node_id: str, sample: dict[str, float]) -> None:
+        """Append one timestamped sample of the node's statistics (the oldest fall off)."""
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.rpush(self.k("stats", node_id, "history"), json.dumps({"ms": now_ms(), **sample}))
+            pipe.ltrim(self.k("stats", node_id, "history"), -HISTORY_LENGTH, -1)
+            pipe.execute()
+
+    def history(self, node_id: str, limit: int = HISTORY_LENGTH) -> list[dict[str, float]]:
+        """The node's newest `limit` samples, oldest first."""
+        return [json.loads(s) for s in self.r.lrange(self.k("stats", node_id, "history"), -limit, -1)]
+
+    # ------------------------------------------------------------ service endpoints
+
+    def put_endpoints(self, service: str, endpoints: dict[str, str]) -> None:
+        """Where `service` ("node:<id>", "placement", "dashboard") is reached: grpc, metrics, http."""
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(self.k("endpoints"), service, json.dumps(endpoints))
+            self._announce(pipe, "endpoints", "put", service)
+            pipe.execute()
+
+    def endpoints(self) -> dict[str, dict[str, str]]:
+        return {service: json.loads(value) for service, value in self.r.hgetall(self.k("endpoints")).items()}
 
     def set_gauges(self, node_id: str, gauges: dict[str, float]) -> None:
         self.r.hset(self.k("stats", node_id), mapping={**gauges, "updated_ms": now_ms()})

@@ -10,10 +10,14 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from edge.intel_lab import IntelLabError
 from edge.scenario import ScenarioError
 from glue.topology import TopologyError, load_topology
+
+if TYPE_CHECKING:
+    from services.health import RateWindow
 
 TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "topologies")
 DEFAULT_TOPOLOGY = os.path.join(TOPOLOGIES, "supply-chain.yaml")
@@ -79,7 +83,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         try:
             hierarchy.start(_progress)
             hierarchy.start_agents(args.receptor_dir)
+            dashboard_url = _start_dashboard(hierarchy, args.dashboard)
             hierarchy.write_run_file()
+            _progress(f"dashboard at {dashboard_url}")
             _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
                       f"faulty motes) follow (Ctrl-C stops)")
@@ -110,6 +116,52 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_dashboard(hierarchy, listen: str) -> str:
+    """The dashboard on `listen`; when that port is taken (another hifi up), on any free port."""
+    try:
+        return hierarchy.start_dashboard(listen)
+    except OSError as exc:
+        _progress(f"dashboard: cannot listen on {listen} ({exc.strerror}); using a free port")
+        return hierarchy.start_dashboard(f"{listen.rpartition(':')[0]}:0")
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """A dashboard for a hierarchy already running (e.g. after the first one was stopped)."""
+    from services.dashboard import Dashboard
+
+    mdr = _mdr()
+    bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP") or _run_info().get("bootstrap")
+    if not bootstrap:
+        raise CLIError("no broker known: set HIFI_KAFKA_BOOTSTRAP or run `hifi up`")
+    topology_file = args.topology or _run_info().get("topology") or DEFAULT_TOPOLOGY
+    dashboard = Dashboard(mdr, bootstrap, load_topology(topology_file))
+    try:
+        url = dashboard.serve(args.listen)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.listen}: {exc.strerror}") from None
+    _progress(f"dashboard at {url} (Ctrl-C stops)")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        dashboard.close()
+    return 0
+
+
+def _run_info() -> dict:
+    from services.hierarchy import run_file
+
+    try:
+        with open(run_file()) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
 def _stop_spark() -> None:
     from pyspark.sql import SparkSession
 
@@ -138,18 +190,59 @@ def cmd_views(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_report(mdr, rates: RateWindow | None = None) -> str:
+    """The health summary `hifi status` prints (the dashboard shows the same); with `rates` (kept
+    across redraws), each receptor's reads/s and read-cycle time since the earlier ones."""
+    from mdr.repository import now_ms
+    from services.health import CountsSample, node_health, tiers_top_down
+
+    now = now_ms()
+    views = mdr.views()
+    health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
+                             for n in mdr.nodes()])
+    table = _table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
+                    "views"],
+                   [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
+                     f"{h.input_rate:.1f}", f"{h.lag_s:.1f}", h.rows_out, h.dead_lettered, h.late_rows, h.queries,
+                     ",".join(h.views) or "-"] for h in health])
+    problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
+    counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
+    rates = rates.add(CountsSample(now, counts)) if rates is not None else {}
+    receptors = _table(["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
+                       [[rid, c["reads"], c["cycles"], c["weak"],
+                         f"{rates[rid].reads_per_s:.1f}" if rid in rates else "-",
+                         f"{rates[rid].cycle_ms:.0f}" if rid in rates and rates[rid].cycle_ms else "-",
+                         "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else "-"]
+                        for rid, c in sorted(counts.items())])
+    queries = mdr.queries()
+    lines = [table, *problems]
+    if counts:
+        lines += ["", receptors]
+    lines += ["", f"{len(queries)} queries running" + "".join(f"\n  {q.id} at {q.root}: {' '.join(q.text.split())[:70]}"
+                                                             for q in queries)]
+    return "\n".join(lines)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     mdr = _mdr()
-    rows = []
-    for node in mdr.nodes():
-        stats = mdr.stats(node.id)
-        rows.append([node.id, node.tier, "alive" if node.alive else "DEAD", int(stats.get("rows_in", 0)),
-                     f"{stats.get('input_rate', 0.0):.1f}", f"{stats.get('lag_ms', 0.0) / 1000:.1f}",
-                     int(stats.get("rows_out", 0)), int(stats.get("dead", 0)), int(stats.get("late_rows", 0)),
-                     int(stats.get("running_queries", 0))])
-    _say(_table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries"],
-                rows))
-    return 0
+    if not args.watch:
+        _say(status_report(mdr))
+        return 0
+    if args.interval <= 0:
+        raise CLIError(f"--interval must be positive (got {args.interval})")
+    from services.health import RateWindow
+
+    rates = RateWindow()
+    try:
+        while True:
+            report = status_report(mdr, rates)
+            # clear the screen and home the cursor, then redraw: a live view in any ANSI terminal
+            heading = time.strftime("%H:%M:%S  hifi status (Ctrl-C stops)")
+            sys.stdout.write(f"\x1b[2J\x1b[H{heading}\n\n{report}\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
 
 
 def _placement_stub():
@@ -380,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--receptor-dir", default=None,
                     help="where the agents write readings.jsonl and truth.jsonl (default: <state dir>/receptors)")
     up.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    up.add_argument("--dashboard", default="127.0.0.1:8470", metavar="HOST:PORT",
+                    help="where the operations dashboard listens (default 127.0.0.1:8470; a free port if taken)")
     up.set_defaults(func=cmd_up)
 
     nodes = sub.add_parser("nodes", help="nodes in the MDR with tier, parent, address, liveness")
@@ -389,8 +484,19 @@ def build_parser() -> argparse.ArgumentParser:
     views.add_argument("--node", default=None, help="only this node's views")
     views.set_defaults(func=cmd_views)
 
-    status = sub.add_parser("status", help="per-node input rate, lag, dead letters")
+    status = sub.add_parser("status", help="health per node (alive, lagging, dead), input rate, lag, dead letters, "
+                                           "receptor telemetry, running queries")
+    status.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C, "
+                                                             "with each receptor's reads/s and read-cycle time")
+    status.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
     status.set_defaults(func=cmd_status)
+
+    dashboard = sub.add_parser("dashboard", help="serve the operations dashboard for a running hierarchy "
+                                                 "(`hifi up` starts one already)")
+    dashboard.add_argument("--listen", default="127.0.0.1:8470", help="host:port to serve on (default 127.0.0.1:8470)")
+    dashboard.add_argument("--topology", default=None,
+                           help="the topology file (default: the running hierarchy's); names the alert views")
+    dashboard.set_defaults(func=cmd_dashboard)
 
     query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
     query.add_argument("sql", help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "

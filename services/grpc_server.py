@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent import futures
 
 import grpc
@@ -13,10 +13,11 @@ from protos import hifi_pb2
 
 
 def start_server(add_servicer: Callable[[grpc.Server], None], service: str, listen: str,
-                 workers: int = 8) -> tuple[grpc.Server, str]:
+                 workers: int = 8, interceptors: Sequence[grpc.ServerInterceptor] = ()) -> tuple[grpc.Server, str]:
     """Serve `service` ("Node", "Placement") on `listen` ("host:port", port 0 for any free one);
-    returns the server and the address it listens on."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{service}"))
+    returns the server and the address it listens on. `interceptors`: e.g. the service's metrics."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{service}"),
+                         interceptors=list(interceptors))
     add_servicer(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -26,6 +26,8 @@ from glue import bus
 from glue.csava import CALIBRATED
 from glue.topology import Topology
 from mdr.repository import MDR
+from services.dashboard import Dashboard
+from services.metrics import ServiceMetrics
 from services.node import HiFiNode
 from services.placement import Placement, serve
 
@@ -69,7 +71,9 @@ class Hierarchy:
     agent: ReceptorAgent | None = None
     placement: Placement | None = None
     placement_address: str = ""
+    dashboard: Dashboard | None = None
     _placement_server: grpc.Server | None = None
+    _placement_metrics: ServiceMetrics | None = None
 
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
@@ -85,14 +89,23 @@ class Hierarchy:
         spark = spark_session()
         for spec in self.topology.bottom_up():
             progress(f"starting node {spec.id} ({spec.tier})")
-            node = HiFiNode(spec.id, self.topology, self.mdr, spark, self.bootstrap, self.state_dir,
-                            self.trigger_ms)
+            node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
+                            self.state_dir, self.trigger_ms)
             node.start()
             self.nodes[spec.id] = node
-        self.placement = Placement(self.mdr, self.bootstrap)
-        self._placement_server, self.placement_address = serve(self.placement)
+        placement_mdr = MDR.connect(self.redis_url)   # its own client: its MDR operations are its own metrics
+        self.placement = Placement(placement_mdr, self.bootstrap)
+        self._placement_metrics = ServiceMetrics("placement", placement_mdr)
+        self._placement_server, self.placement_address = serve(self.placement, metrics=self._placement_metrics)
         self.mdr.r.set(self.mdr.k("placement"), self.placement_address)
+        self.mdr.put_endpoints("placement", {"grpc": self.placement_address,
+                                             "metrics": self._placement_metrics.serve()})
         progress(f"placement service at {self.placement_address}")
+
+    def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
+        """Serve the operations dashboard (services.dashboard); returns its URL."""
+        self.dashboard = Dashboard(MDR.connect(self.redis_url), self.bootstrap, self.topology)
+        return self.dashboard.serve(listen)
 
     def start_agents(self, out_dir: str | None = None) -> ReceptorAgent:
         """Start the topology's scenario now; its readings and ground truth go to `out_dir`."""
@@ -122,9 +135,15 @@ class Hierarchy:
     def stop(self) -> None:
         if self.agent is not None:
             self.agent.stop()
+        if self.dashboard is not None:
+            self.dashboard.close()
+            self.dashboard = None
         if self._placement_server is not None:
             self._placement_server.stop(grace=1).wait(5)
             self._placement_server = None
+        if self._placement_metrics is not None:
+            self._placement_metrics.close()
+            self._placement_metrics = None
         if self.nodes:  # nodes stop side by side: each waits for its queries' batches to end
             with ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix="stop-node") as pool:
                 list(pool.map(HiFiNode.stop, self.nodes.values()))
@@ -135,7 +154,8 @@ class Hierarchy:
         with open(run_file(), "w") as fh:
             json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
                        "topology": self.topology.source, "readings": self.readings_path,
-                       "state_dir": self.state_dir, "placement": self.placement_address}, fh)
+                       "state_dir": self.state_dir, "placement": self.placement_address,
+                       "dashboard": self.dashboard.url if self.dashboard else ""}, fh)
 
 
 def next_whole_second(now_ms: int) -> int:

@@ -25,11 +25,13 @@ from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
+from services.metrics import NodeMetrics
 
 log = logging.getLogger("hifi.node")
 
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TTL_MS = 5_000
+HISTORY_FIELDS = ("rows_in", "rows_out", "dead", "input_rate", "lag_ms")   # sampled every second for the dashboard
 
 
 class NodeServicer(hifi_pb2_grpc.NodeServicer):
@@ -105,11 +107,13 @@ class HiFiNode:
         self.mdr = mdr
         self.bootstrap = bootstrap
         tier = topology.nodes[node_id].tier
-        ingest = Ingest(node_id, bus.raw_topic(node_id), mdr.url) if tier == "edge" else None
+        ingest = (Ingest(node_id, bus.raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
+                  if tier == "edge" else None)
         self.dsp = DSPManager(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                               ingest)
         self.server: grpc.Server | None = None
         self.address = ""
+        self.metrics = NodeMetrics(node_id, mdr)
         self.started_s = time.time()
         self._max_event_ms: int | None = None
         self._stop = threading.Event()
@@ -121,8 +125,10 @@ class HiFiNode:
     def start(self) -> None:
         spec = self.topology.nodes[self.id]
         self._serve(spec.listen or "127.0.0.1:0")
+        metrics_url = self.metrics.serve(self.address.rsplit(":", 1)[0], spec.metrics_port)
         self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
                                {"views": [v.name for v in self.topology.views_at(self.id)]})
+        self.mdr.put_endpoints(f"node:{self.id}", {"grpc": self.address, "metrics": metrics_url})
         self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"hb-{self.id}", daemon=True)
         self._heartbeat.start()
@@ -148,11 +154,18 @@ class HiFiNode:
         self.dsp.stop_all()
         if self.server is not None:
             self.server.stop(grace=1).wait(5)
+        self.metrics.close()
         self.mdr.mark_down(self.id)
+
+    def crash(self) -> None:
+        """Stop heartbeating and reporting, as a node that died looks to the rest of the hierarchy
+        (its queries keep running in this process): for tests and drills of failure detection."""
+        self._stop.set()
 
     def _serve(self, listen: str) -> None:
         self.server, self.address = start_server(
-            lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen)
+            lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen,
+            interceptors=[self.metrics.interceptor()])
 
     def _heartbeat_loop(self) -> None:
         """Liveness only: nothing here may wait on the DSP (a query stop can take seconds)."""
@@ -170,6 +183,8 @@ class HiFiNode:
                 lag = now_ms() - newest if newest else 0
                 self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag,
                                               "running_queries": len(self.dsp.queries())})
+                stats = self.mdr.stats(self.id)
+                self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
             except Exception:  # noqa: BLE001 - statistics must not kill the node
                 log.exception("node %s: gauges failed", self.id)
 
@@ -185,6 +200,7 @@ class HiFiNode:
 
     def _count(self, query_id: str):
         def on_batch(report: BatchReport) -> None:
+            self.metrics.observe_batch(query_id, report)
             self.mdr.add_counts(self.id, query_id, report.batch_id, {"rows_out": report.rows_out})
             if report.max_event_ms is not None and self.topology.nodes[self.id].tier != "edge":
                 self._max_event_ms = max(self._max_event_ms or 0, report.max_event_ms)

@@ -25,6 +25,7 @@ from glue.sql.lexer import SqlError
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
+from services.metrics import ServiceMetrics
 
 log = logging.getLogger("hifi.placement")
 
@@ -99,8 +100,10 @@ class Placement:
             remote: dict[str, list[str]] = {}
             for task in plan.tasks:
                 remote.setdefault(task.node, []).append(task.query_id)
+            tasks = tuple({"node": t.node, "role": t.role, "query_id": t.query_id, "export_as": t.export_as,
+                           "reused": t.reused} for t in plan.tasks)
             self.mdr.put_query(QueryRecord(plan.query_id, sql, plan.placement.root, remote, "running", now_ms(),
-                                           plan.result_topic, plan.explain(), tuple(plan.columns)))
+                                           plan.result_topic, plan.explain(), tuple(plan.columns), tasks))
             return plan
 
     def _stub(self, node: str) -> hifi_pb2_grpc.NodeStub:
@@ -200,8 +203,9 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
 
 
-def serve(placement: Placement, listen: str = "127.0.0.1:0") -> tuple[grpc.Server, str]:
-    """Start the Placement gRPC server; returns it and its address."""
+def serve(placement: Placement, listen: str = "127.0.0.1:0",
+          metrics: ServiceMetrics | None = None) -> tuple[grpc.Server, str]:
+    """Start the Placement gRPC server (its calls counted in `metrics`); returns it and its address."""
     return start_server(lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(PlacementServicer(placement),
                                                                                      server),
-                        "Placement", listen, workers=16)
+                        "Placement", listen, workers=16, interceptors=[metrics.interceptor()] if metrics else [])

@@ -1,0 +1,427 @@
+"""The operations dashboard: one web page of the whole hierarchy, pushed live over server-sent events.
+
+It is a client of the rest of the system and keeps nothing that a restart would lose: health,
+views, queries and history come from the MDR; throughput figures also from the services'
+/metrics; queries are submitted, explained and cancelled through the placement service's gRPC
+API, and their results streamed from it; alerts, faulty receptors and dead letters are re-read
+from their Kafka topics (from the beginning, so a restarted dashboard shows the same events).
+
+HTTP API (all JSON unless said):
+  GET  /                      the page (assets under /static/, served from services/dashboard_assets)
+  GET  /api/snapshot          nodes with health, receptors with telemetry, views, queries with their
+                              placement, per-tier rate and lag series, recent events
+  GET  /api/stream            text/event-stream: a `snapshot` event every second
+  GET  /api/results?query=ID  text/event-stream: `row` events ({columns, values, emitted_ms}) of a
+      /api/results?view=NODE.VIEW   running query (through placement) or an exported view (its topic)
+  POST /api/explain {sql}     the hierarchical plan without running it
+  POST /api/queries {sql}     submit; {query_id, root, plan, columns}
+  DELETE /api/queries/ID      cancel
+  GET  /metrics               the dashboard's own Prometheus metrics
+Errors answer {"error": "..."} with 400 (the query: position and reason), 404 or 503.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import logging
+import os
+import queue
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import grpc
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from dsp.codec import decode_dead_letter, decode_row_batch, from_value
+from glue import bus
+from glue.topology import Topology
+from mdr.repository import MDR, now_ms
+from protos import hifi_pb2, hifi_pb2_grpc
+from services.health import CountsSample, RateWindow, node_health, tier_series
+from services.metrics import ServiceMetrics
+
+log = logging.getLogger("hifi.dashboard")
+
+ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dashboard_assets")
+CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                 ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+PUSH_INTERVAL_S = 1.0
+CHART_SPAN_MS = 300_000      # the throughput and lag charts show the last five minutes
+RATE_SPAN_MS = 5_000         # receptor rates over (at least) the last five seconds
+EVENTS_KEPT = 200
+KEEPALIVE_S = 5.0
+ALERT_STAGES = {"validate": "alert", "qualify": "faulty"}
+
+
+def _json_cell(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return [_json_cell(v) for v in value]
+    return value
+
+
+class EventLog:
+    """The newest alerts, faulty receptors and dead letters, tailed from their topics."""
+
+    def __init__(self, bootstrap: str, alert_topics: dict[str, str], dead_topics: list[str]) -> None:
+        self.bootstrap = bootstrap
+        self.kinds = {**alert_topics, **{topic: "dead" for topic in dead_topics}}
+        self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tail, name="dashboard-events", daemon=True)
+
+    def start(self) -> None:
+        if self.kinds:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def recent(self) -> tuple[list[dict], dict[str, int]]:
+        with self._lock:
+            return list(self.events)[::-1], dict(self.counts)
+
+    def _add(self, event: dict) -> None:
+        with self._lock:
+            self.events.append(event)
+            self.counts[event["kind"]] += 1
+
+    def _tail(self) -> None:
+        try:
+            for record in bus.tail(self.bootstrap, list(self.kinds), self._stop):
+                kind = self.kinds[record.topic]
+                if kind == "dead":
+                    letter = decode_dead_letter(record.value)
+                    self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
+                               "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
+                    continue
+                batch = decode_row_batch(record.value)
+                node = record.topic.split(".")[2]
+                for values in batch.rows:
+                    row = dict(zip(batch.columns, values, strict=True))
+                    if kind == "faulty" and not row.get("faulty"):
+                        continue   # the quality stage reports every mote; only the faulty ones are events
+                    shown = "  ".join(f"{k}={_json_cell(v)}" for k, v in row.items()
+                                      if k not in ("window_start", "window_end"))
+                    self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
+                               "receptor": row.get("receptor_id", "")})
+        except Exception:  # noqa: BLE001 - the page must stay up when the broker hiccups
+            log.exception("dashboard: event tail failed")
+
+
+class Dashboard:
+    def __init__(self, mdr: MDR, bootstrap: str, topology: Topology | None = None) -> None:
+        self.mdr = mdr
+        self.bootstrap = bootstrap
+        self.topology = topology
+        self.metrics = ServiceMetrics("dashboard", mdr)
+        self.url = ""
+        self.stop_event = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._rates = RateWindow(RATE_SPAN_MS)
+        self._rates_lock = threading.Lock()
+        self._placement_channel: grpc.Channel | None = None
+        self.events = EventLog(bootstrap, self._alert_topics(), [bus.dead_topic(n.id) for n in mdr.nodes()])
+
+    def _alert_topics(self) -> dict[str, str]:
+        if self.topology is None:
+            return {}
+        return {bus.view_topic(node, view.name): ALERT_STAGES[view.stage] for node in self.topology.nodes
+                for view in self.topology.views_at(node) if view.stage in ALERT_STAGES and view.materialize}
+
+    # ------------------------------------------------------------ lifecycle
+
+    def serve(self, listen: str = "127.0.0.1:0") -> str:
+        host, _, port = listen.rpartition(":")
+        dashboard = self
+
+        class Handler(_Handler):
+            owner = dashboard
+
+        self._server = ThreadingHTTPServer((host, int(port)), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, name="dashboard-http", daemon=True).start()
+        self.url = f"http://{host}:{self._server.server_port}/"
+        self.events.start()
+        self.mdr.put_endpoints("dashboard", {"http": self.url, "metrics": f"{self.url}metrics"})
+        return self.url
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.events.stop()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._placement_channel is not None:
+            self._placement_channel.close()
+
+    # ------------------------------------------------------------ the snapshot
+
+    def snapshot(self) -> dict:
+        now = now_ms()
+        records = self.mdr.nodes()
+        views = self.mdr.views()
+        endpoints = self.mdr.endpoints()
+        nodes = []
+        for record in records:
+            health = node_health(record, self.mdr.stats(record.id), [v.name for v in views if v.node == record.id],
+                                 now)
+            scraped = _scrape(endpoints.get(f"node:{record.id}", {}).get("metrics", "")) if record.alive else {}
+            nodes.append({**health.as_dict(), **scraped,
+                          "metrics": endpoints.get(f"node:{record.id}", {}).get("metrics", "")})
+        events, event_counts = self.events.recent()
+        faulty = {e["receptor"] for e in events if e["kind"] == "faulty" and now - e["ms"] < 60_000}
+        return {
+            "now_ms": now,
+            "topology": self.topology.name if self.topology else "",
+            "nodes": nodes,
+            "receptors": self._receptors(records, faulty),
+            "views": [{"name": v.name, "node": v.node, "topic": v.topic, "window": v.window,
+                       "definition": v.definition} for v in views],
+            "queries": [{"id": q.id, "text": q.text, "root": q.root, "status": q.status,
+                         "submitted_ms": q.submitted_ms, "explain": q.explain, "columns": list(q.columns),
+                         "tasks": list(q.tasks)} for q in self.mdr.queries()],
+            "tiers": tier_series({r.id: self.mdr.history(r.id, CHART_SPAN_MS // 1000) for r in records},
+                                 {r.id: r.tier for r in records}, now - CHART_SPAN_MS),
+            "events": events[:50],
+            "event_counts": event_counts,
+            "endpoints": endpoints,
+        }
+
+    def _receptors(self, records, faulty: set[str]) -> dict[str, list[dict]]:
+        """Per edge node, its receptors with rates over the last RATE_SPAN_MS (or what has been seen)."""
+        edges = [r.id for r in records if r.tier == "edge"]
+        counts = {rid: stats for node in edges for rid, stats in self.mdr.receptor_stats(node).items()}
+        with self._rates_lock:
+            rates = self._rates.add(CountsSample(now_ms(), counts))
+        found: dict[str, list[dict]] = {edge: [] for edge in edges}
+        for rid, info in sorted(self.mdr.receptors().items()):
+            if info.get("node") not in found:
+                continue
+            rate = rates.get(rid)
+            found[info["node"]].append({
+                "id": rid, "kind": info.get("kind", ""), "location": info.get("location", ""),
+                "reads": counts.get(rid, {}).get("reads", 0), "faulty": rid in faulty,
+                **(rate.as_dict() if rate else {"reads_per_s": None, "cycle_ms": None, "weak_share": None,
+                                                 "silent": False})})
+        return found
+
+    def snapshots(self, stop: threading.Event) -> Iterator[dict]:
+        while not (stop.is_set() or self.stop_event.is_set()):
+            yield self.snapshot()
+            stop.wait(PUSH_INTERVAL_S)
+
+    # ------------------------------------------------------------ queries, through the placement service
+
+    def placement(self) -> hifi_pb2_grpc.PlacementStub:
+        address = self.mdr.r.get(self.mdr.k("placement"))
+        if not address:
+            raise LookupError("no placement service is registered in the MDR")
+        if self._placement_channel is None:
+            self._placement_channel = grpc.insecure_channel(address)
+        return hifi_pb2_grpc.PlacementStub(self._placement_channel)
+
+    def submit(self, sql: str, explain_only: bool) -> dict:
+        reply = self.placement().Submit(hifi_pb2.SubmitRequest(sql=sql, explain_only=explain_only), timeout=120)
+        return {"query_id": reply.query_id, "root": reply.root_node, "plan": reply.plan,
+                "columns": list(reply.columns)}
+
+    def cancel(self, query_id: str) -> None:
+        self.placement().Cancel(hifi_pb2.QueryRef(query_id=query_id), timeout=120)
+
+    def query_rows(self, query_id: str, stop: threading.Event) -> Iterator[dict]:
+        stream = self.placement().Results(hifi_pb2.QueryRef(query_id=query_id))
+        stop_watch = threading.Thread(target=lambda: (stop.wait(), stream.cancel()), daemon=True)
+        stop_watch.start()
+        try:
+            for result in stream:
+                values = [_json_cell(from_value(v)) for v in result.row.values]
+                yield {"columns": list(result.columns), "values": values, "emitted_ms": result.emitted_ms}
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                raise
+
+    def view_rows(self, node_view: str, stop: threading.Event) -> Iterator[dict]:
+        node, _, view = node_view.partition(".")
+        record = next((v for v in self.mdr.views(node) if v.name == view and v.topic), None)
+        if record is None:
+            raise KeyError(f"no materialized view {node_view!r}")
+        for message in bus.tail(self.bootstrap, [record.topic], stop):
+            batch = decode_row_batch(message.value)
+            for values in batch.rows:
+                yield {"columns": list(batch.columns), "values": [_json_cell(v) for v in values],
+                       "emitted_ms": batch.emitted_ms}
+
+
+def _scrape(url: str) -> dict[str, float]:
+    """A node's micro-batch figures from its /metrics: batches run and their mean duration."""
+    if not url:
+        return {}
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    batches, seconds = 0.0, 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "hifi_microbatch_duration_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_count"):
+                    batches += sample.value
+                elif sample.name.endswith("_sum"):
+                    seconds += sample.value
+    return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    owner: Dashboard
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        log.debug("dashboard: " + format, *args)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, value: Any, status: int = HTTPStatus.OK) -> None:
+        self._send(status, json.dumps(value).encode(), "application/json")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json({"error": message}, status)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return {}
+        return body if isinstance(body, dict) else {}
+
+    def _stream(self, events: Iterator[tuple[str, Any]], stop: threading.Event) -> None:
+        """Server-sent events until the client goes away (then `stop` is set, which ends `events`).
+        A comment line every KEEPALIVE_S finds a client that left while nothing was sent."""
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        pending: queue.Queue = queue.Queue()
+
+        def pump() -> None:
+            try:
+                for event in events:
+                    pending.put(event)
+                    if stop.is_set():
+                        break
+            except Exception as exc:  # noqa: BLE001 - reported to the page, not raised into a dead thread
+                pending.put(("failure", {"error": str(exc)}))
+            finally:
+                pending.put(None)
+
+        threading.Thread(target=pump, name="dashboard-sse", daemon=True).start()
+        try:
+            self.wfile.write(b"retry: 2000\n\n")
+            self.wfile.flush()
+            while not self.owner.stop_event.is_set():
+                try:
+                    event = pending.get(timeout=KEEPALIVE_S)
+                except queue.Empty:
+                    self.wfile.write(b": keepalive\n\n")
+                    self.wfile.flush()
+                    continue
+                if event is None:
+                    break
+                name, data = event
+                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            stop.set()
+
+    # ------------------------------------------------------------ routes
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's names
+        url = urlsplit(self.path)
+        if url.path in ("/", "/index.html"):
+            return self._asset("index.html")
+        if url.path.startswith("/static/"):
+            return self._asset(url.path.removeprefix("/static/"))
+        if url.path == "/api/snapshot":
+            return self._json(self.owner.snapshot())
+        if url.path == "/api/stream":
+            stop = threading.Event()
+            return self._stream((("snapshot", s) for s in self.owner.snapshots(stop)), stop)
+        if url.path == "/api/results":
+            return self._results(parse_qs(url.query))
+        if url.path == "/metrics":
+            return self._send(HTTPStatus.OK, generate_latest(self.owner.metrics.registry),
+                              "text/plain; version=0.0.4; charset=utf-8")
+        self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        path = urlsplit(self.path).path
+        if path not in ("/api/explain", "/api/queries"):
+            return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+        sql = str(self._body().get("sql", "")).strip()
+        if not sql:
+            return self._error(HTTPStatus.BAD_REQUEST, "the request needs a query: {\"sql\": \"SELECT ...\"}")
+        self._placement_call(lambda: self._json(self.owner.submit(sql, explain_only=path == "/api/explain")))
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        path = urlsplit(self.path).path
+        if not path.startswith("/api/queries/"):
+            return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+        query_id = path.removeprefix("/api/queries/")
+        self._placement_call(lambda: (self.owner.cancel(query_id), self._json({"cancelled": query_id})))
+
+    def _placement_call(self, call) -> None:
+        try:
+            call()
+        except LookupError as exc:
+            self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
+        except grpc.RpcError as exc:
+            status = {grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
+                      grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND}.get(exc.code(), HTTPStatus.SERVICE_UNAVAILABLE)
+            self._error(status, exc.details() or exc.code().name)
+
+    def _results(self, params: dict[str, list[str]]) -> None:
+        stop = threading.Event()
+        query, view = params.get("query", [""])[0], params.get("view", [""])[0]
+        if not query and not view:
+            return self._error(HTTPStatus.BAD_REQUEST, "name a query (?query=ID) or a view (?view=NODE.VIEW)")
+        if view and not any(f"{v.node}.{v.name}" == view and v.topic for v in self.owner.mdr.views()):
+            return self._error(HTTPStatus.NOT_FOUND, f"no materialized view {view!r}")
+        if query and not any(q.id == query for q in self.owner.mdr.queries()):
+            return self._error(HTTPStatus.NOT_FOUND, f"no query {query!r}")
+        rows = self.owner.query_rows(query, stop) if query else self.owner.view_rows(view, stop)
+        self._stream((("row", row) for row in rows), stop)
+
+    def _asset(self, name: str) -> None:
+        path = os.path.normpath(os.path.join(ASSETS, name))
+        if not path.startswith(ASSETS + os.sep) or not os.path.isfile(path):
+            return self._error(HTTPStatus.NOT_FOUND, f"no such file: {name}")
+        with open(path, "rb") as fh:
+            body = fh.read()
+        self._send(HTTPStatus.OK, body, CONTENT_TYPES.get(os.path.splitext(path)[1], "application/octet-stream"))
+

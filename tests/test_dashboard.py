@@ -1,0 +1,215 @@
+"""The operations dashboard in a real browser (Debian's headless Chromium, driven over WebDriver),
+and the services' Prometheus metrics, on a running small hierarchy (deploy/topologies/small.yaml:
+hq over door1 and door2; door2-r2 stops after 40 s).
+
+The tests run in file order on one hierarchy: the browser's query, then a node crash, then the
+metrics, which stop the agents to compare settled counters with what they published."""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from glue import bus
+from glue.topology import load_topology
+from protos import hifi_pb2
+from services.cli import TOPOLOGIES
+from tests.conftest import running_hierarchy, topic_rows, wait_for
+
+ARTIFACTS = os.environ.get("HIFI_TEST_ARTIFACTS",
+                           os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts"))
+QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
+
+
+@pytest.fixture(scope="module")
+def hierarchy(servers, spark, tmp_path_factory):
+    topology = load_topology(os.path.join(TOPOLOGIES, "small.yaml"))
+    for running in running_hierarchy(topology, servers, str(tmp_path_factory.mktemp("state"))):
+        running.start_dashboard("127.0.0.1:0")
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser(hierarchy):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    # no network beyond loopback here: Chromium's background connections would only fail
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1500,1300"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.get(hierarchy.dashboard.url)
+    yield driver
+    driver.quit()
+
+
+def _js(browser, script: str):
+    return browser.execute_script(script)
+
+
+def _node_states(browser) -> dict[str, str]:
+    return _js(browser, "return Object.fromEntries([...document.querySelectorAll('#tree g.node')]"
+                        ".map(g => [g.dataset.node, g.dataset.state]))")
+
+
+def _receptor_states(browser, state: str) -> list[str]:
+    return _js(browser, "return [...document.querySelectorAll('#receptors tbody tr')]"
+                        f".filter(r => r.lastChild.textContent === '{state}').map(r => r.dataset.receptor)")
+
+
+def _script_errors(browser) -> list[str]:
+    """Uncaught exceptions in the page's script (a refused query's HTTP 400 is logged too, as network)."""
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE" and e["source"] == "javascript"]
+
+
+def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, browser):
+    from selenium.webdriver.common.by import By
+
+    states = wait_for(lambda: (s := _node_states(browser)) and set(s) == set(hierarchy.topology.nodes) and
+                      all(v == "alive" for v in s.values()) and s, 60, "every node alive on the page")
+    assert states == {"hq": "alive", "door1": "alive", "door2": "alive"}
+    # receptors with their live read rates, per edge
+    wait_for(lambda: {"door1-r1", "door2-r1"} <= set(_receptor_states(browser, "reading")), 60,
+             "the readers reading")
+
+    sql = browser.find_element(By.ID, "query-sql")
+    sql.send_keys("SELECT receptor_id FROM rfid_stream WHERE")
+    browser.find_element(By.ID, "submit").click()
+    error = wait_for(lambda: browser.find_element(By.ID, "query-error").text, 30, "the error of a bad query")
+    assert error.startswith("line 1, column") and "Traceback" not in error
+
+    sql.clear()
+    sql.send_keys(QUERY)
+    browser.find_element(By.ID, "explain").click()
+    plan = wait_for(lambda: browser.find_element(By.ID, "plan").text, 30, "the explained plan")
+    assert "root hq" in plan and "door1" in plan and "door2" in plan
+    assert not hierarchy.mdr.queries(), "explaining runs nothing"
+
+    browser.find_element(By.ID, "submit").click()
+    query_id = wait_for(lambda: _js(browser, "const li = document.querySelector('#queries li[data-query]');"
+                                             "return li && li.dataset.query"), 120, "the submitted query listed")
+    assert [q.id for q in hierarchy.mdr.queries()] == [query_id]
+    # its placement drawn on the tree: a task at the root and at both doors
+    placed = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#tree g.node.placed')]"
+                                           ".map(g => g.dataset.node).sort()"), 10, "the placement on the tree")
+    assert placed == ["door1", "door2", "hq"]
+    rows = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#results-table tbody tr')]"
+                                         ".map(r => [...r.cells].map(c => c.textContent))"), 120,
+                    "result rows on the page")
+    headers = _js(browser, "return [...document.querySelectorAll('#results-table thead th')].map(c => c.textContent)")
+    assert headers == ["window_start", "window_end", "receptor_id", "reads"]
+    assert {r[2] for r in rows} <= {"door1-r1", "door2-r1", "door2-r2"} and all(int(r[3]) > 0 for r in rows)
+    assert _js(browser, "return document.querySelectorAll('#results-chart polyline').length") >= 1
+
+    # door2-r2 stops 40 s into the scenario
+    wait_for(lambda: _receptor_states(browser, "silent") == ["door2-r2"], 90, "the stopped reader silent")
+
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    browser.save_screenshot(os.path.join(ARTIFACTS, "dashboard.png"))
+
+    browser.find_element(By.CSS_SELECTOR, f'#queries button.cancel[data-query="{query_id}"]').click()
+    wait_for(lambda: not _js(browser, "return document.querySelector('#queries li[data-query]')"), 60,
+             "the cancelled query gone from the page")
+    assert hierarchy.mdr.queries() == []
+    assert _script_errors(browser) == []
+
+
+def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarchy, browser):
+    from services.cli import status_report
+    from services.node import HEARTBEAT_TTL_MS
+
+    assert _node_states(browser)["door2"] == "alive"
+    crashed = time.monotonic()
+    hierarchy.nodes["door2"].crash()
+    wait_for(lambda: _node_states(browser)["door2"] == "dead", 30, "door2 dead on the page", interval_s=0.1)
+    took = time.monotonic() - crashed
+    # the heartbeat key expires after the TTL; the page is pushed a snapshot every second
+    assert took <= HEARTBEAT_TTL_MS / 1000 + 2.0, f"door2 turned dead after {took:.1f} s"
+    assert _node_states(browser)["door1"] == "alive"
+    report = status_report(hierarchy.mdr)
+    assert any(line.startswith("door2") and "DEAD" in line for line in report.splitlines())
+
+
+def _scrape(url: str) -> dict[tuple[str, tuple], float]:
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _metric(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
+    from dsp.codec import encode_read_cycle
+    from edge.agent import read_jsonl
+
+    node = "door1"
+    endpoints = hierarchy.mdr.endpoints()
+    node_metrics = endpoints[f"node:{node}"]["metrics"]
+    # two records door1 must reject, among the good ones
+    producer = bus.make_producer(hierarchy.bootstrap)
+    producer.send(bus.raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
+    _, negative = encode_read_cycle("door1-r1", 1, int(time.time() * 1000), [])
+    cycle = hifi_pb2.RfidReadCycle.FromString(negative)
+    cycle.reads.add(tag_id="urn:epc:id:sgtin:1.2.3", antenna=1, read_strength=-0.5)
+    producer.send(bus.raw_topic(node), key=b"bad:2", value=cycle.SerializeToString())
+    producer.flush()
+    hierarchy.agent.stop()
+
+    logged = [c for c in read_jsonl(hierarchy.readings_path) if c.get("node") == node and "reads" in c]
+    reads = Counter()
+    for c in logged:
+        reads[c["receptor"]] += len(c["reads"])
+    cycles = Counter(c["receptor"] for c in logged)
+
+    def settled():
+        samples = _scrape(node_metrics)
+        return samples if _metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) else None
+
+    samples = wait_for(settled, 90, "door1's readings-in counter to reach what the agent published")
+    assert _metric(samples, "hifi_dead_lettered_total", node=node) == 2
+    for receptor in reads:
+        assert _metric(samples, "hifi_receptor_reads_total", node=node, receptor=receptor) == reads[receptor]
+        assert _metric(samples, "hifi_receptor_cycles_total", node=node, receptor=receptor) == cycles[receptor]
+    weak = sum(1 for c in logged for _, _, strength in c["reads"] if strength < 0.2)
+    assert _metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="door1-r1") == weak
+    assert _metric(samples, "hifi_node_up", node=node) == 1.0
+
+    # rows per view: what this process emitted equals what the view's topic holds
+    view_topic = bus.view_topic(node, "smoothed_rfid_stream")
+    wait_for(lambda: _metric(_scrape(node_metrics), "hifi_view_rows_total", node=node,
+                             query="view.smoothed_rfid_stream") == len(topic_rows(hierarchy.bootstrap, view_topic)),
+             30, "view rows counted = rows in the view's topic")
+    batches = _metric(_scrape(node_metrics), "hifi_microbatch_duration_seconds_count", node=node,
+                      query="view.smoothed_rfid_stream")
+    assert batches >= 1
+
+    # the placement service counted the page's calls: a refused query, an explain and a submit, a cancel
+    placement = _scrape(endpoints["placement"]["metrics"])
+    submit = "/hifi.Placement/Submit"
+    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method=submit, code="OK") == 2
+    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method=submit,
+                   code="INVALID_ARGUMENT") == 1
+    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method="/hifi.Placement/Cancel",
+                   code="OK") == 1
+    assert _metric(placement, "hifi_mdr_operations_total", service="placement", operation="put_query") == 1
+
+    # the dashboard's own metrics, and its events: the two dead letters with their reasons
+    dashboard = _scrape(endpoints["dashboard"]["metrics"])
+    assert _metric(dashboard, "hifi_mdr_operations_total", service="dashboard", operation="nodes") > 0
+    snapshot = wait_for(lambda: (s := hierarchy.dashboard.snapshot())["event_counts"].get("dead") == 2 and s, 30,
+                        "the dead letters among the dashboard's events")
+    reasons = [e["text"] for e in snapshot["events"] if e["kind"] == "dead"]
+    assert any("negative read_strength" in r for r in reasons) and len(reasons) == 2
