@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime; Chromium and its
-# WebDriver for the dashboard's browser test) when missing.
+# WebDriver for the dashboard's browser test; docker-compose, which validates the compose files)
+# when missing.
 # As root it installs them; otherwise it says what to install and fails.
 set -euo pipefail
 
@@ -11,6 +12,7 @@ if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version
 fi
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then

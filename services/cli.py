@@ -125,21 +125,15 @@ def _start_dashboard(hierarchy, listen: str) -> str:
         return hierarchy.start_dashboard(f"{listen.rpartition(':')[0]}:0")
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    """A dashboard for a hierarchy already running (e.g. after the first one was stopped)."""
-    from services.dashboard import Dashboard
-
-    mdr = _mdr()
+def _bootstrap() -> str:
     bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP") or _run_info().get("bootstrap")
     if not bootstrap:
         raise CLIError("no broker known: set HIFI_KAFKA_BOOTSTRAP or run `hifi up`")
-    topology_file = args.topology or _run_info().get("topology") or DEFAULT_TOPOLOGY
-    dashboard = Dashboard(mdr, bootstrap, load_topology(topology_file))
-    try:
-        url = dashboard.serve(args.listen)
-    except OSError as exc:
-        raise CLIError(f"cannot listen on {args.listen}: {exc.strerror}") from None
-    _progress(f"dashboard at {url} (Ctrl-C stops)")
+    return bootstrap
+
+
+def _serve_until_stopped(close) -> None:
+    """Block until SIGTERM or Ctrl-C, then `close()`: the services' (containers') main loop."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -148,7 +142,132 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        dashboard.close()
+        _progress("stopping")
+        close()
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """A dashboard for a hierarchy already running (e.g. after the first one was stopped)."""
+    from services.dashboard import Dashboard
+
+    mdr = _mdr()
+    topology_file = args.topology or _run_info().get("topology") or DEFAULT_TOPOLOGY
+    dashboard = Dashboard(mdr, _bootstrap(), load_topology(topology_file))
+    try:
+        url = dashboard.serve(args.listen, args.advertise)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.listen}: {exc.strerror}") from None
+    _progress(f"dashboard at {url} (Ctrl-C stops)")
+    _serve_until_stopped(dashboard.close)
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """One node of a topology in this process (its own Spark session): what a container runs."""
+    import tempfile
+
+    from dsp.session import spark_session
+    from services.node import HiFiNode
+
+    topology = load_topology(args.topology)
+    if not args.id:
+        raise CLIError("name the node to run: --id or HIFI_NODE_ID")
+    if args.id not in topology.nodes:
+        raise CLIError(f"node {args.id!r} is not in topology {topology.name!r} ({', '.join(topology.nodes)})")
+    mdr, bootstrap = _mdr(), _bootstrap()
+    state_dir = args.state_dir or tempfile.mkdtemp(prefix=f"hifi-{args.id}-")
+    _progress(f"node {args.id}: starting Spark ({os.environ.get('SPARK_MASTER') or 'local'})")
+    node = HiFiNode(args.id, topology, mdr, spark_session(f"hifi-{args.id}"), bootstrap, state_dir, args.trigger_ms,
+                    listen=args.listen, advertise_host=args.advertise, metrics_port=args.metrics_port)
+    node.wait_for_children(args.wait, _progress)
+    node.start()
+    _progress(f"node {args.id} ({topology.nodes[args.id].tier}) serving at {node.address}, metrics at "
+              f"{node.metrics.url}, checkpoints in {state_dir} (Ctrl-C stops)")
+
+    def close() -> None:
+        node.stop()
+        _stop_spark()
+    _serve_until_stopped(close)
+    return 0
+
+
+def cmd_placement(args: argparse.Namespace) -> int:
+    """The placement service alone; it loads the topology's metadata into the MDR first."""
+    from services.hierarchy import load_metadata
+    from services.placement import start_placement_service
+
+    mdr, bootstrap = _mdr(), _bootstrap()
+    topology = load_topology(args.topology)
+    load_metadata(mdr, topology)
+    try:
+        service = start_placement_service(mdr, bootstrap, args.listen, args.metrics_port, args.advertise)
+    except RuntimeError as exc:   # grpc: the port is taken
+        raise CLIError(f"cannot listen on {args.listen}: {exc}") from None
+    _progress(f"placement service for {topology.name!r} at {service.address}, metrics at {service.metrics.url} "
+              f"(Ctrl-C stops)")
+    _serve_until_stopped(service.close)
+    return 0
+
+
+def health_problem(args: argparse.Namespace) -> str | None:
+    """Why the service `args` names is not healthy, or None (`hifi health`, the containers' checks)."""
+    import urllib.request
+
+    if args.node:
+        mdr = _mdr()
+        record = mdr.node(args.node)
+        if record is None or not record.alive:
+            return f"node {args.node} is not alive in the MDR"
+        wanted = {v.name for v in load_topology(args.topology).views_at(args.node)}
+        missing = wanted - {v.name for v in mdr.views(args.node)}
+        if missing:
+            return f"node {args.node} does not export {', '.join(sorted(missing))} yet"
+    if args.grpc:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(args.grpc) as channel:
+            try:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            except grpc.RpcError as exc:
+                return f"{args.grpc}: {exc.code().name}"
+        if status != health_pb2.HealthCheckResponse.SERVING:
+            return f"{args.grpc}: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+    if args.http:
+        try:
+            with urllib.request.urlopen(args.http, timeout=5) as answer:
+                if answer.status != 200:
+                    return f"{args.http}: HTTP {answer.status}"
+        except OSError as exc:
+            return f"{args.http}: {exc}"
+    if args.fresh:
+        try:
+            age = time.time() - os.path.getmtime(args.fresh)
+        except OSError:
+            return f"{args.fresh} does not exist"
+        if age > args.max_age:
+            return f"{args.fresh} was last written {age:.0f} s ago"
+    return None
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    if not (args.node or args.grpc or args.http or args.fresh):
+        raise CLIError("name what to check: --node ID, --grpc ADDRESS, --http URL or --fresh FILE")
+    problem = health_problem(args)
+    _say(f"unhealthy: {problem}" if problem else "healthy")
+    return 1 if problem else 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from services.compose import render_compose
+
+    text = render_compose(load_topology(args.topology), args.topology)
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(text)
+        _progress(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -413,6 +532,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         raise CLIError(f"--speed must be positive (got {args.speed}); `hifi bench agents` runs flat out")
     scenario = load_agent_scenario(args, next_whole_second(int(time.time() * 1000)))
     agent = ReceptorAgent(scenario, bootstrap, args.receptor_dir, args.speed)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())   # `docker stop`: finish the tick, close the logs
     _progress(f"scenario {scenario.name!r}: {len(scenario.readers)} readers, {len(scenario.motes)} motes"
               f"{', Intel Lab replay' if scenario.replay else ''} publishing to {bootstrap} at {args.speed:g}x"
               + (f"; readings and truth in {args.receptor_dir}" if args.receptor_dir else ""))
@@ -461,6 +581,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- parser
 
+def _env(name: str, fallback: str) -> str:
+    return os.environ.get(name) or fallback
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit():
+        raise CLIError(f"{name} must be a port number, not {value!r}")
+    return int(value)
+
+
+def _topology_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
+                        help="topology YAML (default $HIFI_TOPOLOGY, else supply-chain)")
+
+
+def _advertise_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--advertise", default=_env("HIFI_ADVERTISE_HOST", ""),
+                        help="the host others reach this service at, recorded in the MDR (default "
+                             "$HIFI_ADVERTISE_HOST, else the listen host; set it when listening on 0.0.0.0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -493,10 +637,57 @@ def build_parser() -> argparse.ArgumentParser:
 
     dashboard = sub.add_parser("dashboard", help="serve the operations dashboard for a running hierarchy "
                                                  "(`hifi up` starts one already)")
-    dashboard.add_argument("--listen", default="127.0.0.1:8470", help="host:port to serve on (default 127.0.0.1:8470)")
-    dashboard.add_argument("--topology", default=None,
-                           help="the topology file (default: the running hierarchy's); names the alert views")
+    dashboard.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:8470"),
+                           help="host:port to serve on (default $HIFI_LISTEN, else 127.0.0.1:8470)")
+    _advertise_option(dashboard)
+    dashboard.add_argument("--topology", default=os.environ.get("HIFI_TOPOLOGY"),
+                           help="the topology file (default $HIFI_TOPOLOGY, else the running hierarchy's); "
+                                "names the alert views")
     dashboard.set_defaults(func=cmd_dashboard)
+
+    node = sub.add_parser("node", help="run one node of a topology in this process, against the MDR and broker "
+                                       "of HIFI_REDIS_URL and HIFI_KAFKA_BOOTSTRAP (what a node container runs)")
+    node.add_argument("--id", default=os.environ.get("HIFI_NODE_ID", ""), help="the node (default $HIFI_NODE_ID)")
+    _topology_option(node)
+    node.add_argument("--listen", default=_env("HIFI_LISTEN", ""),
+                      help="gRPC host:port (default $HIFI_LISTEN, else the topology's `listen`, else a free port)")
+    _advertise_option(node)
+    node.add_argument("--metrics-port", type=int, default=_int_env("HIFI_METRICS_PORT"),
+                      help="/metrics port (default $HIFI_METRICS_PORT, else the topology's `metrics_port`)")
+    node.add_argument("--state-dir", default=_env("HIFI_STATE_DIR", ""),
+                      help="checkpoints (default $HIFI_STATE_DIR, else a temporary directory)")
+    node.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    node.add_argument("--wait", type=float, default=600.0,
+                      help="seconds to wait for the children's views before giving up (default 600)")
+    node.set_defaults(func=cmd_node)
+
+    placement = sub.add_parser("placement", help="run the placement service alone (loads the topology's schema, "
+                                                 "receptors and relations into the MDR first)")
+    _topology_option(placement)
+    placement.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:50050"),
+                           help="gRPC host:port (default $HIFI_LISTEN, else 127.0.0.1:50050)")
+    _advertise_option(placement)
+    placement.add_argument("--metrics-port", type=int, default=_int_env("HIFI_METRICS_PORT") or 0,
+                           help="/metrics port (default $HIFI_METRICS_PORT, else a free port)")
+    placement.set_defaults(func=cmd_placement)
+
+    health = sub.add_parser("health", help="check a service, print healthy/unhealthy and exit 0/1 (the "
+                                           "containers' health checks)")
+    health.add_argument("--node", default=None, help="this node is alive in the MDR and exports all its views")
+    _topology_option(health)
+    health.add_argument("--grpc", default=None, metavar="ADDRESS", help="this gRPC server reports SERVING")
+    health.add_argument("--http", default=None, metavar="URL", help="this URL answers 200")
+    health.add_argument("--fresh", default=None, metavar="FILE", help="this file was written within --max-age")
+    health.add_argument("--max-age", type=float, default=30.0, help="seconds, for --fresh (default 30)")
+    health.set_defaults(func=cmd_health)
+
+    deploy = sub.add_parser("deploy", help="render deployment files for a topology")
+    deploy.add_argument("what", choices=["compose"], help="compose: a docker-compose.yml (Apache Kafka, Redis, "
+                                                          "every node, placement, dashboard, agents, Prometheus, "
+                                                          "Grafana)")
+    deploy.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
+    deploy.add_argument("--output", default=None, help="write here instead of to standard output")
+    deploy.set_defaults(func=cmd_deploy)
 
     query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
     query.add_argument("sql", help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "
@@ -522,7 +713,8 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.set_defaults(func=cmd_cancel)
 
     agents = sub.add_parser("agents", help="run receptor agents alone, against the broker in HIFI_KAFKA_BOOTSTRAP")
-    agents.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="run this topology's scenario")
+    agents.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
+                        help="run this topology's scenario (default $HIFI_TOPOLOGY, else supply-chain)")
     agents.add_argument("--scenario", default=None, help="run this scenario file instead (deploy/scenarios/)")
     agents.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     agents.add_argument("--speed", type=float, default=1.0,
@@ -530,7 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "time, and nodes dead-letter readings more than 60 s ahead of their clock)")
     agents.add_argument("--duration", type=float, default=None,
                         help="scenario seconds to run (default: until Ctrl-C)")
-    agents.add_argument("--receptor-dir", default=None, help="write readings.jsonl and truth.jsonl here")
+    agents.add_argument("--receptor-dir", default=os.environ.get("HIFI_RECEPTOR_DIR"),
+                        help="write readings.jsonl and truth.jsonl here (default $HIFI_RECEPTOR_DIR)")
     agents.add_argument("--benchmark", action="store_true",
                         help="instead, measure: the same as `hifi bench agents` for this scenario (default "
                              "duration 60 s; the embedded broker unless HIFI_KAFKA_BOOTSTRAP is set)")
@@ -570,8 +763,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
     except (CLIError, TopologyError, ScenarioError, IntelLabError) as exc:
         print(f"hifi: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ HTTP API (all JSON unless said):
   POST /api/queries {sql}     submit; {query_id, root, plan, columns}
   DELETE /api/queries/ID      cancel
   GET  /metrics               the dashboard's own Prometheus metrics
+  GET  /api/prometheus-targets  every service's /metrics for Prometheus' http_sd_configs
 Errors answer {"error": "..."} with 400 (the query: position and reason), 404 or 503.
 """
 
@@ -142,7 +143,9 @@ class Dashboard:
 
     # ------------------------------------------------------------ lifecycle
 
-    def serve(self, listen: str = "127.0.0.1:0") -> str:
+    def serve(self, listen: str = "127.0.0.1:0", advertise_host: str = "") -> str:
+        """Serve on `listen`; returns the URL, on `advertise_host` when given (listening on all
+        interfaces, e.g. in a container), as recorded in the MDR for others."""
         host, _, port = listen.rpartition(":")
         dashboard = self
 
@@ -152,7 +155,7 @@ class Dashboard:
         self._server = ThreadingHTTPServer((host, int(port)), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="dashboard-http", daemon=True).start()
-        self.url = f"http://{host}:{self._server.server_port}/"
+        self.url = f"http://{advertise_host or host}:{self._server.server_port}/"
         self.events.start()
         self.mdr.put_endpoints("dashboard", {"http": self.url, "metrics": f"{self.url}metrics"})
         return self.url
@@ -217,6 +220,22 @@ class Dashboard:
                 **(rate.as_dict() if rate else {"reads_per_s": None, "cycle_ms": None, "weak_share": None,
                                                  "silent": False})})
         return found
+
+    def prometheus_targets(self) -> list[dict]:
+        """Every service's /metrics in Prometheus' HTTP service-discovery form, labelled with
+        service, node and tier: Prometheus finds whatever registered in the MDR."""
+        tiers = {n.id: n.tier for n in self.mdr.nodes()}
+        targets = []
+        for service, endpoints in sorted(self.mdr.endpoints().items()):
+            url = urlsplit(endpoints.get("metrics", ""))
+            if not url.netloc:
+                continue
+            labels = {"service": service, "__metrics_path__": url.path or "/metrics"}
+            if service.startswith("node:"):
+                node = service.removeprefix("node:")
+                labels.update(node=node, tier=tiers.get(node, ""))
+            targets.append({"targets": [url.netloc], "labels": labels})
+        return targets
 
     def snapshots(self, stop: threading.Event) -> Iterator[dict]:
         while not (stop.is_set() or self.stop_event.is_set()):
@@ -372,6 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
         if url.path == "/api/stream":
             stop = threading.Event()
             return self._stream((("snapshot", s) for s in self.owner.snapshots(stop)), stop)
+        if url.path == "/api/prometheus-targets":
+            return self._json(self.owner.prometheus_targets())
         if url.path == "/api/results":
             return self._results(parse_qs(url.query))
         if url.path == "/metrics":

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import grpc
-
 from dsp.codec import decode_row_batch
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
@@ -27,9 +25,8 @@ from glue.csava import CALIBRATED
 from glue.topology import Topology
 from mdr.repository import MDR
 from services.dashboard import Dashboard
-from services.metrics import ServiceMetrics
 from services.node import HiFiNode
-from services.placement import Placement, serve
+from services.placement import Placement, PlacementService, start_placement_service
 
 
 def hifi_home() -> str:
@@ -72,8 +69,7 @@ class Hierarchy:
     placement: Placement | None = None
     placement_address: str = ""
     dashboard: Dashboard | None = None
-    _placement_server: grpc.Server | None = None
-    _placement_metrics: ServiceMetrics | None = None
+    _placement_service: PlacementService | None = None
 
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
@@ -93,13 +89,10 @@ class Hierarchy:
                             self.state_dir, self.trigger_ms)
             node.start()
             self.nodes[spec.id] = node
-        placement_mdr = MDR.connect(self.redis_url)   # its own client: its MDR operations are its own metrics
-        self.placement = Placement(placement_mdr, self.bootstrap)
-        self._placement_metrics = ServiceMetrics("placement", placement_mdr)
-        self._placement_server, self.placement_address = serve(self.placement, metrics=self._placement_metrics)
-        self.mdr.r.set(self.mdr.k("placement"), self.placement_address)
-        self.mdr.put_endpoints("placement", {"grpc": self.placement_address,
-                                             "metrics": self._placement_metrics.serve()})
+        # its own MDR client: its MDR operations are its own metrics
+        self._placement_service = start_placement_service(MDR.connect(self.redis_url), self.bootstrap)
+        self.placement = self._placement_service.placement
+        self.placement_address = self._placement_service.address
         progress(f"placement service at {self.placement_address}")
 
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
@@ -138,12 +131,9 @@ class Hierarchy:
         if self.dashboard is not None:
             self.dashboard.close()
             self.dashboard = None
-        if self._placement_server is not None:
-            self._placement_server.stop(grace=1).wait(5)
-            self._placement_server = None
-        if self._placement_metrics is not None:
-            self._placement_metrics.close()
-            self._placement_metrics = None
+        if self._placement_service is not None:
+            self._placement_service.close()
+            self._placement_service = None
         if self.nodes:  # nodes stop side by side: each waits for its queries' batches to end
             with ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix="stop-node") as pool:
                 list(pool.map(HiFiNode.stop, self.nodes.values()))

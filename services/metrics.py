@@ -107,10 +107,11 @@ class ServiceMetrics:
         self.url = ""
         self._http = None
 
-    def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve /metrics on host:port (0: any free port); returns the URL."""
+    def serve(self, host: str = "127.0.0.1", port: int = 0, advertise_host: str = "") -> str:
+        """Serve /metrics on host:port (0: any free port); returns the URL others scrape, on
+        `advertise_host` when given (the service listens on all interfaces)."""
         self._http, _ = start_http_server(port, host, registry=self.registry)
-        self.url = f"http://{host}:{self._http.server_port}/metrics"
+        self.url = f"http://{advertise_host or host}:{self._http.server_port}/metrics"
         return self.url
 
     def close(self) -> None:

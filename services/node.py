@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 from pyspark.sql import SparkSession
@@ -99,7 +100,10 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
 
 class HiFiNode:
     def __init__(self, node_id: str, topology: Topology, mdr: MDR, spark: SparkSession, bootstrap: str,
-                 state_dir: str, trigger_ms: int = 1000) -> None:
+                 state_dir: str, trigger_ms: int = 1000, listen: str = "", advertise_host: str = "",
+                 metrics_port: int | None = None) -> None:
+        """`listen`, `metrics_port`: override the topology's; `advertise_host`: the host other
+        services reach this node at, when it listens on all interfaces (a container's name)."""
         if node_id not in topology.nodes:
             raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
         self.id = node_id
@@ -113,6 +117,7 @@ class HiFiNode:
                               ingest)
         self.server: grpc.Server | None = None
         self.address = ""
+        self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port
         self.metrics = NodeMetrics(node_id, mdr)
         self.started_s = time.time()
         self._max_event_ms: int | None = None
@@ -124,8 +129,12 @@ class HiFiNode:
 
     def start(self) -> None:
         spec = self.topology.nodes[self.id]
-        self._serve(spec.listen or "127.0.0.1:0")
-        metrics_url = self.metrics.serve(self.address.rsplit(":", 1)[0], spec.metrics_port)
+        self._serve(self._listen or spec.listen or "127.0.0.1:0")
+        host = self.address.rsplit(":", 1)[0]
+        metrics_url = self.metrics.serve(host, spec.metrics_port if self._metrics_port is None else self._metrics_port,
+                                         self._advertise_host)
+        if self._advertise_host:
+            self.address = f"{self._advertise_host}:{self.address.rsplit(':', 1)[1]}"
         self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
                                {"views": [v.name for v in self.topology.views_at(self.id)]})
         self.mdr.put_endpoints(f"node:{self.id}", {"grpc": self.address, "metrics": metrics_url})
@@ -145,6 +154,25 @@ class HiFiNode:
                 self._export(view_plan.view.name, view_plan.plan, "", view_plan.view.readers,
                              view_plan.view.definition)
         self.dsp.ensure_ingest()
+
+    def wait_for_children(self, timeout_s: float, progress: Callable[[str], None] = lambda _: None) -> None:
+        """Wait until every child exports the materialized views this node's views read (a node
+        started on its own, e.g. in its own container, may come up before its children)."""
+        deadline = time.monotonic() + timeout_s
+        announced = ""
+        while True:
+            missing = [f"{child}.{view.name}" for child in self.topology.children(self.id)
+                       for view in self.topology.views_at(child) if view.materialize
+                       and not any(v.name == view.name and v.topic for v in self.mdr.views(child))]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TopologyError(f"node {self.id}: after {timeout_s:.0f} s its children still do not export "
+                                    f"{', '.join(missing)}")
+            if announced != missing[0]:
+                announced = missing[0]
+                progress(f"node {self.id}: waiting for {', '.join(missing)}")
+            time.sleep(1.0)
 
     def stop(self) -> None:
         self._stop.set()

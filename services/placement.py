@@ -12,6 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import grpc
 
@@ -201,6 +202,34 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                                          row=hifi_pb2.Row(values=[to_value(v) for v in row]), emitted_ms=emitted_ms)
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+
+
+@dataclass
+class PlacementService:
+    """A running placement service: its gRPC server, address (as others reach it) and metrics."""
+
+    placement: Placement
+    server: grpc.Server
+    address: str
+    metrics: ServiceMetrics
+
+    def close(self) -> None:
+        self.server.stop(grace=1).wait(5)
+        self.metrics.close()
+
+
+def start_placement_service(mdr: MDR, bootstrap: str, listen: str = "127.0.0.1:0", metrics_port: int = 0,
+                            advertise_host: str = "") -> PlacementService:
+    """Serve placement on `listen` and /metrics on `metrics_port`, and record both in the MDR
+    (as reached at `advertise_host` when given: the service listens on all interfaces)."""
+    placement = Placement(mdr, bootstrap)
+    metrics = ServiceMetrics("placement", mdr)
+    server, address = serve(placement, listen, metrics)
+    host, _, port = address.rpartition(":")
+    address = f"{advertise_host or host}:{port}"
+    mdr.r.set(mdr.k("placement"), address)
+    mdr.put_endpoints("placement", {"grpc": address, "metrics": metrics.serve(host, metrics_port, advertise_host)})
+    return PlacementService(placement, server, address, metrics)
 
 
 def serve(placement: Placement, listen: str = "127.0.0.1:0",

@@ -1,6 +1,6 @@
 """The operations dashboard in a real browser (Debian's headless Chromium, driven over WebDriver),
 and the services' Prometheus metrics, on a running small hierarchy (deploy/topologies/small.yaml:
-hq over door1 and door2; door2-r2 stops after 40 s).
+core over dock-a and dock-b; dock-b-r2 stops after 40 s).
 
 The tests run in file order on one hierarchy: the browser's query, then a node crash, then the
 metrics, which stop the agents to compare settled counters with what they published."""
@@ -77,9 +77,9 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
 
     states = wait_for(lambda: (s := _node_states(browser)) and set(s) == set(hierarchy.topology.nodes) and
                       all(v == "alive" for v in s.values()) and s, 60, "every node alive on the page")
-    assert states == {"hq": "alive", "door1": "alive", "door2": "alive"}
+    assert states == {"core": "alive", "dock-a": "alive", "dock-b": "alive"}
     # receptors with their live read rates, per edge
-    wait_for(lambda: {"door1-r1", "door2-r1"} <= set(_receptor_states(browser, "reading")), 60,
+    wait_for(lambda: {"dock-a-r1", "dock-b-r1"} <= set(_receptor_states(browser, "reading")), 60,
              "the readers reading")
 
     sql = browser.find_element(By.ID, "query-sql")
@@ -92,7 +92,7 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     sql.send_keys(QUERY)
     browser.find_element(By.ID, "explain").click()
     plan = wait_for(lambda: browser.find_element(By.ID, "plan").text, 30, "the explained plan")
-    assert "root hq" in plan and "door1" in plan and "door2" in plan
+    assert "root core" in plan and "dock-a" in plan and "dock-b" in plan
     assert not hierarchy.mdr.queries(), "explaining runs nothing"
 
     browser.find_element(By.ID, "submit").click()
@@ -102,17 +102,17 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     # its placement drawn on the tree: a task at the root and at both doors
     placed = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#tree g.node.placed')]"
                                            ".map(g => g.dataset.node).sort()"), 10, "the placement on the tree")
-    assert placed == ["door1", "door2", "hq"]
+    assert placed == ["dock-a", "dock-b", "core"]
     rows = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#results-table tbody tr')]"
                                          ".map(r => [...r.cells].map(c => c.textContent))"), 120,
                     "result rows on the page")
     headers = _js(browser, "return [...document.querySelectorAll('#results-table thead th')].map(c => c.textContent)")
     assert headers == ["window_start", "window_end", "receptor_id", "reads"]
-    assert {r[2] for r in rows} <= {"door1-r1", "door2-r1", "door2-r2"} and all(int(r[3]) > 0 for r in rows)
+    assert {r[2] for r in rows} <= {"dock-a-r1", "dock-b-r1", "dock-b-r2"} and all(int(r[3]) > 0 for r in rows)
     assert _js(browser, "return document.querySelectorAll('#results-chart polyline').length") >= 1
 
-    # door2-r2 stops 40 s into the scenario
-    wait_for(lambda: _receptor_states(browser, "silent") == ["door2-r2"], 90, "the stopped reader silent")
+    # dock-b-r2 stops 40 s into the scenario
+    wait_for(lambda: _receptor_states(browser, "silent") == ["dock-b-r2"], 90, "the stopped reader silent")
 
     os.makedirs(ARTIFACTS, exist_ok=True)
     browser.save_screenshot(os.path.join(ARTIFACTS, "dashboard.png"))
@@ -128,16 +128,16 @@ def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarch
     from services.cli import status_report
     from services.node import HEARTBEAT_TTL_MS
 
-    assert _node_states(browser)["door2"] == "alive"
+    assert _node_states(browser)["dock-b"] == "alive"
     crashed = time.monotonic()
-    hierarchy.nodes["door2"].crash()
-    wait_for(lambda: _node_states(browser)["door2"] == "dead", 30, "door2 dead on the page", interval_s=0.1)
+    hierarchy.nodes["dock-b"].crash()
+    wait_for(lambda: _node_states(browser)["dock-b"] == "dead", 30, "dock-b dead on the page", interval_s=0.1)
     took = time.monotonic() - crashed
     # the heartbeat key expires after the TTL; the page is pushed a snapshot every second
-    assert took <= HEARTBEAT_TTL_MS / 1000 + 2.0, f"door2 turned dead after {took:.1f} s"
-    assert _node_states(browser)["door1"] == "alive"
+    assert took <= HEARTBEAT_TTL_MS / 1000 + 2.0, f"dock-b turned dead after {took:.1f} s"
+    assert _node_states(browser)["dock-a"] == "alive"
     report = status_report(hierarchy.mdr)
-    assert any(line.startswith("door2") and "DEAD" in line for line in report.splitlines())
+    assert any(line.startswith("dock-b") and "DEAD" in line for line in report.splitlines())
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -155,13 +155,13 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     from dsp.codec import encode_read_cycle
     from edge.agent import read_jsonl
 
-    node = "door1"
+    node = "dock-a"
     endpoints = hierarchy.mdr.endpoints()
     node_metrics = endpoints[f"node:{node}"]["metrics"]
-    # two records door1 must reject, among the good ones
+    # two records dock-a must reject, among the good ones
     producer = bus.make_producer(hierarchy.bootstrap)
     producer.send(bus.raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
-    _, negative = encode_read_cycle("door1-r1", 1, int(time.time() * 1000), [])
+    _, negative = encode_read_cycle("dock-a-r1", 1, int(time.time() * 1000), [])
     cycle = hifi_pb2.RfidReadCycle.FromString(negative)
     cycle.reads.add(tag_id="urn:epc:id:sgtin:1.2.3", antenna=1, read_strength=-0.5)
     producer.send(bus.raw_topic(node), key=b"bad:2", value=cycle.SerializeToString())
@@ -178,13 +178,13 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
         samples = _scrape(node_metrics)
         return samples if _metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) else None
 
-    samples = wait_for(settled, 90, "door1's readings-in counter to reach what the agent published")
+    samples = wait_for(settled, 90, "dock-a's readings-in counter to reach what the agent published")
     assert _metric(samples, "hifi_dead_lettered_total", node=node) == 2
     for receptor in reads:
         assert _metric(samples, "hifi_receptor_reads_total", node=node, receptor=receptor) == reads[receptor]
         assert _metric(samples, "hifi_receptor_cycles_total", node=node, receptor=receptor) == cycles[receptor]
     weak = sum(1 for c in logged for _, _, strength in c["reads"] if strength < 0.2)
-    assert _metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="door1-r1") == weak
+    assert _metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="dock-a-r1") == weak
     assert _metric(samples, "hifi_node_up", node=node) == 1.0
 
     # rows per view: what this process emitted equals what the view's topic holds

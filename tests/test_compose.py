@@ -1,0 +1,148 @@
+"""The docker compose deployment: the committed docker-compose.yml is what the generator renders
+for the default topology, it and the files rendered for every other topology validate with
+Debian's `docker-compose config`, and each agrees with its topology. (No Docker engine here: the
+containers themselves run in tests/test_containers.py where one exists, and the services' exact
+commands run as processes in tests/test_processes.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from glue.topology import load_topology
+from services.cli import DEFAULT_TOPOLOGY, TOPOLOGIES, build_parser
+from services.compose import compose_model, node_service, render_compose
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPOLOGY_FILES = sorted(os.path.join(TOPOLOGIES, f) for f in os.listdir(TOPOLOGIES) if f.endswith(".yaml"))
+HIFI_SERVICES = {"placement", "agents", "dashboard"}
+
+
+def _validated(text: str, tmp_path) -> dict:
+    """`docker-compose config` of the file, as docker-compose resolved it (defaults filled in)."""
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text)
+    done = subprocess.run(["docker-compose", "-f", str(path), "--project-directory", REPO, "config"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "HIFI_REDIS_PASSWORD": ""})
+    assert done.returncode == 0, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def test_docker_compose_is_installed_by_the_project():
+    assert shutil.which("docker-compose"), "deploy/install-system-deps.sh installs Debian's docker-compose"
+
+
+def test_the_committed_compose_file_is_the_default_topology_rendered():
+    with open(os.path.join(REPO, "docker-compose.yml")) as fh:
+        committed = fh.read()
+    assert committed == render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY), \
+        "regenerate it: hifi deploy compose --output docker-compose.yml"
+
+
+@pytest.mark.parametrize("topology_file", TOPOLOGY_FILES, ids=os.path.basename)
+def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_file, tmp_path):
+    topology = load_topology(topology_file)
+    resolved = _validated(render_compose(topology, topology_file), tmp_path)
+    services = resolved["services"]
+
+    # every node, with its own id, and after its children
+    for node_id, spec in topology.nodes.items():
+        service = services[node_service(node_id)]
+        env = service["environment"]
+        assert service["command"] == ["node"] and env["HIFI_NODE_ID"] == node_id
+        assert env["HIFI_ADVERTISE_HOST"] == node_service(node_id)
+        assert env["HIFI_TOPOLOGY"] == "/app/" + os.path.relpath(topology_file, REPO)
+        waits_for = set(service["depends_on"])
+        assert {node_service(c) for c in topology.children(node_id)} <= waits_for
+        assert {"kafka", "redis", "placement"} <= waits_for
+        if spec.parent:
+            assert node_service(node_id) in services[node_service(spec.parent)]["depends_on"]
+    assert len([s for s in services if s.startswith("node-")]) == len(topology.nodes)
+    assert {"kafka", "redis", "prometheus", "grafana", *HIFI_SERVICES} <= set(services)
+
+    for name, service in services.items():
+        assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
+        assert service["restart"] == "unless-stopped"
+        assert all(c["condition"] == "service_healthy" for c in service.get("depends_on", {}).values())
+        if service.get("image", "").startswith("hifi:"):
+            env = service["environment"]
+            assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092" and env["HIFI_REDIS_URL"].startswith("redis://:")
+            assert "@redis:6379/" in env["HIFI_REDIS_URL"]
+
+    # published ports unique; every volume named and declared (bind mounts only for config files)
+    published = [int(p["published"]) if isinstance(p, dict) else int(str(p).split(":")[0])
+                 for s in services.values() for p in s.get("ports", [])]
+    assert len(published) == len(set(published)) and published
+    declared = set(resolved["volumes"])
+    for name, service in services.items():
+        for volume in service.get("volumes", []):
+            source = volume["source"] if isinstance(volume, dict) else str(volume).split(":")[0]
+            kind = volume.get("type") if isinstance(volume, dict) else ("bind" if source.startswith(("/", ".")) else
+                                                                           "volume")
+            if kind == "volume":
+                assert source in declared, f"{name}: volume {source} is not declared"
+            else:
+                assert os.path.relpath(source, REPO).startswith("deploy"), f"{name}: bind mount {source}"
+    for node_id in topology.nodes:
+        assert f"{node_service(node_id)}-state" in declared
+    assert {"kafka-data", "redis-data", "hifi-archive"} <= declared
+
+
+def test_redis_keeps_an_append_only_file_behind_a_password_and_kafka_runs_kraft():
+    services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
+    redis_command = " ".join(services["redis"]["command"])
+    assert "--appendonly yes" in redis_command and "--requirepass" in redis_command
+    kafka = services["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+
+
+def test_every_hifi_service_runs_a_hifi_command_the_cli_accepts():
+    """The image's entrypoint is `hifi`; commands and health checks must be its subcommands."""
+    services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
+    parser = build_parser()
+    commands = set()
+    for name, service in services.items():
+        if not service["image"].startswith("hifi:"):
+            continue
+        args = parser.parse_args(service["command"])
+        commands.add(args.command)
+        check = service["healthcheck"]["test"]
+        assert check[:2] == ["CMD", "hifi"], name
+        assert parser.parse_args(check[2:]).command == "health"
+    assert commands == {"node", "placement", "agents", "dashboard"}
+
+
+def test_a_topology_outside_the_repository_is_mounted_into_the_containers(tmp_path):
+    outside = tmp_path / "site.yaml"
+    shutil.copy(os.path.join(TOPOLOGIES, "small.yaml"), outside)
+    model = compose_model(load_topology(str(outside)), str(outside))
+    node = model["services"][node_service("door1")]
+    assert node["environment"]["HIFI_TOPOLOGY"] == "/etc/hifi/topology/site.yaml"
+    assert f"{tmp_path}:/etc/hifi/topology:ro" in node["volumes"]
+
+
+def test_the_spark_cluster_is_shown_commented():
+    text = render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)
+    assert "#   entrypoint: [\"spark-class\", \"org.apache.spark.deploy.worker.Worker\"" in text
+    assert text.count("# SPARK_MASTER: spark://spark-master:7077") == len(load_topology(DEFAULT_TOPOLOGY).nodes)
+
+
+def test_grafana_shows_only_metrics_the_services_expose():
+    with open(os.path.join(REPO, "deploy", "grafana", "dashboards", "hifi.json")) as fh:
+        dashboard = json.load(fh)
+    with open(os.path.join(REPO, "services", "metrics.py")) as fh:
+        exposed = fh.read()
+    used = {re.sub(r"_(bucket|total)$", "", name) for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"hifi_[a-z_]+", target["expr"])}
+    assert used and all(f'"{name}"' in exposed for name in used), used
+    with open(os.path.join(REPO, "deploy", "prometheus", "prometheus.yml")) as fh:
+        prometheus = yaml.safe_load(fh)
+    sd = prometheus["scrape_configs"][0]["http_sd_configs"][0]["url"]
+    assert sd == "http://dashboard:8470/api/prometheus-targets"

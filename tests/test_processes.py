@@ -1,0 +1,150 @@
+"""The compose deployment's services as separate processes: each runs exactly the command,
+environment and health check docker-compose.yml gives its container (services.compose), with
+only the addresses moved onto this machine (the embedded Redis and broker for `redis` and
+`kafka`, free loopback ports for the published ones). Small topology: core over dock-a, dock-b,
+each node in its own process with its own Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from dsp.codec import datetime_ms
+from glue.topology import load_topology
+from services.cli import TOPOLOGIES
+from services.compose import compose_model, node_service
+from services.embedded import free_port
+from tests.conftest import wait_for
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
+SMALL = os.path.join(TOPOLOGIES, "small.yaml")
+QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
+
+
+class Deployment:
+    """The compose file's HiFi services, run here in dependency order."""
+
+    def __init__(self, servers, workdir) -> None:
+        self.servers, self.workdir = servers, workdir
+        self.model = compose_model(load_topology(SMALL), SMALL)["services"]
+        self.ports: dict[str, int] = {}          # container port -> the local port standing in for it
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.envs: dict[str, dict[str, str]] = {}
+
+    def local(self, value: str, service: str) -> str:
+        """A compose value with this machine's addresses."""
+        value = value.replace("/app/", REPO + "/")
+        for port in ("50050", "50051", "8470", "9464"):
+            if value.endswith(f":{port}") or f":{port}/" in value:
+                key = f"{service}:{port}"
+                self.ports.setdefault(key, free_port())
+                value = value.replace(f":{port}", f":{self.ports[key]}").replace("0.0.0.0", "127.0.0.1")
+        return value
+
+    def start(self, service: str) -> None:
+        spec = self.model[service]
+        env = {name: self.local(str(value), service) for name, value in spec["environment"].items()}
+        env.update(HIFI_REDIS_URL=self.servers.redis_url, HIFI_KAFKA_BOOTSTRAP=self.servers.bootstrap,
+                   HIFI_HOME=str(self.workdir / "home"))
+        if "HIFI_ADVERTISE_HOST" in env:
+            env["HIFI_ADVERTISE_HOST"] = "127.0.0.1"
+        if "HIFI_METRICS_PORT" in env:
+            env["HIFI_METRICS_PORT"] = str(free_port())
+        for name in ("HIFI_STATE_DIR", "HIFI_RECEPTOR_DIR"):
+            if name in env:
+                env[name] = str(self.workdir / service / name.lower())
+        self.envs[service] = {**os.environ, **env}
+        log = open(self.workdir / f"{service}.log", "wb")  # noqa: SIM115 - closed with the process
+        self.processes[service] = subprocess.Popen([HIFI, *spec["command"]], env=self.envs[service], stdout=log,
+                                                   stderr=subprocess.STDOUT, cwd=self.workdir)
+
+    def healthy(self, service: str) -> bool:
+        process = self.processes[service]
+        if process.poll() is not None:
+            pytest.fail(f"{service} exited with {process.returncode}:\n{self.log(service)}")
+        check = [self.local(part, service) for part in self.model[service]["healthcheck"]["test"][2:]]
+        if service == "agents":   # the container's archive path, here the service's own directory
+            check = [c.replace("/var/lib/hifi/archive", self.envs[service]["HIFI_RECEPTOR_DIR"]) for c in check]
+        return subprocess.run([HIFI, *check], env=self.envs[service], capture_output=True, timeout=60).returncode == 0
+
+    def start_healthy(self, service: str, timeout_s: float) -> None:
+        self.start(service)
+        wait_for(lambda: self.healthy(service), timeout_s, f"{service} healthy:\n{self.log(service)}", interval_s=2)
+
+    def log(self, service: str, lines: int = 30) -> str:
+        path = self.workdir / f"{service}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    def stop(self) -> dict[str, int]:
+        codes = {}
+        for service, process in reversed(list(self.processes.items())):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            try:
+                codes[service] = process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                codes[service] = process.wait()
+        return codes
+
+
+@pytest.fixture()
+def deployment(servers, mdr, tmp_path):
+    running = Deployment(servers, tmp_path)
+    yield running
+    running.stop()
+
+
+def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, mdr):
+    topology = load_topology(SMALL)
+    deployment.start_healthy("placement", 60)
+    assert mdr.streams() and mdr.receptors(), "placement loads the topology's metadata"
+    for spec in topology.bottom_up():   # compose starts a parent once its children are healthy
+        deployment.start_healthy(node_service(spec.id), 300)
+    deployment.start_healthy("agents", 60)
+    deployment.start_healthy("dashboard", 60)
+    assert {n.id: n.alive for n in mdr.nodes()} == {"core": True, "dock-a": True, "dock-b": True}
+    # every node registered where the others reach it (its advertised host), not 0.0.0.0
+    assert all(n.address.startswith("127.0.0.1:") for n in mdr.nodes())
+
+    env = {**deployment.envs["dashboard"],
+           "HIFI_PLACEMENT": f"127.0.0.1:{deployment.ports['placement:50050']}"}
+    done = subprocess.run([HIFI, "query", QUERY, "--limit", "6", "--timeout", "180", "--format", "json"], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 6
+    # each window's count equals the agents' log of what they published
+    readings = deployment.envs["agents"]["HIFI_RECEPTOR_DIR"] + "/readings.jsonl"
+    with open(readings) as fh:
+        logged = [json.loads(line) for line in fh]
+    central = Counter()
+    for cycle in logged:
+        if "reads" in cycle:
+            central[(cycle["t"] // 2000 * 2000, cycle["receptor"])] += len(cycle["reads"])
+    for row in rows:
+        start = datetime_ms(dt.datetime.fromisoformat(row["window_start"]))
+        assert row["reads"] == central[(start, row["receptor_id"])], row
+
+    # Prometheus finds every service through the dashboard, labelled with its tier
+    dashboard = f"http://127.0.0.1:{deployment.ports['dashboard:8470']}"
+    with urllib.request.urlopen(f"{dashboard}/api/prometheus-targets", timeout=10) as answer:
+        targets = json.load(answer)
+    labels = {t["labels"]["service"]: t["labels"] for t in targets}
+    assert set(labels) == {"node:core", "node:dock-a", "node:dock-b", "placement", "dashboard"}
+    assert labels["node:dock-a"]["tier"] == "edge" and labels["node:core"]["tier"] == "core"
+    dock_a = next(t for t in targets if t["labels"]["service"] == "node:dock-a")
+    with urllib.request.urlopen(f"http://{dock_a['targets'][0]}/metrics", timeout=10) as answer:
+        assert 'hifi_readings_in_total{node="dock-a"}' in answer.read().decode()
+
+    codes = deployment.stop()
+    assert all(code == 0 for code in codes.values()), {s: (c, deployment.log(s, 10)) for s, c in codes.items()}
