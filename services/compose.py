@@ -134,7 +134,8 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
             ["placement"],
             {"HIFI_LISTEN": f"0.0.0.0:{PLACEMENT_PORT}", "HIFI_ADVERTISE_HOST": "placement",
              "HIFI_METRICS_PORT": str(METRICS_PORT)},
-            _healthy("kafka", "redis"), _healthcheck(["CMD", "hifi", "health", "--grpc", f"127.0.0.1:{PLACEMENT_PORT}"]),
+            _healthy("kafka", "redis"),
+            _healthcheck(["CMD", "hifi", "health", "--grpc", f"127.0.0.1:{PLACEMENT_PORT}"]),
             ports=[f"${{HIFI_PLACEMENT_PORT:-{PLACEMENT_PORT}}}:{PLACEMENT_PORT}"]),
     }
     for spec in topology.bottom_up():
