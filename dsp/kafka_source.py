@@ -67,9 +67,8 @@ from dsp.codec import (
 from glue import bus
 from mdr.repository import MDR
 
-TAG, ERROR, TS, OFFSET, PAYLOAD, RECEPTOR, STRENGTH, CYCLE = (
-    RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload", "receptor_id", "read_strength",
-                                        "cycle"))
+TAG, ERROR, TS, OFFSET, PAYLOAD, RECEPTOR, STRENGTH = (
+    RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload", "receptor_id", "read_strength"))
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),

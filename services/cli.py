@@ -41,15 +41,10 @@ def _progress(message: str) -> None:
 
 def _mdr():
     from mdr.repository import MDR
-    from services.hierarchy import run_file
 
-    url = os.environ.get("HIFI_REDIS_URL")
+    url = os.environ.get("HIFI_REDIS_URL") or _run_info().get("redis_url")
     if not url:
-        try:
-            with open(run_file()) as fh:
-                url = json.load(fh)["redis_url"]
-        except (OSError, ValueError, KeyError):
-            raise CLIError("no running hierarchy found: start one with `hifi up`, or set HIFI_REDIS_URL") from None
+        raise CLIError("no running hierarchy found: start one with `hifi up`, or set HIFI_REDIS_URL")
     mdr = MDR.connect(url)
     try:
         mdr.r.ping()
@@ -419,14 +414,11 @@ def _reference_rows(sql: str, principal: str):
     from edge.agent import read_jsonl
     from glue.analyzer import analyze
     from glue.reference import Reference, rfid_readings
-    from services.hierarchy import run_file
     from services.placement import load_catalog
 
-    try:
-        with open(run_file()) as fh:
-            readings_path = json.load(fh)["readings"]
-    except (OSError, ValueError, KeyError):
-        raise CLIError("--reference needs a running `hifi up` (its recorded readings)") from None
+    readings_path = _run_info().get("readings")
+    if not readings_path:
+        raise CLIError("--reference needs a running `hifi up` (its recorded readings)")
     catalog = load_catalog(_mdr())
     query = analyze(sql, catalog, principal)
     rows = Reference(rfid_readings(read_jsonl(readings_path)), catalog).run(query)

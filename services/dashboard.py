@@ -100,6 +100,8 @@ class EventLog:
 
     def _tail(self) -> None:
         try:
+            # the dashboard may start before the nodes that write these topics (a container each)
+            bus.ensure_topics(self.bootstrap, list(self.kinds))
             for record in bus.tail(self.bootstrap, list(self.kinds), self._stop):
                 kind = self.kinds[record.topic]
                 if kind == "dead":
@@ -133,7 +135,8 @@ class Dashboard:
         self._rates = RateWindow(RATE_SPAN_MS)
         self._rates_lock = threading.Lock()
         self._placement_channel: grpc.Channel | None = None
-        self.events = EventLog(bootstrap, self._alert_topics(), [bus.dead_topic(n.id) for n in mdr.nodes()])
+        nodes = list(topology.nodes) if topology is not None else [n.id for n in mdr.nodes()]
+        self.events = EventLog(bootstrap, self._alert_topics(), [bus.dead_topic(n) for n in nodes])
 
     def _alert_topics(self) -> dict[str, str]:
         if self.topology is None:

@@ -123,7 +123,7 @@ def test_a_topology_outside_the_repository_is_mounted_into_the_containers(tmp_pa
     outside = tmp_path / "site.yaml"
     shutil.copy(os.path.join(TOPOLOGIES, "small.yaml"), outside)
     model = compose_model(load_topology(str(outside)), str(outside))
-    node = model["services"][node_service("door1")]
+    node = model["services"][node_service("dock-a")]
     assert node["environment"]["HIFI_TOPOLOGY"] == "/etc/hifi/topology/site.yaml"
     assert f"{tmp_path}:/etc/hifi/topology:ro" in node["volumes"]
 
