@@ -102,7 +102,7 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     # its placement drawn on the tree: a task at the root and at both doors
     placed = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#tree g.node.placed')]"
                                            ".map(g => g.dataset.node).sort()"), 10, "the placement on the tree")
-    assert placed == ["dock-a", "dock-b", "core"]
+    assert placed == ["core", "dock-a", "dock-b"]
     rows = wait_for(lambda: _js(browser, "return [...document.querySelectorAll('#results-table tbody tr')]"
                                          ".map(r => [...r.cells].map(c => c.textContent))"), 120,
                     "result rows on the page")
