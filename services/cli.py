@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 TOPOLOGIES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "topologies")
 DEFAULT_TOPOLOGY = os.path.join(TOPOLOGIES, "supply-chain.yaml")
 DEEP_TOPOLOGY = os.path.join(TOPOLOGIES, "deep.yaml")
+SMALL_TOPOLOGY = os.path.join(TOPOLOGIES, "small.yaml")
 SCENARIOS = os.path.join(os.path.dirname(TOPOLOGIES), "scenarios")
 FAN_IN_SCENARIO = os.path.join(SCENARIOS, "fan-in.yaml")
 SUPPLY_CHAIN_SCENARIO = os.path.join(SCENARIOS, "supply-chain.yaml")
@@ -542,6 +543,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
         return 0
+    if args.which == "dashboard":
+        from services.bench_dashboard import run_dashboard_bench
+
+        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else SMALL_TOPOLOGY
+        _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
+        _stop_spark()
+        return 0
     if args.which == "agents":
         args.scenario = args.scenario or FAN_IN_SCENARIO
         return bench_agents(args, args.duration)
@@ -722,8 +730,10 @@ def build_parser() -> argparse.ArgumentParser:
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning"],
+    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
+                            "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
+                            "per node, seconds from an edge node's crash to dead (topology small.yaml); "
                             "cleaning: errors against ground truth of raw reads, fixed windows and adaptive "
                             "smoothing, arbitration and counts on a scenario (default supply-chain.yaml), "
                             "faulty-mote detection on the Intel Lab replay (offline, no broker or Spark); "

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from glue import bus
 from glue.topology import load_topology
 from protos import hifi_pb2
-from services.cli import TOPOLOGIES
+from services.cli import SMALL_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
 
 ARTIFACTS = os.environ.get("HIFI_TEST_ARTIFACTS",
@@ -28,7 +28,7 @@ QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 sec
 
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    topology = load_topology(os.path.join(TOPOLOGIES, "small.yaml"))
+    topology = load_topology(SMALL_TOPOLOGY)
     for running in running_hierarchy(topology, servers, str(tmp_path_factory.mktemp("state"))):
         running.start_dashboard("127.0.0.1:0")
         yield running

@@ -19,14 +19,14 @@ import pytest
 
 from dsp.codec import datetime_ms
 from glue.topology import load_topology
-from services.cli import TOPOLOGIES
+from services.cli import SMALL_TOPOLOGY
 from services.compose import compose_model, node_service
 from services.embedded import free_port
 from tests.conftest import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
-SMALL = os.path.join(TOPOLOGIES, "small.yaml")
+SMALL = SMALL_TOPOLOGY
 QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
 
 
