@@ -32,6 +32,7 @@ import queue
 import threading
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -132,6 +133,7 @@ class Dashboard:
         self.url = ""
         self.stop_event = threading.Event()
         self._server: ThreadingHTTPServer | None = None
+        self._scrapers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dashboard-scrape")
         self._rates = RateWindow(RATE_SPAN_MS)
         self._rates_lock = threading.Lock()
         self._placement_channel: grpc.Channel | None = None
@@ -172,6 +174,7 @@ class Dashboard:
             self._server = None
         if self._placement_channel is not None:
             self._placement_channel.close()
+        self._scrapers.shutdown(wait=False)
 
     # ------------------------------------------------------------ the snapshot
 
@@ -180,13 +183,13 @@ class Dashboard:
         records = self.mdr.nodes()
         views = self.mdr.views()
         endpoints = self.mdr.endpoints()
+        metrics_urls = [endpoints.get(f"node:{r.id}", {}).get("metrics", "") if r.alive else "" for r in records]
+        scraped = list(self._scrapers.map(_scrape, metrics_urls))   # side by side: each waits on its node
         nodes = []
-        for record in records:
+        for record, url, figures in zip(records, metrics_urls, scraped, strict=True):
             health = node_health(record, self.mdr.stats(record.id), [v.name for v in views if v.node == record.id],
                                  now)
-            scraped = _scrape(endpoints.get(f"node:{record.id}", {}).get("metrics", "")) if record.alive else {}
-            nodes.append({**health.as_dict(), **scraped,
-                          "metrics": endpoints.get(f"node:{record.id}", {}).get("metrics", "")})
+            nodes.append({**health.as_dict(), **figures, "metrics": url})
         events, event_counts = self.events.recent()
         faulty = {e["receptor"] for e in events if e["kind"] == "faulty" and now - e["ms"] < 60_000}
         return {
