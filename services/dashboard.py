@@ -30,6 +30,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -134,8 +135,9 @@ class Dashboard:
         self.stop_event = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._scrapers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dashboard-scrape")
-        self._rates = RateWindow(RATE_SPAN_MS)
-        self._rates_lock = threading.Lock()
+        self._rates = RateWindow(RATE_SPAN_MS)   # stepped only under _snapshot_lock
+        self._snapshot: tuple[float, dict] | None = None
+        self._snapshot_lock = threading.Lock()
         self._placement_channel: grpc.Channel | None = None
         nodes = list(topology.nodes) if topology is not None else [n.id for n in mdr.nodes()]
         self.events = EventLog(bootstrap, self._alert_topics(), [bus.dead_topic(n) for n in nodes])
@@ -179,6 +181,14 @@ class Dashboard:
     # ------------------------------------------------------------ the snapshot
 
     def snapshot(self) -> dict:
+        """The page's whole state; computed at most once per push interval, whatever the number of
+        open pages (they share it)."""
+        with self._snapshot_lock:
+            if self._snapshot is None or time.monotonic() - self._snapshot[0] >= 0.9 * PUSH_INTERVAL_S:
+                self._snapshot = (time.monotonic(), self._build_snapshot())
+            return self._snapshot[1]
+
+    def _build_snapshot(self) -> dict:
         now = now_ms()
         records = self.mdr.nodes()
         views = self.mdr.views()
@@ -213,8 +223,7 @@ class Dashboard:
         """Per edge node, its receptors with rates over the last RATE_SPAN_MS (or what has been seen)."""
         edges = [r.id for r in records if r.tier == "edge"]
         counts = {rid: stats for node in edges for rid, stats in self.mdr.receptor_stats(node).items()}
-        with self._rates_lock:
-            rates = self._rates.add(CountsSample(now_ms(), counts))
+        rates = self._rates.add(CountsSample(now_ms(), counts))
         found: dict[str, list[dict]] = {edge: [] for edge in edges}
         for rid, info in sorted(self.mdr.receptors().items()):
             if info.get("node") not in found:

@@ -8,6 +8,9 @@ metrics, which stop the agents to compare settled counters with what they publis
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from collections import Counter
@@ -117,7 +120,8 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     os.makedirs(ARTIFACTS, exist_ok=True)
     browser.save_screenshot(os.path.join(ARTIFACTS, "dashboard.png"))
 
-    browser.find_element(By.CSS_SELECTOR, f'#queries button.cancel[data-query="{query_id}"]').click()
+    # one step in the page: the list is redrawn every second, so a found element can go stale
+    _js(browser, f"document.querySelector('#queries button.cancel[data-query=\"{query_id}\"]').click()")
     wait_for(lambda: not _js(browser, "return document.querySelector('#queries li[data-query]')"), 60,
              "the cancelled query gone from the page")
     assert hierarchy.mdr.queries() == []
@@ -138,6 +142,21 @@ def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarch
     assert _node_states(browser)["dock-a"] == "alive"
     report = status_report(hierarchy.mdr)
     assert any(line.startswith("dock-b") and "DEAD" in line for line in report.splitlines())
+
+    # the same live in a terminal: `hifi status --watch` redraws until Ctrl-C
+    watch = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "hifi"), "status", "--watch",
+                              "--interval", "1"], env={**os.environ, "HIFI_REDIS_URL": hierarchy.redis_url},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    watch.send_signal(signal.SIGINT)
+    out, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0, err
+    screens = out.split("\x1b[2J\x1b[H")[1:]
+    assert len(screens) >= 3
+    last = screens[-1].splitlines()
+    assert any(line.startswith("dock-b ") and "DEAD" in line for line in last)
+    rates = {line.split()[0]: line.split()[4:] for line in last if line.startswith("dock-a-r1")}
+    assert float(rates["dock-a-r1"][0]) > 0 and rates["dock-a-r1"][2] == "reading", last
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple], float]:
