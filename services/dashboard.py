@@ -101,28 +101,37 @@ class EventLog:
             self.counts[event["kind"]] += 1
 
     def _tail(self) -> None:
-        try:
-            # the dashboard may start before the nodes that write these topics (a container each)
-            bus.ensure_topics(self.bootstrap, list(self.kinds))
-            for record in bus.tail(self.bootstrap, list(self.kinds), self._stop):
-                kind = self.kinds[record.topic]
-                if kind == "dead":
-                    letter = decode_dead_letter(record.value)
-                    self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
-                               "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
-                    continue
-                batch = decode_row_batch(record.value)
-                node = record.topic.split(".")[2]
-                for values in batch.rows:
-                    row = dict(zip(batch.columns, values, strict=True))
-                    if kind == "faulty" and not row.get("faulty"):
-                        continue   # the quality stage reports every mote; only the faulty ones are events
-                    shown = "  ".join(f"{k}={_json_cell(v)}" for k, v in row.items()
-                                      if k not in ("window_start", "window_end"))
-                    self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
-                               "receptor": row.get("receptor_id", "")})
-        except Exception:  # noqa: BLE001 - the page must stay up when the broker hiccups
-            log.exception("dashboard: event tail failed")
+        """Re-read the topics from their beginning, again after a failure (the broker went away)."""
+        while not self._stop.is_set():
+            with self._lock:
+                self.events.clear()
+                self.counts.clear()
+            try:
+                self._read()
+            except Exception:  # noqa: BLE001 - the page must stay up when the broker hiccups
+                log.exception("dashboard: event tail failed; retrying in 5 s")
+                self._stop.wait(5.0)
+
+    def _read(self) -> None:
+        # the dashboard may start before the nodes that write these topics (a container each)
+        bus.ensure_topics(self.bootstrap, list(self.kinds))
+        for record in bus.tail(self.bootstrap, list(self.kinds), self._stop):
+            kind = self.kinds[record.topic]
+            if kind == "dead":
+                letter = decode_dead_letter(record.value)
+                self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
+                           "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
+                continue
+            batch = decode_row_batch(record.value)
+            node = record.topic.split(".")[2]
+            for values in batch.rows:
+                row = dict(zip(batch.columns, values, strict=True))
+                if kind == "faulty" and not row.get("faulty"):
+                    continue   # the quality stage reports every mote; only the faulty ones are events
+                shown = "  ".join(f"{k}={_json_cell(v)}" for k, v in row.items()
+                                  if k not in ("window_start", "window_end"))
+                self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
+                           "receptor": row.get("receptor_id", "")})
 
 
 class Dashboard:
