@@ -39,6 +39,7 @@ from glue import bus
 
 READINGS_FILE = "readings.jsonl"
 TRUTH_FILE = "truth.jsonl"
+LOG_FLUSH_S = 0.5   # the logs reach the disk at least this often while the agent runs
 
 
 def tick_ms(scenario: Scenario) -> int:
@@ -160,6 +161,7 @@ class ReceptorAgent:
         t = self.start_ms
         end_ms = self.start_ms + int(duration_s * 1000) if duration_s else None
         wall_start: float | None = None   # when the first tick went out (a paced run waits for it)
+        flushed = time.monotonic()
         self.stats.started_ms = t
         try:
             while not self._stop.is_set() and (end_ms is None or t < end_ms):
@@ -185,6 +187,10 @@ class ReceptorAgent:
                     for line in tick.readings:
                         readings_out.write(json.dumps(line) + "\n")
                     truth_out.write(json.dumps(self._truth_line(t, tick)) + "\n")
+                    if time.monotonic() - flushed >= LOG_FLUSH_S:   # readers of the live logs (--reference)
+                        readings_out.flush()
+                        truth_out.flush()
+                        flushed = time.monotonic()
                 self.stats.ticks += 1
                 t += self.tick_ms
         finally:

@@ -123,7 +123,10 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(rows) == 6
-    # each window's count equals the agents' log of what they published
+    # each window's count equals the agents' log of what they published (complete once they stop)
+    agents = deployment.processes["agents"]
+    agents.send_signal(signal.SIGTERM)
+    assert agents.wait(timeout=60) == 0, deployment.log("agents")
     readings = deployment.envs["agents"]["HIFI_RECEPTOR_DIR"] + "/readings.jsonl"
     with open(readings) as fh:
         logged = [json.loads(line) for line in fh]
