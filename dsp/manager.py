@@ -7,6 +7,7 @@ last committed micro-batch.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import threading
@@ -40,6 +41,10 @@ class QueryExists(ValueError):
     """A deploy of a query id that already runs on the node (a shared view deployed twice)."""
 
 
+MAX_RESTARTS = 3
+log = logging.getLogger("hifi.dsp")
+
+
 @dataclass
 class ManagedQuery:
     query_id: str
@@ -47,6 +52,7 @@ class ManagedQuery:
     output_topic: str
     status: str = "running"         # running | suspended | failed | stopped
     error: str = ""
+    restarts: int = 0               # after dying with an error (see DSPManager.queries)
     start: Callable[[], StreamingQuery] | None = None
     handle: StreamingQuery | None = None
     sinks: list = field(default_factory=list)
@@ -213,12 +219,24 @@ class DSPManager:
     # ------------------------------------------------------------ inspection
 
     def queries(self) -> list[ManagedQuery]:
+        """The node's queries; one found dead with an error is restarted from its checkpoint (its
+        sink's fence keeps the replayed batch from being written twice), up to MAX_RESTARTS times:
+        on a saturated machine Spark can give up on a Python worker that was only slow to start
+        (it waits a fixed 10 s for it to connect back)."""
         with self._lock:
             for managed in self._queries.values():
                 handle = managed.handle
                 if managed.status == "running" and handle is not None and not handle.isActive:
                     exc = handle.exception()
                     managed.status, managed.error = "failed", _first_line(str(exc) if exc else "stopped")
+                    if exc is not None and managed.restarts < MAX_RESTARTS:
+                        managed.restarts += 1
+                        log.warning("node %s: query %s died (%s); restart %d of %d", self.node_id,
+                                    managed.query_id, managed.error, managed.restarts, MAX_RESTARTS)
+                        try:
+                            self._launch(managed)
+                        except Exception as again:  # noqa: BLE001 - it stays failed, with the reason
+                            managed.error = _first_line(str(again))
             return list(self._queries.values())
 
     def progress(self) -> dict[str, float]:

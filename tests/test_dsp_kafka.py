@@ -95,3 +95,31 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
     assert [q.status for q in manager.queries()] == ["running"]
     assert len(topic_rows(servers.bootstrap, out)) == 300
     manager.stop_all()
+
+
+def test_a_query_that_dies_is_restarted_from_its_checkpoint_without_duplicates(servers, spark, tmp_path):
+    """What a Python worker too slow to connect back does to a query on a saturated machine: it
+    dies with an error. The manager restarts it; the replayed micro-batch is not written twice."""
+    raw, out = "hifi.raw.rs", "hifi.rqs.copy.rs"
+    bus.ensure_topics(servers.bootstrap, [raw, out])
+    _publish_cycles(servers.bootstrap, raw, 0, 50)
+    failed: list[int] = []
+
+    def fail_once(report) -> None:
+        if not failed:
+            failed.append(report.batch_id)
+            raise RuntimeError("a transient failure after the batch was written")
+
+    manager = DSPManager(spark, "rs", servers.bootstrap, str(tmp_path), trigger_ms=500)
+    manager.deploy("copy", _copy_plan(raw), out, on_batch=fail_once)
+    try:
+        wait_for(lambda: (q := manager.queries()[0]).restarts == 1 and q.status == "running", 90,
+                 "the query restarted after dying")
+        _publish_cycles(servers.bootstrap, raw, 50, 50)
+        wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 300, 90, "the readings after the restart")
+        time.sleep(3)   # a duplicate would arrive by now
+        rows = topic_rows(servers.bootstrap, out)
+        assert len(rows) == 300 and len({r["tag_id"] for r in rows}) == 300
+        assert failed == [0]
+    finally:
+        manager.stop_all()
