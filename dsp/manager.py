@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ class QueryExists(ValueError):
     """A deploy of a query id that already runs on the node (a shared view deployed twice)."""
 
 
-MAX_RESTARTS = 3
+RESTART_AFTER_S = (2.0, 10.0, 30.0, 60.0, 120.0)   # waits before each restart: a start-up burst passes
+MAX_RESTARTS = len(RESTART_AFTER_S)
 log = logging.getLogger("hifi.dsp")
 
 
@@ -53,6 +55,7 @@ class ManagedQuery:
     status: str = "running"         # running | suspended | failed | stopped
     error: str = ""
     restarts: int = 0               # after dying with an error (see DSPManager.queries)
+    failed_at: float | None = None  # monotonic time it was found dead with an error
     start: Callable[[], StreamingQuery] | None = None
     handle: StreamingQuery | None = None
     sinks: list = field(default_factory=list)
@@ -220,23 +223,26 @@ class DSPManager:
 
     def queries(self) -> list[ManagedQuery]:
         """The node's queries; one found dead with an error is restarted from its checkpoint (its
-        sink's fence keeps the replayed batch from being written twice), up to MAX_RESTARTS times:
+        sink's fence keeps the replayed batch from being written twice), after RESTART_AFTER_S:
         on a saturated machine Spark can give up on a Python worker that was only slow to start
         (it waits a fixed 10 s for it to connect back)."""
         with self._lock:
+            now = time.monotonic()
             for managed in self._queries.values():
                 handle = managed.handle
                 if managed.status == "running" and handle is not None and not handle.isActive:
                     exc = handle.exception()
                     managed.status, managed.error = "failed", _first_line(str(exc) if exc else "stopped")
-                    if exc is not None and managed.restarts < MAX_RESTARTS:
-                        managed.restarts += 1
-                        log.warning("node %s: query %s died (%s); restart %d of %d", self.node_id,
-                                    managed.query_id, managed.error, managed.restarts, MAX_RESTARTS)
-                        try:
-                            self._launch(managed)
-                        except Exception as again:  # noqa: BLE001 - it stays failed, with the reason
-                            managed.error = _first_line(str(again))
+                    managed.failed_at = now if exc is not None else None
+                if (managed.status == "failed" and managed.failed_at is not None and managed.restarts < MAX_RESTARTS
+                        and now - managed.failed_at >= RESTART_AFTER_S[managed.restarts]):
+                    managed.restarts += 1
+                    log.warning("node %s: query %s died (%s); restart %d of %d", self.node_id, managed.query_id,
+                                managed.error, managed.restarts, MAX_RESTARTS)
+                    try:
+                        self._launch(managed)
+                    except Exception as again:  # noqa: BLE001 - it stays failed, with the reason
+                        managed.error, managed.failed_at = _first_line(str(again)), now
             return list(self._queries.values())
 
     def progress(self) -> dict[str, float]:

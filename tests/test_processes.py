@@ -118,8 +118,8 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
 
     env = {**deployment.envs["dashboard"],
            "HIFI_PLACEMENT": f"127.0.0.1:{deployment.ports['placement:50050']}"}
-    done = subprocess.run([HIFI, "query", QUERY, "--limit", "6", "--timeout", "180", "--format", "json"], env=env,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run([HIFI, "query", QUERY, "--limit", "6", "--timeout", "240", "--format", "json"], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(rows) == 6
