@@ -31,7 +31,7 @@ run: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: setup
 	$(VENV)/bin/hifi bench pipeline

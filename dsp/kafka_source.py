@@ -37,6 +37,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -65,7 +66,9 @@ from dsp.codec import (
     project_rows,
 )
 from glue import bus
-from mdr.repository import MDR
+
+if TYPE_CHECKING:
+    from mdr.repository import MDR
 
 TAG, ERROR, TS, OFFSET, PAYLOAD, RECEPTOR, STRENGTH = (
     RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload", "receptor_id", "read_strength"))
@@ -241,6 +244,10 @@ _mdrs: dict[str, MDR] = {}
 
 
 def shared_mdr(url: str) -> MDR:
+    # Imported here: every query's source runner imports this module, and must connect back to
+    # Spark within 10 s (dsp/python_worker.sh); only the ingest statistics need redis.
+    from mdr.repository import MDR
+
     if url not in _mdrs:
         _mdrs[url] = MDR.connect(url)
     return _mdrs[url]

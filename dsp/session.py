@@ -19,15 +19,28 @@ from pyspark.sql import SparkSession
 from dsp.kafka_source import KafkaDataSource
 
 _lock = threading.Lock()
+WORKER_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_worker.sh")
+
+
+def use_worker_launcher() -> None:
+    """Start Spark's Python processes through dsp/python_worker.sh (see there why): this
+    interpreter, without the bundled Spark's archives on its path."""
+    import pyspark
+
+    os.environ["HIFI_WORKER_PYTHON"] = sys.executable
+    os.environ["HIFI_BUNDLED_SPARK"] = os.path.dirname(os.path.abspath(pyspark.__file__))
+    os.environ["PYSPARK_PYTHON"] = WORKER_LAUNCHER
 
 
 def spark_session(app_name: str = "hifi") -> SparkSession:
     """Get or create the process's Spark session, with the Kafka data source registered."""
     with _lock:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         cores = os.environ.get("HIFI_SPARK_CORES", "*")
         master = os.environ.get("SPARK_MASTER", f"local[{cores}]")
+        if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ and os.access(WORKER_LAUNCHER, os.X_OK):
+            use_worker_launcher()
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         builder = (
             SparkSession.builder.appName(app_name)
             .master(master)

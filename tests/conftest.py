@@ -34,6 +34,20 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def no_queries_left_running() -> Iterator[None]:
+    """A module leaves no streaming query running in the shared Spark session: one left behind
+    keeps firing micro-batches through every later module and starves the tests that time."""
+    yield
+    from pyspark.sql import SparkSession
+
+    session = SparkSession._instantiatedSession  # the shared session if a test started it; never start one
+    left = [query.name for query in session.streams.active] if session is not None else []
+    for query in session.streams.active if left else []:
+        query.stop()
+    assert not left, f"queries left running by this module: {left}"
+
+
 @pytest.fixture()
 def mdr(servers):
     from mdr.repository import MDR

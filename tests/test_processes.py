@@ -84,6 +84,12 @@ class Deployment:
         path = self.workdir / f"{service}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
+    def trouble(self) -> str:
+        """What went wrong in the node services, from their logs (for a failing assertion)."""
+        marks = ("restart", "died", "Error", "Exception", "Traceback", "WARN")
+        return "\n".join(f"{service}: {line}" for service in self.processes if service.startswith("node-")
+                         for line in self.log(service, 400).splitlines() if any(m in line for m in marks))
+
     def stop(self) -> dict[str, int]:
         codes = {}
         for service, process in reversed(list(self.processes.items())):
@@ -122,7 +128,7 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(rows) == 6
+    assert len(rows) == 6, f"{len(rows)} rows in 240 s; the nodes said:\n{deployment.trouble()}\n{done.stderr}"
     # each window's count equals the agents' log of what they published (complete once they stop)
     agents = deployment.processes["agents"]
     agents.send_signal(signal.SIGTERM)
