@@ -42,10 +42,10 @@ def no_queries_left_running() -> Iterator[None]:
     from pyspark.sql import SparkSession
 
     session = SparkSession._instantiatedSession  # the shared session if a test started it; never start one
-    left = [query.name for query in session.streams.active] if session is not None else []
-    for query in session.streams.active if left else []:
+    left = list(session.streams.active) if session is not None else []
+    for query in left:
         query.stop()
-    assert not left, f"queries left running by this module: {left}"
+    assert not left, f"queries left running by this module: {[query.name for query in left]}"
 
 
 @pytest.fixture()
