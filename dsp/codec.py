@@ -1,7 +1,8 @@
 """Wire codecs: protobuf messages on Kafka <-> plain Python rows. Pure functions, no I/O.
 
-Raw RFID read cycles are validated here; a record that fails carries the reason, which the
-node's ingest dead-letters to `hifi.dead.<node>` (see dsp.manager).
+Raw RFID read cycles and sensor batches are validated here against dsp.intake's rules; a
+record that fails carries the reason, which the node's ingest dead-letters to `hifi.dead.<node>`
+(see dsp.kafka_source). Nothing here raises on a record's content: a reader must go on past it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
+from dsp.intake import DUPLICATE, NO_RULES, IntakeRules, RecentCycles
 from protos import hifi_pb2
 
-# Timestamps further ahead of the node's clock than this are impossible readings.
-MAX_FUTURE_SKEW_MS = 60_000
+TOMBSTONE = "record has no value (a tombstone)"
+_BAD_VALUES = (DecodeError, ValueError, OverflowError, OSError, RecursionError)
 
 RAW_RFID_COLUMNS = ("receptor_id", "tag_id", "antenna", "read_strength", "ts", "cycle",
                     "partition", "offset", "error", "payload")
@@ -70,15 +72,27 @@ def decode_sensor_batch(value: bytes) -> list[Sample]:
     return [Sample(s.receptor_id, s.seq, s.timestamp_ms, dict(s.values)) for s in msg.samples]
 
 
-def decode_sample_rows(value: bytes, quantities: Sequence[str]) -> list[tuple]:
-    """Rows (receptor_id, *quantities, ts) of a SensorBatch record: one per sample, a quantity the
-    sample lacks is None; an undecodable record gives none."""
+def decode_sample_rows(value: bytes | None, quantities: Sequence[str], arrival_ms: int,
+                       rules: IntakeRules = NO_RULES) -> tuple[list[tuple], list[str]]:
+    """Rows (receptor_id, *quantities, ts) of a SensorBatch record, one per sample that passes (a
+    quantity the sample lacks is None), and why each other sample, or the whole record, was refused."""
+    if value is None:
+        return [], [TOMBSTONE]
     try:
         samples = decode_sensor_batch(value)
-    except (DecodeError, ValueError):
-        return []
-    return [(s.receptor_id, *(s.values.get(q) for q in quantities), ms_to_datetime(s.timestamp_ms))
-            for s in samples if s.receptor_id and s.timestamp_ms > 0]
+    except _BAD_VALUES as exc:
+        return [], [f"undecodable SensorBatch: {exc}"]
+    rows, problems = [], []
+    for i, s in enumerate(samples):
+        problem = ("missing receptor_id" if not s.receptor_id else
+                   rules.receptor_problem(s.receptor_id) or rules.time_problem(s.timestamp_ms, arrival_ms))
+        if problem is None:
+            problem = next((f"{q} is {v}" for q, v in s.values.items() if math.isnan(v) or math.isinf(v)), None)
+        if problem is None:
+            rows.append((s.receptor_id, *(s.values.get(q) for q in quantities), ms_to_datetime(s.timestamp_ms)))
+        else:
+            problems.append(f"sample {i}: {problem}")
+    return rows, problems
 
 
 def is_sensor_batch(headers: Iterable[tuple[str, bytes]] | None) -> bool:
@@ -96,14 +110,13 @@ def datetime_ms(value: dt.datetime) -> int:
     return round(value.timestamp() * 1000)
 
 
-def cycle_problem(msg: hifi_pb2.RfidReadCycle, now_ms: int) -> str | None:
-    """Why a decoded read cycle cannot be accepted, or None when it is sound."""
+def cycle_problem(msg: hifi_pb2.RfidReadCycle, arrival_ms: int, rules: IntakeRules = NO_RULES) -> str | None:
+    """Why a decoded read cycle that arrived at `arrival_ms` cannot be accepted, or None."""
     if not msg.receptor_id:
         return "missing receptor_id"
-    if msg.timestamp_ms <= 0:
-        return "missing or non-positive timestamp_ms"
-    if msg.timestamp_ms > now_ms + MAX_FUTURE_SKEW_MS:
-        return f"timestamp_ms {msg.timestamp_ms} is {(msg.timestamp_ms - now_ms) // 1000} s in the future"
+    problem = rules.receptor_problem(msg.receptor_id) or rules.time_problem(msg.timestamp_ms, arrival_ms)
+    if problem is not None:
+        return problem
     for i, read in enumerate(msg.reads):
         if not read.tag_id:
             return f"read {i}: missing tag_id"
@@ -114,25 +127,52 @@ def cycle_problem(msg: hifi_pb2.RfidReadCycle, now_ms: int) -> str | None:
     return None
 
 
-def decode_read_cycle(value: bytes, partition: int, offset: int, now_ms: int, heartbeat: bool = False) -> list[tuple]:
-    """Rows (RAW_RFID_COLUMNS) for one Kafka record: one per tag read, or one error row; with
+def _error_row(receptor: str | None, cycle: int | None, partition: int, offset: int, reason: str,
+               payload: bytes | None) -> tuple:
+    return (receptor, None, None, None, None, cycle, partition, offset, reason, payload)
+
+
+def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_ms: int, heartbeat: bool = False,
+                      rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> list[tuple]:
+    """Rows (RAW_RFID_COLUMNS) for one Kafka record that arrived at `arrival_ms`: one per tag
+    read, or one error row (a duplicate's reason starts with dsp.intake.DUPLICATE); with
     `heartbeat`, also a row with no tag for every valid cycle (that the reader cycled then, read
-    or not: adaptive smoothing steps an epoch once it knows the epoch is over)."""
+    or not: adaptive smoothing steps an epoch once it knows the epoch is over). `recent`: the
+    partition's recent cycles, fed this record (every record must pass through it, in order)."""
+    if value is None:
+        return [_error_row(None, None, partition, offset, TOMBSTONE, None)]
     msg = hifi_pb2.RfidReadCycle()
     try:
         msg.ParseFromString(value)
-    except (DecodeError, ValueError) as exc:
-        return [(None, None, None, None, None, None, partition, offset, f"undecodable RfidReadCycle: {exc}",
-                 value)]
-    problem = cycle_problem(msg, now_ms)
+    except _BAD_VALUES as exc:
+        return [_error_row(None, None, partition, offset, f"undecodable RfidReadCycle: {exc}", value)]
+    if recent is not None and msg.receptor_id:
+        earlier = recent.seen((msg.receptor_id, msg.cycle), offset)
+        if earlier is not None:
+            return [_error_row(msg.receptor_id, msg.cycle, partition, offset,
+                               f"{DUPLICATE} {msg.cycle} of {msg.receptor_id} (as at offset {earlier})", None)]
+    problem = cycle_problem(msg, arrival_ms, rules)
     if problem is not None:
-        return [(msg.receptor_id or None, None, None, None, None, msg.cycle, partition, offset, problem, value)]
+        return [_error_row(msg.receptor_id or None, msg.cycle, partition, offset, problem, value)]
     ts = ms_to_datetime(msg.timestamp_ms)
     rows = [(msg.receptor_id, r.tag_id, r.antenna, r.read_strength, ts, msg.cycle, partition, offset, None, None)
             for r in msg.reads]
     if heartbeat:
         rows.append((msg.receptor_id, None, None, None, ts, msg.cycle, partition, offset, None, None))
     return rows
+
+
+def cycle_key(value: bytes | None) -> tuple[str, int] | None:
+    """(receptor, cycle) of a raw record that parses as a read cycle with a receptor: what
+    dsp.intake.RecentCycles remembers of the records before a range being read."""
+    if value is None:
+        return None
+    msg = hifi_pb2.RfidReadCycle()
+    try:
+        msg.ParseFromString(value)
+    except _BAD_VALUES:
+        return None
+    return (msg.receptor_id, msg.cycle) if msg.receptor_id else None
 
 
 # ---------------------------------------------------------------- view rows
@@ -186,11 +226,24 @@ class DecodedBatch:
 
 
 def decode_row_batch(value: bytes) -> DecodedBatch:
+    """A RowBatch; raises on a record that is not one (readers of other nodes' topics use
+    parse_row_batch)."""
     msg = hifi_pb2.RowBatch()
     msg.ParseFromString(value)
     rows = [tuple(from_value(v) for v in row.values) for row in msg.rows]
     return DecodedBatch(msg.producer, msg.stream, list(msg.columns), rows, msg.batch_id, msg.emitted_ms,
                         msg.watermark_ms)
+
+
+def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
+    """(the RowBatch, "") or (None, why it is not one): for every reader that must go on past a
+    bad record on a topic another process writes."""
+    if value is None:
+        return None, TOMBSTONE
+    try:
+        return decode_row_batch(value), ""
+    except _BAD_VALUES as exc:
+        return None, f"undecodable RowBatch: {exc}"
 
 
 def project_rows(batch: DecodedBatch, wanted: Sequence[str]) -> list[tuple]:
@@ -205,7 +258,11 @@ def encode_dead_letter(node: str, topic: str, partition: int, offset: int, reaso
                                payload=payload or b"").SerializeToString()
 
 
-def decode_dead_letter(value: bytes) -> hifi_pb2.DeadLetter:
+def decode_dead_letter(value: bytes | None) -> hifi_pb2.DeadLetter | None:
+    """A DeadLetter, or None for a record that is not one."""
     msg = hifi_pb2.DeadLetter()
-    msg.ParseFromString(value)
-    return msg
+    try:
+        msg.ParseFromString(value or b"")
+    except _BAD_VALUES:
+        return None
+    return msg if value else None

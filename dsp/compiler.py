@@ -16,6 +16,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from dsp.intake import IntakeRules
 from dsp.kafka_source import PROGRESS_COLUMN
 from dsp.plan import (
     EPC_SCHEME,
@@ -45,7 +46,7 @@ SPARK_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DO
 _BINARY: dict[str, Callable[[SparkColumn, SparkColumn], SparkColumn]] = {
     "=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
     ">=": operator.ge, "AND": operator.and_, "OR": operator.or_, "+": operator.add, "-": operator.sub,
-    "*": operator.mul, "/": operator.truediv,
+    "*": operator.mul, "/": F.try_divide,   # x / 0 is NULL, as in SQL (ANSI mode would fail the query)
 }
 
 
@@ -108,6 +109,8 @@ class CompileContext:
     bootstrap: str
     relations: Mapping[str, Sequence[tuple]] = field(default_factory=dict)
     ingest: Ingest | None = None
+    intake: IntakeRules = field(default_factory=IntakeRules)   # what every source checks each record against
+    mdr_url: str = ""    # where refused records of children's views are counted (see dsp.kafka_source)
     # {"topic:partition": first offset}: read what the sources received after a query's start
     # (partitions not named: from their beginning). None: every source from its beginning.
     start_offsets: Mapping[str, int] | None = None
@@ -145,12 +148,14 @@ def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, va
                 heartbeats: bool = False) -> DataFrame:
     reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
               .option("topics", ",".join(topics)).option("format", source.format)
-              .option("heartbeats", str(heartbeats).lower()))
+              .option("heartbeats", str(heartbeats).lower()).option("intake", ctx.intake.to_option())
+              .option("mdr_url", ctx.mdr_url))
     if source.format == "samples":
         reader = reader.option("schema", ddl(source.columns))
     if source.format == "rows":
         columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
-        reader = reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
+        reader = (reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
+                  .option("event_time", source.event_time))
     if ctx.start_offsets is not None:
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
         reader = reader.option("startingOffsets", json.dumps(mine))

@@ -19,12 +19,18 @@ Options:
              JSON {"topic:partition": offset} (partitions it does not name start at 0; see
              glue.bus.current_ends): how a query submitted at time T reads exactly what its
              sources received after T
-  ingest_node, mdr_url   set on exactly one query per raw topic (the node's data listener): its
-             reads also dead-letter bad records to hifi.dead.<ingest_node> (keyed
-             "<topic>:<partition>:<offset>") and add the readings consumed and rejected to the
-             node's statistics in the MDR, fenced by offset range so a replayed range counts once,
-             with each receptor's readings, read cycles and weak readings (strength below
-             `weak_below`, what cleaning will drop) for the dashboard's receptor telemetry
+  intake     the node's dsp.intake.IntakeRules (JSON): every record is checked against them; what
+             fails never reaches a query (raw records: a row with `error` set, which the compiler
+             filters out; a view's records: skipped) and never stops one
+  event_time (format "rows") the column whose value is checked against the record's arrival
+  mdr_url    the MDR: a view's refused records are dead-lettered to hifi.dead.<node> (keyed
+             "<topic>:<partition>:<offset>") and counted once however many queries read them
+  ingest_node   set on exactly one query per raw topic (the node's data listener): its reads
+             also dead-letter refused raw records (a sensor batch's refused samples each with
+             ":<sample>" added to the key) and add the read cycles, readings, samples, duplicates
+             and dead letters to the node's statistics in the MDR, fenced by offset range so a
+             replayed range counts once, with each receptor's readings, read cycles and weak
+             readings (strength below `weak_below`, what cleaning will drop) for the dashboard
 
 Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a restarted query resumes
 exactly where its last committed micro-batch ended. The reader is pickled to the Python workers:
@@ -35,8 +41,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -57,14 +64,18 @@ from pyspark.sql.types import (
 from dsp.codec import (
     RAW_RFID_COLUMNS,
     RAW_RFID_DDL,
+    DecodedBatch,
+    cycle_key,
+    datetime_ms,
     decode_read_cycle,
-    decode_row_batch,
     decode_sample_rows,
     encode_dead_letter,
     is_sensor_batch,
     ms_to_datetime,
+    parse_row_batch,
     project_rows,
 )
+from dsp.intake import DUPLICATE, IntakeRules, RecentCycles, arrival_ms, rows_problem
 from glue import bus
 
 if TYPE_CHECKING:
@@ -80,6 +91,17 @@ _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
 
 
 PROGRESS_COLUMN = "__progress"
+
+
+_PLAN_TYPES = {StringType: "string", IntegerType: "int", LongType: "long", DoubleType: "double",
+               BooleanType: "boolean", BinaryType: "binary", TimestampType: "timestamp"}
+
+
+def _plan_type(kind: DataType) -> str:
+    """dsp.plan's name of a Spark type (what dsp.intake checks values against)."""
+    if isinstance(kind, ArrayType):
+        return f"array<{_plan_type(kind.elementType)}>"
+    return _PLAN_TYPES[type(kind)]
 
 
 def _arrow_type(kind: DataType) -> pa.DataType:
@@ -128,6 +150,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.heartbeats = options.get("heartbeats", "false") == "true"
         self.mdr_url = options.get("mdr_url", "")
         self.weak_below = float(options.get("weak_below", "0"))
+        self.rules = IntakeRules.from_option(options.get("intake", ""))
+        self.event_time = options.get("event_time", "")
+        # the reader's own columns and types (not the marker flag): what a child's rows must carry
+        self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)
@@ -160,23 +186,32 @@ class KafkaStreamReader(DataSourceStreamReader):
         return None
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        """The range's rows. Nothing a record holds can make this raise: what fails dsp.intake's
+        checks is refused (dead-lettered with its reason by the reader that owns that, counted,
+        and skipped), so no record can stop a query."""
         from kafka import TopicPartition
 
         consumer = bus.shared_consumer(self.bootstrap)
-        records = bus.read_range(consumer, TopicPartition(partition.topic, partition.partition),
-                                 partition.start, partition.end)
+        tp = TopicPartition(partition.topic, partition.partition)
+        recent = _recent_cycles(consumer, tp, partition.start) if self.format == "rfid" else None
+        records = bus.read_range(consumer, tp, partition.start, partition.end)
         schema = arrow_schema(self.schema)
         names = self.schema.fieldNames()
         ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
+        refused: list[Refusal] = []
         rows: list[tuple] = []
         now_ms = int(time.time() * 1000)
         for record in records:
+            arrival = arrival_ms(record.timestamp, now_ms)
             if self.format == "rfid":
                 if is_sensor_batch(record.headers):
-                    continue   # mote samples share the raw topic; they are not rfid_stream readings
+                    # mote samples share the raw topic; they are not rfid_stream readings
+                    if ingest is not None:
+                        ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
+                    continue
                 # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
-                decoded = decode_read_cycle(record.value, partition.partition, record.offset, now_ms,
-                                            self.heartbeats or ingest is not None)
+                decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
+                                            self.heartbeats or ingest is not None, self.rules, recent)
                 if ingest is not None:
                     ingest.add(decoded)
                     if not self.heartbeats:
@@ -184,10 +219,14 @@ class KafkaStreamReader(DataSourceStreamReader):
                 rows.extend(decoded)
             elif self.format == "samples":
                 if is_sensor_batch(record.headers):
-                    rows.extend(decode_sample_rows(record.value, self.schema.fieldNames()[1:-1]))
+                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules)[0])
             else:
-                batch = decode_row_batch(record.value)
-                if batch.rows:
+                batch, problem = parse_row_batch(record.value)
+                if batch is not None:
+                    problem = self._batch_problem(batch, arrival)
+                if problem:
+                    refused.append(Refusal(record.offset, problem, record.value or b""))
+                elif batch.rows:
                     rows.extend(project_rows(batch, names))
                 elif self.markers and batch.watermark_ms:
                     rows.append(marker_row(self.schema, batch.watermark_ms))
@@ -196,8 +235,89 @@ class KafkaStreamReader(DataSourceStreamReader):
                 rows = []
         if rows:
             yield _to_arrow(rows, schema)
+        if recent is not None:
+            _remember_cycles(tp, partition.end, recent)
         if ingest is not None:
             ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
+        if refused and self.rules.node:
+            dead_letter_once(self.bootstrap, self.mdr_url, self.rules.node, partition.topic, partition.partition,
+                             refused)
+
+    def _batch_problem(self, batch: DecodedBatch, arrival: int) -> str:
+        """Why a RowBatch of a child's view cannot be read: rows that do not fit this reader's
+        columns, or an event time (a row's, a marker's) its arrival makes untrustworthy."""
+        if not batch.rows:
+            if self.markers and batch.watermark_ms:
+                return self.rules.time_problem(batch.watermark_ms, arrival, "marker watermark_ms") or ""
+            return ""
+        problem = rows_problem(batch.columns, batch.rows, self.columns)
+        if problem is None and self.event_time in batch.columns:
+            at = batch.columns.index(self.event_time)
+            newest = max((r[at] for r in batch.rows if r[at] is not None), default=None)
+            if newest is not None:
+                problem = self.rules.time_problem(datetime_ms(newest), arrival, self.event_time)
+        return problem or ""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A record a reader refused: where it stands, why, and its bytes (for the dead letter)."""
+
+    offset: int
+    reason: str
+    payload: bytes
+    part: int = -1     # which sample of a sensor batch; -1: the whole record
+
+    def key(self, topic: str, partition: int) -> str:
+        suffix = f":{self.part}" if self.part >= 0 else ""
+        return f"{topic}:{partition}:{self.offset}{suffix}"
+
+
+def _send_dead_letters(bootstrap: str, node: str, topic: str, partition: int, refused: list[Refusal]) -> None:
+    producer = bus.shared_producer(bootstrap)
+    for refusal in refused:
+        producer.send(bus.dead_topic(node), key=refusal.key(topic, partition).encode(),
+                      value=encode_dead_letter(node, topic, partition, refusal.offset, refusal.reason, refusal.payload))
+    producer.flush()
+
+
+def dead_letter_once(bootstrap: str, mdr_url: str, node: str, topic: str, partition: int,
+                     refused: list[Refusal]) -> None:
+    """Dead-letter and count records that every reader of a topic refuses alike (a child's view
+    is read by each query that uses it): the MDR remembers which it has counted, and only those
+    new to it are sent, so each bad record is one dead letter however many queries met it."""
+    keys = [r.key(topic, partition) for r in refused]
+    new = set(shared_mdr(mdr_url).count_dead_letters(node, keys)) if mdr_url else set(keys)
+    fresh = [r for r in refused if r.key(topic, partition) in new]
+    if fresh:
+        _send_dead_letters(bootstrap, node, topic, partition, fresh)
+
+
+# A partition's recent read cycles as they stood before an offset, per worker process: a query's
+# next range starts where its last one ended, so it is usually found here; else it is rebuilt
+# from the partition (DUPLICATE_LOOKBACK records, ~0.1-0.2 s, once per worker and query start).
+_recent: OrderedDict[tuple[str, int, int], RecentCycles] = OrderedDict()
+_RECENT_KEPT = 32
+
+
+def _recent_cycles(consumer, tp, start: int) -> RecentCycles:
+    found = _recent.get((tp.topic, tp.partition, start))
+    if found is not None:
+        return found.copy()
+    recent = RecentCycles()
+    first = max(0, start - recent.lookback)
+    for record in bus.read_range(consumer, tp, first, start):
+        if not is_sensor_batch(record.headers):
+            key = cycle_key(record.value)
+            if key is not None:
+                recent.seen(key, record.offset)
+    return recent
+
+
+def _remember_cycles(tp, end: int, recent: RecentCycles) -> None:
+    _recent[(tp.topic, tp.partition, end)] = recent
+    while len(_recent) > _RECENT_KEPT:
+        _recent.popitem(last=False)
 
 
 class IngestTally:
@@ -207,16 +327,23 @@ class IngestTally:
         self.partition = partition
         self.weak_below = weak_below
         self.good = 0
+        self.cycles = 0
+        self.duplicates = 0
+        self.samples = 0
         self.max_event_ms = 0
-        self.dead: list[tuple] = []
+        self.dead: list[Refusal] = []
         self.per_receptor: Counter[str] = Counter()   # "<receptor>:<reads|cycles|weak>"
 
     def add(self, rows: list[tuple]) -> None:
         """The rows of one read cycle, its heartbeat row included."""
         for row in rows:
             if row[ERROR] is not None:
-                self.dead.append(row)
+                if row[ERROR].startswith(DUPLICATE):
+                    self.duplicates += 1
+                else:
+                    self.dead.append(Refusal(row[OFFSET], row[ERROR], row[PAYLOAD] or b""))
             elif row[TAG] is None:
+                self.cycles += 1
                 self.per_receptor[f"{row[RECEPTOR]}:cycles"] += 1
             else:
                 self.good += 1
@@ -225,19 +352,22 @@ class IngestTally:
                 if row[STRENGTH] < self.weak_below:
                     self.per_receptor[f"{row[RECEPTOR]}:weak"] += 1
 
+    def add_samples(self, record, rows: list[tuple], problems: list[str]) -> None:
+        """A sensor batch: its accepted samples counted, each refused one (or the record) dead-lettered."""
+        self.samples += len(rows)
+        whole = not rows and len(problems) == 1 and not problems[0].startswith("sample ")
+        for i, problem in enumerate(problems):
+            self.dead.append(Refusal(record.offset, problem, record.value or b"", -1 if whole else i))
+
     def flush(self, bootstrap: str, node: str, mdr_url: str) -> None:
         topic = self.partition.topic
         if self.dead:
-            producer = bus.shared_producer(bootstrap)
-            for row in self.dead:
-                offset = row[OFFSET]
-                producer.send(bus.dead_topic(node), key=f"{topic}:{self.partition.partition}:{offset}".encode(),
-                              value=encode_dead_letter(node, topic, self.partition.partition, offset, row[ERROR],
-                                                       row[PAYLOAD] or b""))
-            producer.flush()
+            _send_dead_letters(bootstrap, node, topic, self.partition.partition, self.dead)
         mdr = shared_mdr(mdr_url)
+        counts = {"rows_in": self.good, "cycles_in": self.cycles, "duplicates": self.duplicates,
+                  "samples_in": self.samples, "dead": len(self.dead)}
         mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
-                             self.max_event_ms, {"rows_in": self.good, "dead": len(self.dead)}, dict(self.per_receptor))
+                             self.max_event_ms, counts, dict(self.per_receptor))
 
 
 _mdrs: dict[str, MDR] = {}

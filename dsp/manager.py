@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
+from dsp.intake import IntakeRules
 from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
@@ -42,8 +43,11 @@ class QueryExists(ValueError):
     """A deploy of a query id that already runs on the node (a shared view deployed twice)."""
 
 
-RESTART_AFTER_S = (2.0, 10.0, 30.0, 60.0, 120.0)   # waits before each restart: a start-up burst passes
-MAX_RESTARTS = len(RESTART_AFTER_S)
+# Waits before each restart of a query that died (the last one repeats: no lifetime cap, since no
+# record can kill a query now, only a transient fault: a start-up burst, a broker away). A query
+# that then ran RESTART_FORGOTTEN_S starts over from the first wait.
+RESTART_AFTER_S = (2.0, 10.0, 30.0, 60.0, 120.0)
+RESTART_FORGOTTEN_S = 300.0
 log = logging.getLogger("hifi.dsp")
 
 
@@ -56,6 +60,7 @@ class ManagedQuery:
     error: str = ""
     restarts: int = 0               # after dying with an error (see DSPManager.queries)
     failed_at: float | None = None  # monotonic time it was found dead with an error
+    started_at: float = 0.0         # monotonic time of its last (re)start
     start: Callable[[], StreamingQuery] | None = None
     handle: StreamingQuery | None = None
     sinks: list = field(default_factory=list)
@@ -80,10 +85,15 @@ class DSPManager:
 
     def __init__(self, spark: SparkSession, node_id: str, bootstrap: str, state_dir: str,
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict,
-                 trigger_ms: int = 1000, ingest: Ingest | None = None) -> None:
+                 trigger_ms: int = 1000, ingest: Ingest | None = None,
+                 intake: Callable[[], IntakeRules] = IntakeRules, mdr_url: str = "") -> None:
+        """`intake`: the rules every source checks records against, read at each (re)start;
+        `mdr_url`: where refused records of children's views are counted."""
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.state_dir = os.path.join(state_dir, node_id)
         self.relations = relations
+        self.intake = intake
+        self.mdr_url = mdr_url
         self.trigger_ms = trigger_ms
         self.ingest = ingest
         self._ingest_owner: str | None = None
@@ -98,7 +108,7 @@ class DSPManager:
     def _launch(self, managed: ManagedQuery) -> None:
         assert managed.start is not None
         managed.handle = managed.start()
-        managed.status, managed.error = "running", ""
+        managed.status, managed.error, managed.started_at = "running", "", time.monotonic()
 
     def _name(self, query_id: str) -> str:
         return f"{self.node_id}/{query_id}"
@@ -128,7 +138,8 @@ class DSPManager:
             ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
             def start() -> StreamingQuery:
-                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest, start_offsets)
+                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest, start_offsets,
+                                     self.intake(), self.mdr_url)
                 df = compile_plan(plan, ctx)
                 return self._writer(df, query_id).outputMode("append").foreachBatch(sink).start()
 
@@ -151,7 +162,8 @@ class DSPManager:
             source = Source((self.ingest.raw_topic,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
 
             def start() -> StreamingQuery:
-                df = read_source(source, CompileContext(self.spark, self.bootstrap, ingest=self.ingest),
+                df = read_source(source, CompileContext(self.spark, self.bootstrap, ingest=self.ingest,
+                                                        intake=self.intake(), mdr_url=self.mdr_url),
                                  valid_only=False)
                 return self._writer(df, query_id).format("noop").start()
 
@@ -223,9 +235,10 @@ class DSPManager:
 
     def queries(self) -> list[ManagedQuery]:
         """The node's queries; one found dead with an error is restarted from its checkpoint (its
-        sink's fence keeps the replayed batch from being written twice), after RESTART_AFTER_S:
-        on a saturated machine Spark can give up on a Python worker that was only slow to start
-        (it waits a fixed 10 s for it to connect back)."""
+        sink's fence keeps the replayed batch from being written twice) after the next wait of
+        RESTART_AFTER_S: on a saturated machine Spark can give up on a Python worker that was
+        only slow to start (it waits a fixed 10 s for it to connect back). Until then it shows
+        as failed, with its cause."""
         with self._lock:
             now = time.monotonic()
             for managed in self._queries.values():
@@ -234,16 +247,24 @@ class DSPManager:
                     exc = handle.exception()
                     managed.status, managed.error = "failed", _first_line(str(exc) if exc else "stopped")
                     managed.failed_at = now if exc is not None else None
-                if (managed.status == "failed" and managed.failed_at is not None and managed.restarts < MAX_RESTARTS
-                        and now - managed.failed_at >= RESTART_AFTER_S[managed.restarts]):
+                    if now - managed.started_at >= RESTART_FORGOTTEN_S:
+                        managed.restarts = 0
+                wait = RESTART_AFTER_S[min(managed.restarts, len(RESTART_AFTER_S) - 1)]
+                if managed.status == "failed" and managed.failed_at is not None and now - managed.failed_at >= wait:
                     managed.restarts += 1
-                    log.warning("node %s: query %s died (%s); restart %d of %d", self.node_id, managed.query_id,
-                                managed.error, managed.restarts, MAX_RESTARTS)
+                    log.warning("node %s: query %s died (%s); restart %d", self.node_id, managed.query_id,
+                                managed.error, managed.restarts)
                     try:
                         self._launch(managed)
                     except Exception as again:  # noqa: BLE001 - it stays failed, with the reason
                         managed.error, managed.failed_at = _first_line(str(again)), now
             return list(self._queries.values())
+
+    def ingest_failed(self) -> str:
+        """Why the node's data listener is not running ("" when it is, or the node has none)."""
+        with self._lock:
+            owner = self._queries.get(self._ingest_owner or "")
+            return owner.error or owner.status if owner is not None and owner.status != "running" else ""
 
     def progress(self) -> dict[str, float]:
         """Input rate (rows/s read from the node's inputs) and rows dropped as late by watermarks.

@@ -28,6 +28,7 @@ from typing import Any
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
 from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
+from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
@@ -118,12 +119,14 @@ class _Binder:
         slide_ms = self.duration(clause.slide, clause.slide_pos or clause.pos) if clause.slide else range_ms
         if range_ms <= 0 or slide_ms <= 0 or slide_ms > range_ms:
             raise _err(f"window needs 0 < slide <= range (got range {range_ms} ms, slide {slide_ms} ms)", clause.pos)
+        Limits.from_parameters(self.catalog.parameters).check_window(range_ms, slide_ms, clause.pos)
         return Window(range_ms, slide_ms)
 
     def smoothing(self, clause: ast.WindowClause) -> Smoothing:
         epoch_ms = self.duration(clause.range, clause.range_pos)
         if epoch_ms <= 0:
             raise _err(f"an adaptive epoch must be positive (got {epoch_ms} ms)", clause.range_pos)
+        Limits.from_parameters(self.catalog.parameters).check_window(epoch_ms, epoch_ms, clause.range_pos)
         delta = DEFAULT_DELTA if clause.delta is None else clause.delta
         if not 0 < delta < 1:
             raise _err(f"delta is the chance of missing a present tag: 0 < delta < 1 (got {delta:g})",
@@ -386,5 +389,6 @@ def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ..
 
 
 def analyze(text: str, catalog: Catalog, principal: str = "*") -> LogicalQuery:
-    """Parse and bind one statement; SqlError names the position and the problem."""
-    return analyze_statement(parse(text), catalog, principal, text)
+    """Parse and bind one statement; SqlError names the position and the problem, also for a
+    query over the admission limits (glue.limits) of the catalog's parameters."""
+    return analyze_statement(parse(text, Limits.from_parameters(catalog.parameters)), catalog, principal, text)

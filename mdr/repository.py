@@ -17,8 +17,12 @@ Key layout (all keys under the prefix, default "hifi:"):
   queries                    SET   query ids
   query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms,
                                    result_topic, explain, columns (JSON), tasks (JSON: the placement)
-  stats:<node>               HASH  rows_in, rows_out, dead, late_rows, input_rate, lag_ms, max_event_ms,
-                                   updated_ms
+  stats:<node>               HASH  rows_in, cycles_in, samples_in, duplicates, rows_out, dead, late_rows,
+                                   input_rate, lag_ms, max_event_ms, updated_ms
+  stats:<node>:dead          SET   "<topic>:<partition>:<offset>" of each refused record of a child's
+                                   view already dead-lettered and counted (every reader refuses it)
+  parts:<node>               HASH  query id -> JSON {status, error, restarts}: the node's query parts
+                                   that are not running (failed, with the cause); rewritten each second
   stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
   stats:<node>:receptors     HASH  "<receptor>:<reads|cycles|weak>" -> readings, read cycles and weak
@@ -74,6 +78,16 @@ for i = 6, #ARGV, 2 do
   redis.call('HINCRBY', i < node_end and KEYS[1] or KEYS[3], ARGV[i], ARGV[i + 1])
 end
 return 1
+"""
+
+
+_COUNT_NEW = """
+local added = {}
+for i = 1, #ARGV do
+  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then table.insert(added, ARGV[i]) end
+end
+if #added > 0 then redis.call('HINCRBY', KEYS[1], 'dead', #added) end
+return added
 """
 
 
@@ -155,6 +169,7 @@ class MDR:
         self._operations_lock = threading.Lock()
         self._fenced_incr = client.register_script(_FENCED_INCR)
         self._range_incr = client.register_script(_RANGE_INCR)
+        self._count_new = client.register_script(_COUNT_NEW)
 
     @classmethod
     def connect(cls, url: str, prefix: str = "hifi:") -> MDR:
@@ -398,6 +413,24 @@ class MDR:
 
     def stats(self, node_id: str) -> dict[str, float]:
         return {k: float(v) for k, v in self.r.hgetall(self.k("stats", node_id)).items()}
+
+    def count_dead_letters(self, node_id: str, keys: Sequence[str]) -> list[str]:
+        """Count the refused records `keys` into the node's `dead`, each once ever; returns those
+        not counted before (the ones still to dead-letter)."""
+        if not keys:
+            return []
+        return list(self._count_new(keys=[self.k("stats", node_id), self.k("stats", node_id, "dead")], args=keys))
+
+    def put_part_states(self, node_id: str, states: dict[str, dict[str, Any]]) -> None:
+        """The node's query parts that are not running, with why (replaces what was there)."""
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(self.k("parts", node_id))
+            if states:
+                pipe.hset(self.k("parts", node_id), mapping={q: json.dumps(v) for q, v in states.items()})
+            pipe.execute()
+
+    def part_states(self, node_id: str) -> dict[str, dict[str, Any]]:
+        return {q: json.loads(v) for q, v in self.r.hgetall(self.k("parts", node_id)).items()}
 
     # ------------------------------------------------------------ change feed
 

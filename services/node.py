@@ -17,12 +17,14 @@ import grpc
 from pyspark.sql import SparkSession
 
 from dsp.compiler import Ingest
+from dsp.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
 from dsp.kafka_sink import BatchReport
 from dsp.manager import DSPManager, QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
 from glue import bus
 from glue.csava import view_plans
-from glue.topology import Topology, TopologyError
+from glue.limits import check_name
+from glue.topology import Topology, TopologyError, duration_ms
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
@@ -114,7 +116,7 @@ class HiFiNode:
         ingest = (Ingest(node_id, bus.raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
                   if tier == "edge" else None)
         self.dsp = DSPManager(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
-                              ingest)
+                              ingest, self.intake_rules, mdr.url)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port
@@ -124,6 +126,18 @@ class HiFiNode:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._gauges: threading.Thread | None = None
+
+    def intake_rules(self) -> IntakeRules:
+        """What this node's readers check every record against (dsp.intake): its receptors from
+        the MDR's registry, the clock bounds from the topology's parameters."""
+        registry = self.mdr.receptors()
+        if not registry and self.topology.nodes[self.id].tier == "edge":
+            log.warning("node %s: the MDR registers no receptors; readings are not checked against a registry",
+                        self.id)
+        params = self.topology.parameters
+        return IntakeRules(self.id, {rid: info["node"] for rid, info in registry.items()} if registry else None,
+                           duration_ms(params.get("max_ahead", f"{DEFAULT_MAX_AHEAD_MS} ms")),
+                           duration_ms(params.get("max_behind", f"{DEFAULT_MAX_BEHIND_MS} ms")))
 
     # ------------------------------------------------------------ lifecycle
 
@@ -209,8 +223,12 @@ class HiFiNode:
                 progress = self.dsp.progress()
                 newest = self._max_event_ms or int(self.mdr.stats(self.id).get("max_event_ms", 0))
                 lag = now_ms() - newest if newest else 0
-                self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag,
-                                              "running_queries": len(self.dsp.queries())})
+                queries = self.dsp.queries()
+                failed = {q.query_id: {"status": q.status, "error": q.error, "restarts": q.restarts}
+                          for q in queries if q.status == "failed"}
+                self.mdr.put_part_states(self.id, failed)
+                self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag, "running_queries": len(queries),
+                                              "failed_parts": len(failed)})
                 stats = self.mdr.stats(self.id)
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
             except Exception:  # noqa: BLE001 - statistics must not kill the node
@@ -242,6 +260,7 @@ class HiFiNode:
         if isinstance(plan, str):
             plan = from_json(plan)
         if export_as:
+            check_name(export_as, "view")
             topic = bus.view_topic(self.id, export_as)
         else:
             topic = output_topic or bus.rqs_topic(query_id, self.id)

@@ -9,6 +9,7 @@ from dsp.codec import (
     encode_row_batch,
     project_rows,
 )
+from dsp.intake import DUPLICATE, IntakeRules, RecentCycles
 from protos import hifi_pb2
 
 NOW = 1_800_000_000_000
@@ -47,7 +48,9 @@ def test_each_kind_of_bad_record_is_rejected_with_its_reason():
         b"\xff\xff\xff not protobuf": "undecodable",
         _cycle(receptor_id=""): "missing receptor_id",
         _cycle(timestamp_ms=0): "non-positive timestamp",
-        _cycle(timestamp_ms=NOW + 3_600_000): "in the future",
+        _cycle(timestamp_ms=NOW + 3_600_000): "ahead of the record's arrival",
+        _cycle(timestamp_ms=NOW - 3_600_000): "older than the record's arrival",
+        None: "tombstone",
         _cycle(reads=[dict(tag_id="", read_strength=0.5)]): "missing tag_id",
         _cycle(reads=[dict(tag_id="t", read_strength=math.nan)]): "read_strength is nan",
         _cycle(reads=[dict(tag_id="t", read_strength=-0.1)]): "negative read_strength",
@@ -57,6 +60,39 @@ def test_each_kind_of_bad_record_is_rejected_with_its_reason():
         assert len(rows) == 1
         assert reason in rows[0][ERROR], (reason, rows[0][ERROR])
         assert rows[0][-1] == payload
+
+
+def test_a_read_cycle_is_checked_against_the_registry_of_the_edge_that_reads_it():
+    rules = IntakeRules("door1", {"r1": "door1", "r2": "door2"})
+    assert decode_read_cycle(_cycle(), 0, 1, NOW, rules=rules)[0][ERROR] is None
+    assert "not registered" in decode_read_cycle(_cycle(receptor_id="r9"), 0, 1, NOW, rules=rules)[0][ERROR]
+    assert "belongs to edge node 'door2'" in decode_read_cycle(_cycle(receptor_id="r2"), 0, 1, NOW,
+                                                                rules=rules)[0][ERROR]
+
+
+def test_a_cycle_seen_again_within_the_lookback_is_a_duplicate_and_not_dead_lettered():
+    recent = RecentCycles(lookback=3)
+    first = decode_read_cycle(_cycle(), 0, 10, NOW, recent=recent)
+    again = decode_read_cycle(_cycle(), 0, 11, NOW, recent=recent)
+    assert first[0][ERROR] is None
+    assert again[0][ERROR].startswith(DUPLICATE) and "offset 10" in again[0][ERROR] and again[0][-1] is None
+    assert decode_read_cycle(_cycle(), 0, 15, NOW, recent=recent)[0][ERROR] is None   # 4 records on: new again
+
+
+def test_sensor_batches_keep_their_sound_samples_and_name_each_refused_one():
+    from dsp.codec import Sample, decode_sample_rows, encode_sensor_batch
+
+    rules = IntakeRules("door1", {"m1": "door1"})
+    _, value = encode_sensor_batch("door1", 1, [Sample("m1", 1, NOW, {"temperature": 20.0}),
+                                                Sample("m9", 1, NOW, {"temperature": 21.0}),
+                                                Sample("m1", 2, NOW + 60_000, {"temperature": 22.0}),
+                                                Sample("m1", 3, NOW, {"temperature": math.nan})])
+    rows, problems = decode_sample_rows(value, ("temperature",), NOW, rules)
+    assert [r[:2] for r in rows] == [("m1", 20.0)]
+    assert [p.split(":")[0] for p in problems] == ["sample 1", "sample 2", "sample 3"]
+    rows, (problem,) = decode_sample_rows(b"\xff\xff", ("temperature",), NOW, rules)
+    assert rows == [] and problem.startswith("undecodable SensorBatch")
+    assert decode_sample_rows(None, (), NOW)[1] == ["record has no value (a tombstone)"]
 
 
 def test_row_batch_round_trip_and_projection():

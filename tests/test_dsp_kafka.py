@@ -72,7 +72,7 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
             "negative read_strength",
         hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=3, timestamp_ms=now + 86_400_000,
                                reads=[hifi_pb2.TagRead(tag_id="x", read_strength=0.4)]).SerializeToString():
-            "in the future",
+            "ahead of the record's arrival",
         hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=4, timestamp_ms=now,
                                reads=[hifi_pb2.TagRead(tag_id="", read_strength=0.4)]).SerializeToString():
             "missing tag_id",

@@ -12,8 +12,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
+
+from glue.limits import DEFAULT_LIMITS, Limits, check_name
 from glue.sql import ast
-from glue.sql.lexer import SqlError, Token, tokenize
+from glue.sql.lexer import Pos, SqlError, Token, tokenize
 
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
 SCALAR_FUNCTIONS = ("product",)   # product(tag_id): the EPC's product identity (company prefix.item reference)
@@ -21,9 +24,19 @@ COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_nesting: int) -> None:
         self.tokens = tokenize(text)
         self.i = 0
+        self.depth = 0
+        self.max_nesting = max_nesting
+
+    def _deeper(self, tok: Token) -> None:
+        """One more level of recursion (an expression, NOT, unary minus): refused past the limit,
+        long before Python's own recursion limit."""
+        self.depth += 1
+        if self.depth > self.max_nesting:
+            raise SqlError(f"nesting deeper than {self.max_nesting} levels is not admitted (parameter limit_nesting)",
+                           tok.pos.line, tok.pos.column)
 
     # ------------------------------------------------------------ token helpers
 
@@ -62,7 +75,9 @@ class _Parser:
             start = self.tok.pos
             self.i += 1
             self._expect("keyword", "VIEW")
-            name = self._ident("a view name").text
+            name_tok = self._ident("a view name")
+            name = name_tok.text
+            check_name(name, "view", name_tok.pos)
             self._expect("keyword", "AS")
             parenthesized = self._accept("symbol", "(") is not None
             select = self.select()
@@ -182,7 +197,11 @@ class _Parser:
         return left
 
     def expr(self) -> ast.Node:
-        return self._left_assoc(self._and, "keyword", ("OR",))
+        self._deeper(self.tok)
+        try:
+            return self._left_assoc(self._and, "keyword", ("OR",))
+        finally:
+            self.depth -= 1
 
     def _and(self) -> ast.Node:
         return self._left_assoc(self._not, "keyword", ("AND",))
@@ -190,8 +209,12 @@ class _Parser:
     def _not(self) -> ast.Node:
         if self._is("keyword", "NOT"):
             pos = self.tok.pos
+            self._deeper(self.tok)
             self.i += 1
-            return ast.Unary("NOT", self._not(), pos)
+            try:
+                return ast.Unary("NOT", self._not(), pos)
+            finally:
+                self.depth -= 1
         return self._comparison()
 
     def _comparison(self) -> ast.Node:
@@ -229,8 +252,10 @@ class _Parser:
     def _unary(self) -> ast.Node:
         if self._is("symbol", "-"):
             pos = self.tok.pos
+            self._deeper(self.tok)
             self.i += 1
             operand = self._unary()
+            self.depth -= 1
             if isinstance(operand, ast.Literal) and isinstance(operand.value, int | float):
                 return ast.Literal(-operand.value, pos)
             return ast.Unary("-", operand, pos)
@@ -277,8 +302,29 @@ class _Parser:
         return ast.Call(tok.text, arg, distinct, tok.pos)
 
 
-def parse(text: str) -> ast.Statement:
-    """Parse one HiFi SQL statement; SqlError names the line, the column and the problem."""
+def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> ast.Statement:
+    """Parse one HiFi SQL statement; SqlError names the line, the column and the problem (also
+    a text longer, or nested deeper, than `limits` admit)."""
     if not text.strip():
         raise SqlError("empty query", 1, 1)
-    return _Parser(text).statement()
+    limits.check_text(text)
+    statement = _Parser(text, limits.nesting).statement()
+    _check_tree_depth(statement, limits.nesting * 4)
+    return statement
+
+
+def _check_tree_depth(statement: ast.Statement, limit: int) -> None:
+    """Refuse a tree deeper than `limit` (a long chain of + or AND is flat text but a deep tree,
+    and every later pass walks it recursively). Iterative, so it cannot itself overflow."""
+    stack: list[tuple[object, int]] = [(statement, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            pos = getattr(node, "pos", None)
+            raise SqlError(f"the expression tree is deeper than {limit} levels (4 x parameter limit_nesting)",
+                           pos.line if pos else 1, pos.column if pos else 1)
+        for f in fields(node):   # type: ignore[arg-type]
+            value = getattr(node, f.name)
+            for child in value if isinstance(value, tuple) else (value,):
+                if is_dataclass(child) and not isinstance(child, Pos):
+                    stack.append((child, depth + 1))
