@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,6 +244,15 @@ def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
         return decode_row_batch(value), ""
     except _BAD_VALUES as exc:
         return None, f"undecodable RowBatch: {exc}"
+
+
+def readable_batches(records: Iterable[Any]) -> Iterator[tuple[Any, DecodedBatch]]:
+    """(record, RowBatch) for each Kafka record that holds one; the others are passed over (the
+    nodes that read the topic dead-letter them): for tools that follow a topic."""
+    for record in records:
+        batch, _ = parse_row_batch(record.value)
+        if batch is not None:
+            yield record, batch
 
 
 def project_rows(batch: DecodedBatch, wanted: Sequence[str]) -> list[tuple]:

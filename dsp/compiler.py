@@ -109,11 +109,11 @@ class CompileContext:
     bootstrap: str
     relations: Mapping[str, Sequence[tuple]] = field(default_factory=dict)
     ingest: Ingest | None = None
-    intake: IntakeRules = field(default_factory=IntakeRules)   # what every source checks each record against
-    mdr_url: str = ""    # where refused records of children's views are counted (see dsp.kafka_source)
     # {"topic:partition": first offset}: read what the sources received after a query's start
     # (partitions not named: from their beginning). None: every source from its beginning.
     start_offsets: Mapping[str, int] | None = None
+    intake: IntakeRules = field(default_factory=IntakeRules)   # what every source checks each record against
+    mdr_url: str = ""    # where refused records of children's views are counted (see dsp.kafka_source)
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:

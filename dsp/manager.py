@@ -138,8 +138,8 @@ class DSPManager:
             ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
             def start() -> StreamingQuery:
-                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest, start_offsets,
-                                     self.intake(), self.mdr_url)
+                ctx = CompileContext(self.spark, self.bootstrap, self.relations(), ingest, intake=self.intake(),
+                                     mdr_url=self.mdr_url, start_offsets=start_offsets)
                 df = compile_plan(plan, ctx)
                 return self._writer(df, query_id).outputMode("append").foreachBatch(sink).start()
 

@@ -429,8 +429,14 @@ class MDR:
                 pipe.hset(self.k("parts", node_id), mapping={q: json.dumps(v) for q, v in states.items()})
             pipe.execute()
 
-    def part_states(self, node_id: str) -> dict[str, dict[str, Any]]:
-        return {q: json.loads(v) for q, v in self.r.hgetall(self.k("parts", node_id)).items()}
+    def part_states(self, node_ids: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
+        """node -> its failed query parts (see put_part_states), for the given nodes."""
+        nodes = list(node_ids)
+        with self.r.pipeline(transaction=False) as pipe:
+            for node in nodes:
+                pipe.hgetall(self.k("parts", node))
+            found = pipe.execute()
+        return {node: {q: json.loads(v) for q, v in parts.items()} for node, parts in zip(nodes, found, strict=True)}
 
     # ------------------------------------------------------------ change feed
 

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dsp.codec import decode_row_batch
+from dsp.codec import readable_batches
 from glue.topology import Topology
 
 DEPTH_ROLES = ("producer", "merge", "final")
@@ -36,8 +36,7 @@ class LagFigures:
 def first_emits(records) -> dict[int, int]:
     """window_end (ms) -> the earliest emit time (ms) of a row ending there, over RowBatch records."""
     first: dict[int, int] = {}
-    for record in records:
-        batch = decode_row_batch(record.value)
+    for _, batch in readable_batches(records):
         if "window_end" not in batch.columns:
             continue
         at = batch.columns.index("window_end")

@@ -310,6 +310,7 @@ def status_report(mdr, rates: RateWindow | None = None) -> str:
     across redraws), each receptor's reads/s and read-cycle time since the earlier ones."""
     from mdr.repository import now_ms
     from services.health import CountsSample, node_health, tiers_top_down
+    from services.placement import query_states
 
     now = now_ms()
     views = mdr.views()
@@ -330,11 +331,13 @@ def status_report(mdr, rates: RateWindow | None = None) -> str:
                          "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else "-"]
                         for rid, c in sorted(counts.items())])
     queries = mdr.queries()
+    states = query_states(mdr, queries)
     lines = [table, *problems]
     if counts:
         lines += ["", receptors]
-    lines += ["", f"{len(queries)} queries running" + "".join(f"\n  {q.id} at {q.root}: {' '.join(q.text.split())[:70]}"
-                                                             for q in queries)]
+    lines += ["", f"{len(queries)} queries running" + "".join(
+        f"\n  {q.id} at {q.root}: {' '.join(q.text.split())[:70]}"
+        + (f"\n    FAILED: {states[q.id][1]}" if states[q.id][1] else "") for q in queries)]
     return "\n".join(lines)
 
 
@@ -429,6 +432,21 @@ def _reference_rows(sql: str, principal: str):
                       for c in columns] for r in rows]
 
 
+def _statement_text(args: argparse.Namespace) -> str:
+    """The statement of `hifi query`: the argument, or the text of --file (- for standard input)."""
+    if (args.sql is None) == (args.file is None):
+        raise CLIError("give the statement either as an argument or with --file FILE (- for standard input)")
+    if args.file is None:
+        return args.sql
+    try:
+        if args.file == "-":
+            return sys.stdin.read()
+        with open(args.file, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read the statement from {args.file}: {exc}") from None
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     import grpc
 
@@ -436,6 +454,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     from glue.sql.lexer import SqlError
     from protos import hifi_pb2
 
+    args.sql = _statement_text(args)
     if args.reference:
         try:
             columns, rows = _reference_rows(args.sql, args.principal)
@@ -475,10 +494,17 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_queries(args: argparse.Namespace) -> int:
-    queries = _mdr().queries()
+    from services.placement import query_states
+
+    mdr = _mdr()
+    queries = mdr.queries()
+    states = query_states(mdr, queries)
     _say(_table(["query", "root", "status", "submitted", "results", "text"],
-                [[q.id, q.root, q.status, time.strftime("%H:%M:%S", time.localtime(q.submitted_ms / 1000)),
+                [[q.id, q.root, states[q.id][0], time.strftime("%H:%M:%S", time.localtime(q.submitted_ms / 1000)),
                   q.result_topic, " ".join(q.text.split())[:60]] for q in queries]))
+    for query_id, (_, cause) in states.items():
+        if cause:
+            _say(f"{query_id} FAILED: {cause}")
     return 0
 
 
@@ -690,8 +716,10 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.set_defaults(func=cmd_deploy)
 
     query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
-    query.add_argument("sql", help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "
-                                   "[range by '4 seconds'] GROUP BY tag_id\"")
+    query.add_argument("sql", nargs="?", default=None,
+                       help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "
+                            "[range by '4 seconds'] GROUP BY tag_id\" (or --file)")
+    query.add_argument("--file", default=None, help="read the statement from this file; - reads standard input")
     query.add_argument("--explain", action="store_true", help="print the placement and per-node plan, run nothing")
     query.add_argument("--reference", action="store_true",
                        help="compute the answer centrally over the running hierarchy's recorded readings")

@@ -43,13 +43,14 @@ import grpc
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsp.codec import decode_dead_letter, decode_row_batch, from_value
+from dsp.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
 from glue import bus
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.health import CountsSample, RateWindow, node_health, tier_series
 from services.metrics import ServiceMetrics
+from services.placement import query_states
 
 log = logging.getLogger("hifi.dashboard")
 
@@ -119,10 +120,13 @@ class EventLog:
             kind = self.kinds[record.topic]
             if kind == "dead":
                 letter = decode_dead_letter(record.value)
-                self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
-                           "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
+                if letter is not None:   # anything else on a dead-letter topic is not an event
+                    self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
+                               "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
                 continue
-            batch = decode_row_batch(record.value)
+            batch, _ = parse_row_batch(record.value)
+            if batch is None:
+                continue   # the node reading this view dead-letters it
             node = record.topic.split(".")[2]
             for values in batch.rows:
                 row = dict(zip(batch.columns, values, strict=True))
@@ -132,6 +136,9 @@ class EventLog:
                                   if k not in ("window_start", "window_end"))
                 self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
                            "receptor": row.get("receptor_id", "")})
+
+
+MAX_BODY_BYTES = 1 << 20   # a query's text is at most 64 KiB (glue.limits); this leaves room
 
 
 class Dashboard:
@@ -210,6 +217,8 @@ class Dashboard:
                                  now)
             nodes.append({**health.as_dict(), **figures, "metrics": url})
         events, event_counts = self.events.recent()
+        queries = self.mdr.queries()
+        states = query_states(self.mdr, queries)
         faulty = {e["receptor"] for e in events if e["kind"] == "faulty" and now - e["ms"] < 60_000}
         return {
             "now_ms": now,
@@ -218,9 +227,9 @@ class Dashboard:
             "receptors": self._receptors(records, faulty),
             "views": [{"name": v.name, "node": v.node, "topic": v.topic, "window": v.window,
                        "definition": v.definition} for v in views],
-            "queries": [{"id": q.id, "text": q.text, "root": q.root, "status": q.status,
-                         "submitted_ms": q.submitted_ms, "explain": q.explain, "columns": list(q.columns),
-                         "tasks": list(q.tasks)} for q in self.mdr.queries()],
+            "queries": [{"id": q.id, "text": q.text, "root": q.root, "status": states[q.id][0],
+                         "error": states[q.id][1], "submitted_ms": q.submitted_ms, "explain": q.explain,
+                         "columns": list(q.columns), "tasks": list(q.tasks)} for q in queries],
             "tiers": tier_series({r.id: self.mdr.history(r.id, CHART_SPAN_MS // 1000) for r in records},
                                  {r.id: r.tier for r in records}, now - CHART_SPAN_MS),
             "events": events[:50],
@@ -301,8 +310,7 @@ class Dashboard:
         record = next((v for v in self.mdr.views(node) if v.name == view and v.topic), None)
         if record is None:
             raise KeyError(f"no materialized view {node_view!r}")
-        for message in bus.tail(self.bootstrap, [record.topic], stop):
-            batch = decode_row_batch(message.value)
+        for _, batch in readable_batches(bus.tail(self.bootstrap, [record.topic], stop)):
             for values in batch.rows:
                 yield {"columns": list(batch.columns), "values": [_json_cell(v) for v in values],
                        "emitted_ms": batch.emitted_ms}
@@ -329,6 +337,7 @@ def _scrape(url: str) -> dict[str, float]:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    timeout = 60   # seconds a socket may stall (a body promised and never sent must not hold a thread)
     owner: Dashboard
     protocol_version = "HTTP/1.1"
 
@@ -351,13 +360,26 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json({"error": message}, status)
 
-    def _body(self) -> dict:
-        length = int(self.headers.get("Content-Length") or 0)
+    def _body(self) -> dict | None:
+        """The request's JSON object; None after answering 400 / 413 to a malformed request (a
+        missing, negative or non-numeric Content-Length would block a read until the client
+        hangs up)."""
+        text = self.headers.get("Content-Length")
+        if text is None or not text.strip().isdigit():
+            self._error(HTTPStatus.BAD_REQUEST, "the request needs a Content-Length of 0 or more bytes")
+            return None
+        length = int(text)
+        if length > MAX_BODY_BYTES:
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a request body is at most {MAX_BODY_BYTES} bytes")
+            return None
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
         except ValueError:
-            return {}
-        return body if isinstance(body, dict) else {}
+            body = None
+        if not isinstance(body, dict):
+            self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
+            return None
+        return body
 
     def _stream(self, events: Iterator[tuple[str, Any]], stop: threading.Event) -> None:
         """Server-sent events until the client goes away (then `stop` is set, which ends `events`).
@@ -428,7 +450,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if path not in ("/api/explain", "/api/queries"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
-        sql = str(self._body().get("sql", "")).strip()
+        body = self._body()
+        if body is None:
+            return None
+        sql = str(body.get("sql", "")).strip()
         if not sql:
             return self._error(HTTPStatus.BAD_REQUEST, "the request needs a query: {\"sql\": \"SELECT ...\"}")
         self._placement_call(lambda: self._json(self.owner.submit(sql, explain_only=path == "/api/explain")))

@@ -20,7 +20,7 @@ class NodeHealth:
     id: str
     tier: str
     parent: str
-    state: str               # alive | lagging | dead
+    state: str               # alive | lagging | failed | dead
     reason: str              # why it is not alive ("" when alive)
     rows_in: int
     input_rate: float
@@ -38,8 +38,11 @@ class NodeHealth:
 def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[str], now_ms: int) -> NodeHealth:
     lag_s = stats.get("lag_ms", 0.0) / 1000
     updated_ms = stats.get("updated_ms")
+    failed = int(stats.get("failed_parts", 0))
     if not record.alive:
         state, reason = "dead", "no heartbeat"
+    elif failed:
+        state, reason = "failed", f"{failed} query part(s) failed (hifi queries names the cause)"
     elif updated_ms is not None and (now_ms - updated_ms) / 1000 > STALE_GAUGES_S:
         state, reason = "lagging", f"no statistics for {(now_ms - updated_ms) / 1000:.0f} s"
     elif lag_s > LAGGING_S:
@@ -50,6 +53,15 @@ def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[
                       float(stats.get("input_rate", 0.0)), lag_s, int(stats.get("rows_out", 0)),
                       int(stats.get("dead", 0)), int(stats.get("late_rows", 0)), int(stats.get("running_queries", 0)),
                       tuple(views))
+
+
+def query_health(remote: Mapping[str, Sequence[str]], parts: Mapping[str, Mapping[str, Mapping]],
+                 status: str) -> tuple[str, str]:
+    """A query's status and cause: FAILED when any of its parts (`remote`: node -> part ids)
+    is among its node's failed `parts` (node -> part id -> {error, restarts}), else `status`."""
+    failed = [f"{node}/{part}: {parts[node][part].get('error', '')}" for node, ids in remote.items()
+              for part in ids if part in parts.get(node, {})]
+    return ("FAILED", "; ".join(failed)) if failed else (status, "")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dsp.codec import decode_row_batch
+from dsp.codec import readable_batches
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent
@@ -156,8 +156,7 @@ def next_whole_second(now_ms: int) -> int:
 def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
                    emit: Callable[[str, dict], None]) -> None:
     """Call `emit(topic, row)` for every row of the topics' RowBatch messages until stopped."""
-    for record in bus.tail(bootstrap, topics, stop):
-        batch = decode_row_batch(record.value)
+    for record, batch in readable_batches(bus.tail(bootstrap, topics, stop)):
         for values in batch.rows:
             row = dict(zip(batch.columns, values, strict=True))
             row["_emitted_ms"] = batch.emitted_ms

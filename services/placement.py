@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from dsp.codec import decode_row_batch, to_value
+from dsp.codec import readable_batches, to_value
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
 from glue import bus
 from glue.analyzer import analyze
@@ -26,6 +26,7 @@ from glue.sql.lexer import SqlError
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
+from services.health import query_health
 from services.metrics import ServiceMetrics
 
 log = logging.getLogger("hifi.placement")
@@ -56,6 +57,18 @@ def load_catalog(mdr: MDR) -> Catalog:
                  for rid, info in sorted(mdr.receptors().items())]
     return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
                    mdr.parameters())
+
+
+def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
+    """query id -> (status, cause): FAILED with the cause when a part of it failed on a node."""
+    parts = mdr.part_states({node for q in queries for node in q.remote})
+    return {q.id: query_health(q.remote, parts, q.status) for q in queries}
+
+
+# A results stream ends with an error once a part of its query has died this many times in a row
+# (before that a restart, which comes after 2, 10, 30 s, may still recover it).
+FAILURES_ENDING_RESULTS = 3
+FAILURE_CHECK_S = 2.0
 
 
 class Placement:
@@ -155,13 +168,34 @@ class Placement:
             return record
 
     def results(self, query_id: str, stop: threading.Event) -> Iterator[tuple[list[str], tuple, int]]:
+        """The query's result rows as they come, until `stop`; raises QueryFailed when a part of
+        it has failed FAILURES_ENDING_RESULTS times in a row (the stream must not wait forever)."""
         record = next((q for q in self.mdr.queries() if q.id == query_id), None)
         if record is None:
             raise KeyError(f"no query {query_id!r}")
-        for message in bus.tail(self.bootstrap, [record.result_topic], stop):
-            batch = decode_row_batch(message.value)
+        failure: list[str] = []
+        watcher = threading.Thread(target=self._watch_failures, args=(record, stop, failure), daemon=True,
+                                   name=f"watch-{query_id}")
+        watcher.start()
+        for _, batch in readable_batches(bus.tail(self.bootstrap, [record.result_topic], stop)):
             for row in batch.rows:
                 yield batch.columns, row, batch.emitted_ms
+        if failure:
+            raise QueryFailed(f"query {query_id} failed: {failure[0]}")
+
+    def _watch_failures(self, record: QueryRecord, stop: threading.Event, failure: list[str]) -> None:
+        while not stop.wait(FAILURE_CHECK_S):
+            parts = self.mdr.part_states(record.remote)
+            lasting = {node: {p: s for p, s in found.items() if s.get("restarts", 0) >= FAILURES_ENDING_RESULTS - 1}
+                       for node, found in parts.items()}
+            status, cause = query_health(record.remote, lasting, record.status)
+            if status == "FAILED":
+                failure.append(cause)
+                stop.set()
+
+
+class QueryFailed(Exception):
+    """A query whose part keeps failing on a node: its results will not come."""
 
 
 class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
@@ -176,6 +210,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                 plan = self.placement.submit(request.sql, request.principal, replay=request.replay)
         except (SqlError, PlanError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except RecursionError:   # glue.limits refuses deep queries first; this is the last guard
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "line 1, column 1: the query nests too deeply")
         except PlacementError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
         return hifi_pb2.SubmitReply(query_id=plan.query_id, root_node=plan.placement.root, plan=plan.explain(),
@@ -189,9 +225,11 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
         return hifi_pb2.Ack(ok=True)
 
     def List(self, request, context):  # noqa: N802
+        queries = self.placement.mdr.queries()
+        states = query_states(self.placement.mdr, queries)
         return hifi_pb2.QueryList(queries=[
-            hifi_pb2.QueryInfo(query_id=q.id, status=q.status, output_topic=q.result_topic, plan=q.explain,
-                               root=q.root, text=q.text) for q in self.placement.mdr.queries()])
+            hifi_pb2.QueryInfo(query_id=q.id, status=states[q.id][0], output_topic=q.result_topic, plan=q.explain,
+                               root=q.root, text=q.text, error=states[q.id][1]) for q in queries])
 
     def Results(self, request, context):  # noqa: N802
         stop = threading.Event()
@@ -202,6 +240,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                                          row=hifi_pb2.Row(values=[to_value(v) for v in row]), emitted_ms=emitted_ms)
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
+        except QueryFailed as exc:
+            context.abort(grpc.StatusCode.ABORTED, str(exc))
 
 
 @dataclass

@@ -64,16 +64,16 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
     now = int(time.time() * 1000)
     bad = {
         b"garbage \xff\xfe": "undecodable",
-        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1, timestamp_ms=now,
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1001, timestamp_ms=now,
                                reads=[hifi_pb2.TagRead(tag_id="x", read_strength=math.nan)]).SerializeToString():
             "read_strength is nan",
-        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=2, timestamp_ms=now,
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1002, timestamp_ms=now,
                                reads=[hifi_pb2.TagRead(tag_id="x", read_strength=-1.0)]).SerializeToString():
             "negative read_strength",
-        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=3, timestamp_ms=now + 86_400_000,
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1003, timestamp_ms=now + 86_400_000,
                                reads=[hifi_pb2.TagRead(tag_id="x", read_strength=0.4)]).SerializeToString():
             "ahead of the record's arrival",
-        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=4, timestamp_ms=now,
+        hifi_pb2.RfidReadCycle(receptor_id="r1", cycle=1004, timestamp_ms=now,
                                reads=[hifi_pb2.TagRead(tag_id="", read_strength=0.4)]).SerializeToString():
             "missing tag_id",
     }
@@ -81,17 +81,20 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
     producer = bus.make_producer(servers.bootstrap)
     for payload in bad:
         producer.send(raw, key=b"bad", value=payload)
+    producer.send(raw, key=b"tombstone", value=None)
     producer.flush()
     _publish_cycles(servers.bootstrap, raw, 50, 50)   # good records after the bad ones still flow
+    _publish_cycles(servers.bootstrap, raw, 10, 2)    # cycles 10 and 11 again: duplicates, dropped and counted
 
     wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 300, 90, "good readings past the bad ones")
-    stats = wait_for(lambda: (s := mdr.stats(node)).get("dead") == len(bad) and s, 30, "dead-letter count")
-    assert stats["rows_in"] == 300
+    stats = wait_for(lambda: (s := mdr.stats(node)).get("dead") == len(bad) + 1 and s.get("duplicates") == 2 and s,
+                     30, "dead-letter and duplicate counts")
+    assert stats["rows_in"] == 300 and stats["cycles_in"] == 100
     letters = [decode_dead_letter(r.value) for r in topic_records(servers.bootstrap, bus.dead_topic(node))]
-    assert len(letters) == len(bad)
+    assert len(letters) == len(bad) + 1
     for letter in letters:
         assert letter.node == node and letter.topic == raw
-        assert bad[letter.payload] in letter.reason
+        assert bad.get(letter.payload, "tombstone") in letter.reason
     assert [q.status for q in manager.queries()] == ["running"]
     assert len(topic_rows(servers.bootstrap, out)) == 300
     manager.stop_all()
