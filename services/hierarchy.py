@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from dsp.codec import readable_batches
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
-from edge.agent import ReceptorAgent
+from edge.agent import ReceptorAgent, replay_receptor
+from edge.intel_lab import load_intel_lab
 from edge.scenario import receptors_for, scenario_of
 from glue import bus
 from glue.csava import CALIBRATED
-from glue.topology import Topology
+from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR
 from services.dashboard import Dashboard
 from services.node import HiFiNode
@@ -42,6 +43,9 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
     a topology, into the MDR."""
     scenario = scenario_of(topology, 0)
     receptors = receptors_for(topology, scenario)
+    if scenario.replay is not None:   # the replayed Intel Lab motes: their ids come from the data
+        receptors += [ReceptorSpec(replay_receptor(m.mote_id), "mote", scenario.replay.node, scenario.replay.node, "",
+                                   m.x, m.y, {}) for m in load_intel_lab(scenario.replay.data)]
     mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
     mdr.put_parameters(topology.parameters)
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}

@@ -1,0 +1,262 @@
+"""Hostile input against a live hierarchy (real Redis, broker and Spark): every malformed kind on
+every input topic kind, 10 000 seeded-random corrupted records mixed into the agents' traffic,
+replayed read cycles, an outlier timestamp, garbage on a dead-letter topic, and 500 malformed or
+over-limit queries. Afterwards every record published to an edge is accounted for exactly
+(accepted, dead-lettered or dropped as a duplicate), no query restarted, and the running query's
+answers equal the reference over the agents' own readings."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import re
+import time
+
+import grpc
+import pytest
+from google.protobuf.message import DecodeError
+
+from dsp.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_row_batch, encode_sensor_batch
+from dsp.plan import output_columns
+from edge.agent import read_jsonl
+from glue import bus
+from glue.topology import parse_topology
+from protos import hifi_pb2, hifi_pb2_grpc
+from tests.conftest import running_hierarchy, topic_records, wait_for
+from tests.judge import assert_equal_to_reference
+
+# Node ids of its own: the suite's broker keeps every topic, and these get garbage.
+TOPOLOGY = """
+name: hostile
+parameters: {strength_T: 0.2, count_T: 1, t1: 2 seconds, t2: 2 seconds, level_lateness: 2 seconds}
+nodes:
+  - {id: hx-core, tier: core}
+  - {id: hx-a, tier: edge, parent: hx-core}
+  - {id: hx-b, tier: edge, parent: hx-core}
+receptors:
+  - {id: hx-a-r1, kind: rfid, node: hx-a, location: inbound-dock, area: north, x: 0.0, y: 0.0}
+  - {id: hx-b-r1, kind: rfid, node: hx-b, location: outbound-door, area: north, x: 10.0, y: 0.0}
+  - {id: hx-b-r2, kind: rfid, node: hx-b, location: outbound-door, area: north, x: 12.0, y: 0.0}
+relations:
+  - {name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}
+scenario:
+  name: hostile
+  seed: 5
+  cycle: 200 ms
+  world: {pallets: 3, arrival_gap: 6 seconds, dwell: 8 seconds, repeat: true}
+  readers:
+    - {id: hx-a-r1, node: hx-a, location: inbound-dock, antennas: 2, ghost_rate: 0.05}
+    - {id: hx-b-r1, node: hx-b, location: outbound-door, antennas: 2}
+    - {id: hx-b-r2, node: hx-b, location: outbound-door, antennas: 2}
+"""
+EDGES = {"hx-a": ("hx-a-r1",), "hx-b": ("hx-b-r1", "hx-b-r2")}
+QUERY = ("SELECT receptor_id, count(*) AS n, count(DISTINCT tag_id) AS tags, max(read_strength) / 0 AS nothing "
+         "FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id")
+RANDOM_RECORDS = 10_000
+POSITION = re.compile(r"line \d+, column \d+: ")
+
+
+@pytest.fixture(scope="module")
+def hierarchy(servers, spark, tmp_path_factory):
+    running = running_hierarchy(parse_topology(TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
+    hierarchy = next(running)
+    hierarchy.start_dashboard()
+    yield hierarchy
+    next(running, None)
+
+
+def _cycle(receptor: str, cycle: int, ts: int, reads=(("urn:epc:id:sgtin:0614141.812345.1", 1, 0.5),)) -> bytes:
+    msg = hifi_pb2.RfidReadCycle(receptor_id=receptor, cycle=cycle, timestamp_ms=ts)
+    for tag, antenna, strength in reads:
+        msg.reads.add(tag_id=tag, antenna=antenna, read_strength=strength)
+    return msg.SerializeToString()
+
+
+def _malformed_raw(edge: str, other_edge_receptor: str, now: int, serial: int) -> list[tuple[bytes | None, list, str]]:
+    """(value, headers, the reason's words) of one record of every malformed kind on a raw topic."""
+    own = EDGES[edge][0]
+    garbage_batch = b"\xff\xfe not a sensor batch"
+    _, unknown_mote = encode_sensor_batch(edge, 1, [Sample("no-such-mote", 1, now, {"temperature": 20.0})])
+    sensor = [(RECORD_TYPE_HEADER, SENSOR_BATCH)]
+    base = 10**8 + serial * 100
+    return [
+        (None, [], "tombstone"),
+        (b"\xff\xfe\xfd garbage", [], "undecodable"),
+        (_cycle("no-such-reader", base, now), [], "not registered"),
+        (_cycle(other_edge_receptor, base + 1, now), [], "belongs to edge node"),
+        (_cycle(own, base + 2, now + 55_000), [], "ahead of the record's arrival"),   # the outlier
+        (_cycle(own, base + 3, now - 7_200_000), [], "older than the record's arrival"),
+        (_cycle(own, base + 4, now, (("t", 1, math.nan),)), [], "read_strength is nan"),
+        (_cycle(own, base + 5, now, (("t", 1, -0.5),)), [], "negative read_strength"),
+        (_cycle(own, base + 6, now, (("", 1, 0.5),)), [], "missing tag_id"),
+        (_cycle("", base + 7, now), [], "missing receptor_id"),
+        (_cycle(own, base + 8, 0), [], "non-positive timestamp_ms"),
+        (garbage_batch, sensor, "undecodable SensorBatch"),
+        (unknown_mote, sensor, "not registered"),
+    ]
+
+
+def _random_corrupt(rng: random.Random, edge: str, now: int, n: int) -> bytes | None:
+    """One record every reader must refuse, of a kind drawn at random."""
+    own = EDGES[edge][rng.randrange(len(EDGES[edge]))]
+    kind = rng.randrange(6)
+    if kind == 0:
+        while True:   # random bytes that do not parse as a read cycle (checked with protobuf itself)
+            value = rng.randbytes(rng.randrange(1, 120))
+            try:
+                hifi_pb2.RfidReadCycle().ParseFromString(value)
+            except DecodeError:
+                return value
+    if kind == 1:
+        return _cycle(f"fuzz-{rng.randrange(10**6)}", n, now)
+    if kind == 2:
+        return _cycle(own, 10**9 + n, now + rng.choice((-1, 1)) * rng.randrange(3_600_000, 10 * 86_400_000))
+    if kind == 3:
+        strength = rng.choice((math.nan, math.inf, -math.inf, -rng.random() - 0.01))
+        return _cycle(own, 10**9 + n, now, (("urn:epc:id:sgtin:1.2.3", 1, 0.5), ("t", 2, strength)))
+    if kind == 4:
+        return _cycle(own, 10**9 + n, now, (("", rng.randrange(4), 0.5),))
+    return None
+
+
+def _bad_view_records(columns: list[tuple[str, str]], now: int) -> list[bytes | None]:
+    """Records a child's view topic must not carry: every one is refused by its reader."""
+    names = [name for name, _ in columns]
+    future = dt.datetime.fromtimestamp(now / 1000 + 3600, tz=dt.UTC)
+    typed = {"timestamp": future, "string": "x", "long": 1, "int": 1, "double": 1.0, "boolean": True}
+
+    def value(kind: str):
+        return ["x"] if kind.startswith("array") else typed[kind]
+
+    wrong = ["not a time" if kind == "timestamp" else value(kind) for _, kind in columns]
+    return [
+        None,
+        b"\x00\xff not a row batch",
+        encode_row_batch("evil", "v", names, [wrong], 1, now),                     # a string where a timestamp goes
+        encode_row_batch("evil", "v", names[1:], [[value(k) for _, k in columns[1:]]], 2, now),   # a column missing
+        encode_row_batch("evil", "v", names, [[value(k) for _, k in columns]], 3, now),   # window an hour ahead
+        encode_row_batch("evil", "v", [], [], 4, now, watermark_ms=now + 3_600_000),       # a marker an hour ahead
+    ]
+
+
+def _send(producer, topic: str, records, key: bytes = b"hostile") -> int:
+    for value, headers in records:
+        producer.send(topic, key=key, value=value, headers=headers or None)
+    return len(records)
+
+
+def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
+    bootstrap = servers.bootstrap
+    plan = hierarchy.placement.submit(QUERY)
+    producers = [t for t in plan.tasks if t.role == "producer"]
+    assert plan.placement.root == "hx-core" and len(producers) == 2, plan.explain()
+    producer = bus.make_producer(bootstrap)
+    refused = {edge: 0 for edge in EDGES}
+    duplicates = {edge: 0 for edge in EDGES}
+    now = int(time.time() * 1000)
+
+    # one of every malformed kind on each raw topic, with the reasons they must be refused for
+    expected_reasons: dict[str, list[str]] = {}
+    for serial, edge in enumerate(EDGES):
+        other = next(r for e, rs in EDGES.items() if e != edge for r in rs)
+        cases = _malformed_raw(edge, other, now, serial)
+        expected_reasons[edge] = [reason for _, _, reason in cases]
+        refused[edge] += _send(producer, bus.raw_topic(edge), [(v, h) for v, h, _ in cases])
+    # children's view topics (the producers' pane partials, markers among them) and a dead-letter topic
+    view_refusals = 0
+    for task in producers:
+        view_refusals += _send(producer, task.topic, [(v, None) for v in _bad_view_records(
+            list(output_columns(task.plan)), now)])
+    _send(producer, bus.dead_topic("hx-a"), [(b"\xff not a dead letter", None), (None, None)])
+    producer.flush()
+
+    # read cycles the agents sent, sent again four times each: duplicates
+    for edge in EDGES:
+        recent = [r for r in topic_records(bootstrap, bus.raw_topic(edge)) if r.key != b"hostile"][-15:]
+        for record in recent:
+            for _ in range(4):
+                producer.send(bus.raw_topic(edge), key=record.key, value=record.value)
+        duplicates[edge] += 4 * len(recent)
+
+    # 10 000 seeded-random corrupted records mixed into the traffic, 500 a second
+    rng = random.Random(16)
+    for n in range(RANDOM_RECORDS):
+        edge = rng.choice(list(EDGES))
+        producer.send(bus.raw_topic(edge), key=b"hostile", value=_random_corrupt(rng, edge, int(time.time() * 1000), n))
+        refused[edge] += 1
+        if n % 500 == 499:
+            producer.flush()
+            time.sleep(1.0)
+    producer.flush()
+
+    # 500 malformed or over-limit queries while it runs: each refused with a position within 1 s
+    stub = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
+    for sql in _bad_queries(random.Random(9), 500):
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as error:
+            stub.Submit(hifi_pb2.SubmitRequest(sql=sql), timeout=10)
+        took = time.monotonic() - started
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (sql[:200], error.value.details())
+        assert POSITION.match(error.value.details()), (sql[:200], error.value.details())
+        assert took < 1.0, (sql[:200], took)
+
+    # the running query's answers equal the reference over the agents' readings (none was lost to
+    # the outlier, none doubled by a replayed cycle); max(...) / 0 is NULL, not a failure
+    assert_equal_to_reference(hierarchy, plan)
+    rows = [r for r in hierarchy.mdr.queries() if r.id == plan.query_id]
+    assert rows and rows[0].status == "running"
+
+    hierarchy.agent.stop()
+    readings = read_jsonl(hierarchy.readings_path)
+    for edge, receptors in EDGES.items():
+        cycles = [c for c in readings if c.get("receptor") in receptors and "reads" in c]
+        published = bus.current_ends(bootstrap, [bus.raw_topic(edge)])[bus.offset_key(bus.raw_topic(edge), 0)]
+        assert published == len(cycles) + refused[edge] + duplicates[edge]
+        stats = wait_for(lambda e=edge, p=published: (s := hierarchy.mdr.stats(e)) and
+                         s.get("cycles_in", 0) + s.get("dead", 0) + s.get("duplicates", 0) == p and s, 90,
+                         f"{edge}'s listener to account for every record")
+        assert (stats["cycles_in"], stats["dead"], stats["duplicates"]) == (len(cycles), refused[edge],
+                                                                           duplicates[edge])
+        assert stats["rows_in"] == sum(len(c["reads"]) for c in cycles)
+        letters = [hifi_pb2.DeadLetter.FromString(r.value) for r in topic_records(bootstrap, bus.dead_topic(edge))
+                   if r.key != b"hostile"]
+        assert len(letters) == refused[edge]
+        for reason in expected_reasons[edge]:
+            assert any(reason in letter.reason for letter in letters), reason
+    core = wait_for(lambda: (s := hierarchy.mdr.stats("hx-core")).get("dead") == view_refusals and s, 60,
+                    "the core to dead-letter each refused view record once")
+    assert core["dead"] == view_refusals
+    core_letters = [r for r in topic_records(bootstrap, bus.dead_topic("hx-core"))]
+    assert len(core_letters) == view_refusals
+
+    restarted = [(node.id, q.query_id, q.restarts, q.status) for node in hierarchy.nodes.values()
+                 for q in node.dsp.queries() if q.restarts or q.status != "running"]
+    assert not restarted
+    # the dashboard passed over the garbage on the dead-letter topic and counts every real letter
+    total = sum(int(hierarchy.mdr.stats(n).get("dead", 0)) for n in hierarchy.nodes)
+    wait_for(lambda: hierarchy.dashboard.events.recent()[1].get("dead") == total, 60,
+             "the dashboard to count every dead letter")
+    hierarchy.placement.cancel(plan.query_id)
+
+
+def _bad_queries(rng: random.Random, count: int) -> list[str]:
+    """Malformed or over-limit statements of many kinds, drawn at random."""
+    good = ("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+            "WHERE read_strength > 0.2 GROUP BY receptor_id")
+    makers = [
+        lambda: good[:rng.randrange(1, len(good) - 20)] + " )",                          # cut short
+        lambda: good.replace("receptor_id", f"col_{rng.randrange(999)}", 1),             # unknown column
+        lambda: good.replace("rfid_stream", f"stream_{rng.randrange(999)}"),             # unknown stream
+        lambda: good.replace("'2 seconds'", f"'{rng.randrange(2, 24)} hours', slide by '{rng.randrange(1, 50)} ms'"),
+        lambda: good.replace("'2 seconds'", f"'{rng.randrange(10, 90)} ms'"),             # panes too small
+        lambda: good.replace("read_strength > 0.2",
+                             "(" * (d := rng.randrange(40, 400)) + "read_strength > 0.2" + ")" * d),
+        lambda: good.replace("read_strength > 0.2", "NOT " * rng.randrange(40, 2000) + "read_strength > 0.2"),
+        lambda: good.replace("read_strength > 0.2", " + ".join(["read_strength"] * rng.randrange(200, 3000)) + " > 1"),
+        lambda: good + " " + "-- padding\n" * rng.randrange(6000, 9000),                # text too long
+        lambda: f"CREATE VIEW \"{rng.choice(['../../evil name', 'a b', 'x/y', 'dots.in.it'])}\" AS ({good})",
+        lambda: good.replace("GROUP BY", rng.choice(["GROUP", "BY GROUP", "HAVING BY", ", GROUP BY"])),
+        lambda: good.replace("count(*)", rng.choice(["count(**)", "median(read_strength)", "sum(*)"])),
+    ]
+    return [rng.choice(makers)() for _ in range(count)]
