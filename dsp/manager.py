@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -245,7 +246,7 @@ class DSPManager:
                 handle = managed.handle
                 if managed.status == "running" and handle is not None and not handle.isActive:
                     exc = handle.exception()
-                    managed.status, managed.error = "failed", _first_line(str(exc) if exc else "stopped")
+                    managed.status, managed.error = "failed", failure_cause(str(exc) if exc else "stopped")
                     managed.failed_at = now if exc is not None else None
                     if now - managed.started_at >= RESTART_FORGOTTEN_S:
                         managed.restarts = 0
@@ -257,7 +258,7 @@ class DSPManager:
                     try:
                         self._launch(managed)
                     except Exception as again:  # noqa: BLE001 - it stays failed, with the reason
-                        managed.error, managed.failed_at = _first_line(str(again)), now
+                        managed.error, managed.failed_at = failure_cause(str(again)), now
             return list(self._queries.values())
 
     def ingest_failed(self) -> str:
@@ -282,5 +283,16 @@ class DSPManager:
         return {"input_rate": rate, "late_rows": float(late)}
 
 
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else text
+def failure_cause(text: str) -> str:
+    """The line of a query's exception that says what went wrong: for an error raised in Python
+    (foreachBatch, a data source) the exception line of its traceback, not py4j's wrapper; else
+    the first line without Spark's "query ... terminated with exception" prefix."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return text
+    for i, line in enumerate(lines):
+        if line.rstrip().endswith("Traceback (most recent call last):"):
+            found = next((later.strip() for later in lines[i + 1:] if later.strip() and not later[0].isspace()), None)
+            if found:
+                return found
+    return re.sub(r"^\[[A-Z_]+\] Query \[[^\]]*\] terminated with exception: ", "", lines[0])

@@ -126,3 +126,15 @@ def test_a_query_that_dies_is_restarted_from_its_checkpoint_without_duplicates(s
         assert failed == [0]
     finally:
         manager.stop_all()
+
+
+def test_the_cause_of_a_failed_query_is_the_python_exception_not_its_wrapper():
+    from dsp.manager import failure_cause
+
+    wrapped = ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
+               "  File \"x.py\", line 3, in call\n    raise RuntimeError('disk full')\n"
+               "RuntimeError: disk full\n\n\nJVM stacktrace:\norg.apache.spark.SparkException: boom")
+    assert failure_cause(wrapped) == "RuntimeError: disk full"
+    assert failure_cause("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: no broker\nat x") \
+        == "no broker"
+    assert failure_cause("") == ""

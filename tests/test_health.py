@@ -9,6 +9,7 @@ from services.health import (
     CountsSample,
     RateWindow,
     node_health,
+    query_health,
     receptor_rates,
     tier_series,
     tiers_top_down,
@@ -33,6 +34,19 @@ def test_a_live_node_is_lagging_when_its_events_are_old_or_its_statistics_stoppe
     fine = node_health(_node(), {"lag_ms": 3000, "updated_ms": NOW - 500, "rows_in": 7, "dead": 2}, ["a"], NOW)
     assert (fine.state, fine.reason, fine.rows_in, fine.dead_lettered, fine.lag_s, fine.views) == \
         ("alive", "", 7, 2, 3.0, ("a",))
+
+
+def test_a_live_node_with_a_failed_part_is_failed_not_alive():
+    health = node_health(_node(), {"lag_ms": 0, "updated_ms": NOW, "failed_parts": 1}, [], NOW)
+    assert health.state == "failed" and "1 query part" in health.reason
+    assert node_health(_node(alive=False), {"failed_parts": 1}, [], NOW).state == "dead"
+
+
+def test_a_query_is_failed_with_the_cause_of_each_failed_part_it_has():
+    remote = {"door1": ["view.p1", "view.p2"], "hq": ["q1.final"]}
+    parts = {"door1": {"view.p2": {"error": "RuntimeError: disk full", "restarts": 1}, "other": {"error": "x"}}}
+    assert query_health(remote, parts, "running") == ("FAILED", "door1/view.p2: RuntimeError: disk full")
+    assert query_health(remote, {"door1": {"other": {"error": "x"}}}, "running") == ("running", "")
 
 
 def test_receptor_rates_are_count_differences_over_the_span():

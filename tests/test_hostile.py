@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import random
 import re
+import socket
+import subprocess
+import sys
 import time
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -144,6 +149,61 @@ def _send(producer, topic: str, records, key: bytes = b"hostile") -> int:
     for value, headers in records:
         producer.send(topic, key=key, value=value, headers=headers or None)
     return len(records)
+
+
+def _hifi(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    hifi = os.path.join(os.path.dirname(sys.executable), "hifi")
+    return subprocess.run([hifi, *args], capture_output=True, text=True, timeout=120, input=stdin,
+                          env={**os.environ, "HIFI_PLACEMENT": "", "HIFI_REDIS_URL": ""})
+
+
+def test_a_failing_part_shows_as_failed_everywhere_and_ends_its_results_stream(hierarchy, tmp_path):
+    """A part that keeps dying (here its sink's hook raises, as a full disk would) is FAILED with
+    its cause in `hifi queries`, `hifi status` and the placement's List, and the results stream of
+    its query ends with an error instead of waiting forever."""
+    hierarchy.write_run_file()
+    plan = hierarchy.placement.submit("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+                                      "GROUP BY receptor_id")
+    task = next(t for t in plan.tasks if t.role == "producer" and t.node == "hx-a")
+    part = next(q for q in hierarchy.nodes["hx-a"].dsp.queries() if q.query_id == task.query_id)
+
+    def broken(report) -> None:
+        raise RuntimeError("disk full (injected)")
+
+    for sink in part.sinks:
+        sink.on_batch = broken
+    stub = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
+    try:
+        with pytest.raises(grpc.RpcError) as error:
+            for _ in stub.Results(hifi_pb2.QueryRef(query_id=plan.query_id), timeout=150):
+                pass
+        assert error.value.code() == grpc.StatusCode.ABORTED, error.value.details()
+        assert f"hx-a/{task.query_id}" in error.value.details() and "disk full" in error.value.details()
+        listed = {q.query_id: q for q in stub.List(hifi_pb2.Empty()).queries}
+        assert listed[plan.query_id].status == "FAILED" and "disk full" in listed[plan.query_id].error
+        queries = _hifi("queries")
+        assert queries.returncode == 0 and "FAILED" in queries.stdout and "disk full" in queries.stdout
+        status = _hifi("status")
+        assert re.search(r"^hx-a\s+edge\s+FAILED", status.stdout, re.MULTILINE), status.stdout
+    finally:
+        hierarchy.placement.cancel(plan.query_id)
+
+    # the statement from a file or standard input; a bad one gets its position, no stack trace
+    explained = _hifi("query", "--explain", "--file", "-", stdin=QUERY)
+    assert explained.returncode == 0 and "root hx-core" in explained.stdout, explained.stderr
+    bad = tmp_path / "bad.sql"
+    bad.write_text("SELECT receptor_id\nFROM rfid_stream [range by '2 seconds', slide by '1 ms']\nGROUP BY receptor_id")
+    refused = _hifi("query", "--file", str(bad))
+    assert refused.returncode == 2 and "line 2, column" in refused.stderr and "Traceback" not in refused.stderr
+    assert "limit_windows_per_row" in refused.stderr
+
+    # the dashboard answers a malformed request at once instead of blocking a thread on it
+    host, port = urlsplit(hierarchy.dashboard.url).netloc.split(":")
+    for length in ("-1", "banana", str(10**9)):
+        with socket.create_connection((host, int(port)), timeout=5) as conn:
+            conn.sendall(f"POST /api/explain HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode())
+            answer = conn.recv(200).decode()
+        assert answer.startswith(("HTTP/1.1 400", "HTTP/1.1 413")), (length, answer)
 
 
 def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
