@@ -180,7 +180,7 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     # two records dock-a must reject, among the good ones
     producer = bus.make_producer(hierarchy.bootstrap)
     producer.send(bus.raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
-    _, negative = encode_read_cycle("dock-a-r1", 1, int(time.time() * 1000), [])
+    _, negative = encode_read_cycle("dock-a-r1", 10**9, int(time.time() * 1000), [])   # no cycle the agent sent
     cycle = hifi_pb2.RfidReadCycle.FromString(negative)
     cycle.reads.add(tag_id="urn:epc:id:sgtin:1.2.3", antenna=1, read_strength=-0.5)
     producer.send(bus.raw_topic(node), key=b"bad:2", value=cycle.SerializeToString())
