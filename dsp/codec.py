@@ -147,7 +147,7 @@ def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_
     except _BAD_VALUES as exc:
         return [_error_row(None, None, partition, offset, f"undecodable RfidReadCycle: {exc}", value)]
     if recent is not None and msg.receptor_id:
-        earlier = recent.seen((msg.receptor_id, msg.cycle), offset)
+        earlier = recent.seen((msg.receptor_id, msg.cycle, msg.timestamp_ms), offset)
         if earlier is not None:
             return [_error_row(msg.receptor_id, msg.cycle, partition, offset,
                                f"{DUPLICATE} {msg.cycle} of {msg.receptor_id} (as at offset {earlier})", None)]
@@ -162,9 +162,10 @@ def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_
     return rows
 
 
-def cycle_key(value: bytes | None) -> tuple[str, int] | None:
-    """(receptor, cycle) of a raw record that parses as a read cycle with a receptor: what
-    dsp.intake.RecentCycles remembers of the records before a range being read."""
+def cycle_key(value: bytes | None) -> tuple[str, int, int] | None:
+    """(receptor, cycle, timestamp) of a raw record that parses as a read cycle with a receptor:
+    what dsp.intake.RecentCycles remembers of the records before a range being read. The time is
+    part of it: an agent that restarts numbers its cycles from 0 again."""
     if value is None:
         return None
     msg = hifi_pb2.RfidReadCycle()
@@ -172,7 +173,7 @@ def cycle_key(value: bytes | None) -> tuple[str, int] | None:
         msg.ParseFromString(value)
     except _BAD_VALUES:
         return None
-    return (msg.receptor_id, msg.cycle) if msg.receptor_id else None
+    return (msg.receptor_id, msg.cycle, msg.timestamp_ms) if msg.receptor_id else None
 
 
 # ---------------------------------------------------------------- view rows
@@ -241,9 +242,13 @@ def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
     if value is None:
         return None, TOMBSTONE
     try:
-        return decode_row_batch(value), ""
+        batch = decode_row_batch(value)
     except _BAD_VALUES as exc:
         return None, f"undecodable RowBatch: {exc}"
+    ragged = next((n for n, row in enumerate(batch.rows) if len(row) != len(batch.columns)), None)
+    if ragged is not None:
+        return None, f"row {ragged} has {len(batch.rows[ragged])} values for {len(batch.columns)} columns"
+    return batch, ""
 
 
 def readable_batches(records: Iterable[Any]) -> Iterator[tuple[Any, DecodedBatch]]:

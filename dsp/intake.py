@@ -9,16 +9,17 @@ micro-batch, decides alike:
   receptors send a reading after they stamp it, so a reading can move the edge's watermark at
   most `max_ahead_ms` past the newest arrival: one outlier cannot make the readings behind it
   late (with the edge's `lateness` at least `max_ahead_ms`, none of them is);
-- a read cycle seen again (same receptor and cycle number) within the partition's previous
+- a read cycle seen again (same receptor, cycle number and time: a restarted agent numbers its
+  cycles from 0 again) within the partition's previous
   `DUPLICATE_LOOKBACK` records is a duplicate: dropped and counted, not dead-lettered;
 - a view's rows must carry the columns the reader expects, with values of their types.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,30 +88,39 @@ def arrival_ms(record_timestamp_ms: int | None, now_ms: int) -> int:
 
 
 class RecentCycles:
-    """The read cycles a partition carried in its last `lookback` offsets. Fed every offset in
-    order, a cycle is a duplicate exactly when the same (receptor, cycle) stands at an earlier
-    offset within the lookback, whoever reads the partition and however often."""
+    """The read cycles a partition carried over a span [lo, hi) of its offsets, shared by every
+    query reading it in one process. A cycle at offset o is a duplicate exactly when the same
+    (receptor, cycle) stands at an offset in [o - lookback, o): a decision that depends on the
+    log alone, so each reader, and each replay, decides alike (dsp.kafka_source keeps the span
+    covering [start - lookback, start) of every range it reads: a range another worker read is a
+    short gap to fill, not the whole look-back)."""
 
-    def __init__(self, lookback: int = DUPLICATE_LOOKBACK) -> None:
+    def __init__(self, lo: int, lookback: int = DUPLICATE_LOOKBACK) -> None:
         self.lookback = lookback
-        self._last: dict[tuple[str, int], int] = {}
-        self._order: deque[tuple[int, tuple[str, int]]] = deque()
+        self.lo = self.hi = lo
+        self._offsets: dict[tuple, list[int]] = {}   # key -> its offsets, ascending
 
-    def seen(self, key: tuple[str, int], offset: int) -> int | None:
-        """The earlier offset of `key` within the lookback, or None; records `key` at `offset`."""
-        while self._order and self._order[0][0] < offset - self.lookback:
-            old_offset, old_key = self._order.popleft()
-            if self._last.get(old_key) == old_offset:
-                del self._last[old_key]
-        earlier = self._last.get(key)
-        self._last[key] = offset
-        self._order.append((offset, key))
+    def covers(self, start: int) -> bool:
+        """Whether deciding the offsets from `start` on needs nothing older than this span holds."""
+        return self.lo <= max(0, start - self.lookback) and start <= self.hi
+
+    def seen(self, key: tuple, offset: int) -> int | None:
+        """The latest offset of `key` in [offset - lookback, offset), or None; records `key` at
+        `offset` if the span has not reached it yet (offsets are fed in order)."""
+        offsets = self._offsets.setdefault(key, [])
+        at = bisect.bisect_left(offsets, offset)
+        earlier = offsets[at - 1] if at and offsets[at - 1] >= offset - self.lookback else None
+        if offset >= self.hi:
+            offsets.append(offset)
         return earlier
 
-    def copy(self) -> RecentCycles:
-        twin = RecentCycles(self.lookback)
-        twin._last, twin._order = dict(self._last), deque(self._order)
-        return twin
+    def reached(self, end: int) -> None:
+        """Every offset below `end` has been fed; forget what no later decision needs."""
+        self.hi = max(self.hi, end)
+        if self.hi - self.lo > 4 * self.lookback:   # keep the newest 2 look-backs: slower readers
+            self.lo = self.hi - 2 * self.lookback
+            self._offsets = {k: kept for k, offs in self._offsets.items()
+                             if (kept := offs[bisect.bisect_left(offs, self.lo):])}
 
 
 # ---------------------------------------------------------------- typed values of view rows
@@ -147,9 +157,7 @@ def rows_problem(columns: Sequence[str], rows: Sequence[Sequence[Any]],
     if missing:
         return f"missing column(s) {', '.join(missing)}"
     index = {name: i for i, name in enumerate(columns)}
-    for n, row in enumerate(rows):
-        if len(row) != len(columns):
-            return f"row {n} has {len(row)} values for {len(columns)} columns"
+    for n, row in enumerate(rows):   # rows as dsp.codec.parse_row_batch gives them: one value a column
         for name, kind in wanted:
             problem = value_problem(row[index[name]], kind)
             if problem is not None:

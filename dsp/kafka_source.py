@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -75,7 +75,7 @@ from dsp.codec import (
     parse_row_batch,
     project_rows,
 )
-from dsp.intake import DUPLICATE, IntakeRules, RecentCycles, arrival_ms, rows_problem
+from dsp.intake import DUPLICATE, DUPLICATE_LOOKBACK, IntakeRules, RecentCycles, arrival_ms, rows_problem
 from glue import bus
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         if rows:
             yield _to_arrow(rows, schema)
         if recent is not None:
-            _remember_cycles(tp, partition.end, recent)
+            recent.reached(partition.end)
         if ingest is not None:
             ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
         if refused and self.rules.node:
@@ -293,31 +293,24 @@ def dead_letter_once(bootstrap: str, mdr_url: str, node: str, topic: str, partit
         _send_dead_letters(bootstrap, node, topic, partition, fresh)
 
 
-# A partition's recent read cycles as they stood before an offset, per worker process: a query's
-# next range starts where its last one ended, so it is usually found here; else it is rebuilt
-# from the partition (DUPLICATE_LOOKBACK records, ~0.1-0.2 s, once per worker and query start).
-_recent: OrderedDict[tuple[str, int, int], RecentCycles] = OrderedDict()
-_RECENT_KEPT = 32
+# Each partition's recent read cycles in this worker process, shared by the queries reading it.
+_recent: dict[tuple[str, int], RecentCycles] = {}
 
 
 def _recent_cycles(consumer, tp, start: int) -> RecentCycles:
-    found = _recent.get((tp.topic, tp.partition, start))
-    if found is not None:
-        return found.copy()
-    recent = RecentCycles()
-    first = max(0, start - recent.lookback)
-    for record in bus.read_range(consumer, tp, first, start):
+    """The partition's recent cycles, covering what deciding offsets from `start` on needs: what
+    this process has not read yet is read now (a range another worker took: a short gap; a cold
+    start or a query far behind the rest: the whole look-back, DUPLICATE_LOOKBACK records)."""
+    recent = _recent.get((tp.topic, tp.partition))
+    if recent is None or recent.lo > max(0, start - recent.lookback) or start > recent.hi + recent.lookback:
+        recent = _recent[(tp.topic, tp.partition)] = RecentCycles(max(0, start - DUPLICATE_LOOKBACK))
+    for record in bus.read_range(consumer, tp, recent.hi, start):
         if not is_sensor_batch(record.headers):
             key = cycle_key(record.value)
             if key is not None:
                 recent.seen(key, record.offset)
+    recent.reached(start)
     return recent
-
-
-def _remember_cycles(tp, end: int, recent: RecentCycles) -> None:
-    _recent[(tp.topic, tp.partition, end)] = recent
-    while len(_recent) > _RECENT_KEPT:
-        _recent.popitem(last=False)
 
 
 class IngestTally:

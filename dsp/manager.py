@@ -7,6 +7,7 @@ last committed micro-batch.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -276,11 +277,18 @@ class DSPManager:
         running = [m for m in self.queries() if m.status == "running" and m.handle is not None]
         rate, late = 0.0, 0
         for managed in running:
-            last = managed.handle.lastProgress or {}
+            last = last_progress(managed.handle)
             if self._ingest_owner in (None, managed.query_id):
                 rate += float(last.get("processedRowsPerSecond") or 0.0)
             late += sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in last.get("stateOperators", []))
         return {"input_rate": rate, "late_rows": float(late)}
+
+
+def last_progress(handle: StreamingQuery) -> dict:
+    """A query's last progress as Spark's JSON, parsed (~1 ms; `handle.lastProgress` builds a
+    Python object from the JVM's graph through py4j: ~300 ms wall, ~600 ms CPU, DESIGN §11)."""
+    found = handle._jsq.lastProgress()   # a private handle of pyspark 4.0's StreamingQuery
+    return json.loads(found.json()) if found is not None else {}
 
 
 def failure_cause(text: str) -> str:

@@ -365,6 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
         missing, negative or non-numeric Content-Length would block a read until the client
         hangs up)."""
         text = self.headers.get("Content-Length")
+        keep_open, self.close_connection = self.close_connection, True   # until the body is read, where
+        # the next request would start is unknown
         if text is None or not text.strip().isdigit():
             self._error(HTTPStatus.BAD_REQUEST, "the request needs a Content-Length of 0 or more bytes")
             return None
@@ -379,6 +381,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
             return None
+        self.close_connection = keep_open
         return body
 
     def _stream(self, events: Iterator[tuple[str, Any]], stop: threading.Event) -> None:

@@ -21,8 +21,10 @@ from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
 from glue import bus
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
+from glue.limits import Limits
 from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
 from glue.sql.lexer import SqlError
+from glue.sql.parser import parse
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
@@ -79,6 +81,9 @@ class Placement:
         self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
     def plan(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
+        # syntax and admission limits first: a bad or oversized query is refused before the
+        # catalog (every view, relation and receptor) is read
+        parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
         query = analyze(sql, catalog, principal or "*")
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)

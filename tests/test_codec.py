@@ -71,11 +71,12 @@ def test_a_read_cycle_is_checked_against_the_registry_of_the_edge_that_reads_it(
 
 
 def test_a_cycle_seen_again_within_the_lookback_is_a_duplicate_and_not_dead_lettered():
-    recent = RecentCycles(lookback=3)
+    recent = RecentCycles(10, lookback=3)
     first = decode_read_cycle(_cycle(), 0, 10, NOW, recent=recent)
     again = decode_read_cycle(_cycle(), 0, 11, NOW, recent=recent)
     assert first[0][ERROR] is None
     assert again[0][ERROR].startswith(DUPLICATE) and "offset 10" in again[0][ERROR] and again[0][-1] is None
+    recent.reached(15)
     assert decode_read_cycle(_cycle(), 0, 15, NOW, recent=recent)[0][ERROR] is None   # 4 records on: new again
 
 
@@ -93,6 +94,18 @@ def test_sensor_batches_keep_their_sound_samples_and_name_each_refused_one():
     rows, (problem,) = decode_sample_rows(b"\xff\xff", ("temperature",), NOW, rules)
     assert rows == [] and problem.startswith("undecodable SensorBatch")
     assert decode_sample_rows(None, (), NOW)[1] == ["record has no value (a tombstone)"]
+
+
+def test_a_record_that_is_not_a_well_formed_row_batch_is_refused_with_the_reason():
+    from dsp.codec import parse_row_batch
+
+    assert parse_row_batch(None) == (None, "record has no value (a tombstone)")
+    assert parse_row_batch(b"\x00\xff")[1].startswith("undecodable RowBatch")
+    msg = hifi_pb2.RowBatch(columns=["a", "b"])
+    msg.rows.add(values=[hifi_pb2.Value(i=1)])
+    assert parse_row_batch(msg.SerializeToString())[1] == "row 0 has 1 values for 2 columns"
+    batch, problem = parse_row_batch(encode_row_batch("p", "s", ["a"], [(1,)], 0, 0))
+    assert problem == "" and batch.rows == [(1,)]
 
 
 def test_row_batch_round_trip_and_projection():

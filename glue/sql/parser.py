@@ -190,8 +190,13 @@ class _Parser:
     def _left_assoc(self, operand, kind: str, ops: tuple[str, ...]) -> ast.Node:
         """operand {op operand}, grouping to the left."""
         left = operand()
+        chain = 0
         while self.tok.kind == kind and self.tok.text in ops:
             op = self.tok
+            chain += 1
+            if chain > 4 * self.max_nesting:   # refused here, before a long chain is parsed to its end
+                raise SqlError(f"a chain of more than {4 * self.max_nesting} {op.text} is not admitted "
+                               f"(4 x parameter limit_nesting)", op.pos.line, op.pos.column)
             self.i += 1
             left = ast.Binary(op.text, left, operand(), op.pos)
         return left
