@@ -12,9 +12,10 @@ from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
 
 
-def _publish_cycles(bootstrap, topic, first_cycle, cycles, reads_per_cycle=3):
+def _publish_cycles(bootstrap, topic, first_cycle, cycles, reads_per_cycle=3, now=None):
+    """Cycles first_cycle.. of receptor r1, stamped `now` (default the clock) - 10 s + cycle ms."""
     producer = bus.make_producer(bootstrap)
-    now = int(time.time() * 1000)
+    now = now or int(time.time() * 1000)
     for cycle in range(first_cycle, first_cycle + cycles):
         reads = [TagObservation(f"tag-{cycle}-{i}", 1, 0.5) for i in range(reads_per_cycle)]
         key, value = encode_read_cycle("r1", cycle, now - 10_000 + cycle, reads)
@@ -77,14 +78,14 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
                                reads=[hifi_pb2.TagRead(tag_id="", read_strength=0.4)]).SerializeToString():
             "missing tag_id",
     }
-    _publish_cycles(servers.bootstrap, raw, 0, 50)
+    _publish_cycles(servers.bootstrap, raw, 0, 50, now=now)
     producer = bus.make_producer(servers.bootstrap)
     for payload in bad:
         producer.send(raw, key=b"bad", value=payload)
     producer.send(raw, key=b"tombstone", value=None)
     producer.flush()
     _publish_cycles(servers.bootstrap, raw, 50, 50)   # good records after the bad ones still flow
-    _publish_cycles(servers.bootstrap, raw, 10, 2)    # cycles 10 and 11 again: duplicates, dropped and counted
+    _publish_cycles(servers.bootstrap, raw, 10, 2, now=now)   # cycles 10 and 11 again: duplicates, dropped, counted
 
     wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 300, 90, "good readings past the bad ones")
     stats = wait_for(lambda: (s := mdr.stats(node)).get("dead") == len(bad) + 1 and s.get("duplicates") == 2 and s,
