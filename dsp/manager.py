@@ -262,12 +262,6 @@ class DSPManager:
                         managed.error, managed.failed_at = failure_cause(str(again)), now
             return list(self._queries.values())
 
-    def ingest_failed(self) -> str:
-        """Why the node's data listener is not running ("" when it is, or the node has none)."""
-        with self._lock:
-            owner = self._queries.get(self._ingest_owner or "")
-            return owner.error or owner.status if owner is not None and owner.status != "running" else ""
-
     def progress(self) -> dict[str, float]:
         """Input rate (rows/s read from the node's inputs) and rows dropped as late by watermarks.
 
