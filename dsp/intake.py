@@ -90,7 +90,7 @@ def arrival_ms(record_timestamp_ms: int | None, now_ms: int) -> int:
 class RecentCycles:
     """The read cycles a partition carried over a span [lo, hi) of its offsets, shared by every
     query reading it in one process. A cycle at offset o is a duplicate exactly when the same
-    (receptor, cycle) stands at an offset in [o - lookback, o): a decision that depends on the
+    (receptor, cycle, time) stands at an offset in [o - lookback, o): a decision that depends on the
     log alone, so each reader, and each replay, decides alike (dsp.kafka_source keeps the span
     covering [start - lookback, start) of every range it reads: a range another worker read is a
     short gap to fill, not the whole look-back)."""
@@ -100,9 +100,11 @@ class RecentCycles:
         self.lo = self.hi = lo
         self._offsets: dict[tuple, list[int]] = {}   # key -> its offsets, ascending
 
-    def covers(self, start: int) -> bool:
-        """Whether deciding the offsets from `start` on needs nothing older than this span holds."""
-        return self.lo <= max(0, start - self.lookback) and start <= self.hi
+    def serves(self, start: int) -> bool:
+        """Whether this span can decide the offsets from `start` on once the gap [hi, start), if
+        any, is fed: it holds everything from start - lookback and the gap is at most a look-back
+        (a longer one is cheaper to start over from)."""
+        return self.lo <= max(0, start - self.lookback) and start <= self.hi + self.lookback
 
     def seen(self, key: tuple, offset: int) -> int | None:
         """The latest offset of `key` in [offset - lookback, offset), or None; records `key` at

@@ -302,7 +302,7 @@ def _recent_cycles(consumer, tp, start: int) -> RecentCycles:
     this process has not read yet is read now (a range another worker took: a short gap; a cold
     start or a query far behind the rest: the whole look-back, DUPLICATE_LOOKBACK records)."""
     recent = _recent.get((tp.topic, tp.partition))
-    if recent is None or recent.lo > max(0, start - recent.lookback) or start > recent.hi + recent.lookback:
+    if recent is None or not recent.serves(start):
         recent = _recent[(tp.topic, tp.partition)] = RecentCycles(max(0, start - DUPLICATE_LOOKBACK))
     for record in bus.read_range(consumer, tp, recent.hi, start):
         if not is_sensor_batch(record.headers):

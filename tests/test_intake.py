@@ -42,8 +42,9 @@ def test_duplicate_decisions_depend_only_on_the_log_not_on_who_reads_which_range
     assert 0 < sum(e is not None for e in expected) < len(log)
 
     def read(recent: RecentCycles, start: int, end: int) -> list:
-        if not recent.covers(start):   # what dsp.kafka_source does: fill the gap, or start over
-            recent = RecentCycles(max(0, start - 50), lookback=50) if recent.lo > max(0, start - 50) else recent
+        if not recent.serves(start):   # what dsp.kafka_source does: start over, or fill the gap
+            recent = RecentCycles(max(0, start - 50), lookback=50)
+        if start > recent.hi:
             for offset in range(recent.hi, start):
                 recent.seen(log[offset], offset)
             recent.reached(start)
