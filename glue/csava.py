@@ -121,7 +121,7 @@ def _validate(topology: Topology, node_id: str, options: Mapping[str, Any], inpu
 
 
 def _analyze(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
-    counts = inputs(str(options.get("input", "location_counts")), "window_start")
+    counts = inputs(str(options.get("input", "location_counts")))
     range_ms = duration_ms(_param(topology, options, "range", "trend_range"))
     key, value = str(options.get("key", "location")), str(options.get("value", "tags"))
     return Aggregate(counts, (key,), (AggSpec(f"mean_{value}", "avg", value), AggSpec(f"fewest_{value}", "min", value),
@@ -160,14 +160,15 @@ def view_plans(topology: Topology, node_id: str, child_views: ChildViews) -> lis
         if builder is None:
             raise TopologyError(f"view {view.name!r}: unknown stage {view.stage!r} (one of {', '.join(STAGES)})")
 
-        def inputs(name: str, event_time: str = "window_end", view: ViewSpec = view) -> Plan:
+        def inputs(name: str) -> Plan:
+            # Each input topic's progress markers bound its window starts: a window closes here as
+            # soon as every child has passed it (dsp.engine), with no slack per level.
             own = next((p for p in plans if p.view.name == name and p.view.materialize), None)
             if own is not None:
                 topics, columns = (own.topic,), output_columns(own.plan)
             else:
                 topics, columns = child_views(node_id, name)
-            slack = duration_ms(view.options.get("lateness", topology.parameters.get("level_lateness", "2 seconds")))
-            return Source(topics, "rows", columns, event_time, slack)
+            return Source(topics, "rows", columns, "window_start", 0, markers=True)
 
         plans.append(ViewPlan(view, builder(topology, node_id, view.options, inputs),
                               bus.view_topic(node_id, view.name)))

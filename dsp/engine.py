@@ -1,0 +1,509 @@
+"""An incremental evaluator of dsp.plan trees over Arrow micro-batches. Pure: no I/O.
+
+A node's shared runtime (dsp.shared) reads each input topic once per micro-batch and hands the
+batch to every plan reading it; this module is what a plan does with it. Stateless operators
+are vectorized (pyarrow.compute); an Aggregate folds each batch into per-group partials
+(pyarrow's hash aggregation, then a merge per group, so the Python work is per group, not per
+row) and emits a group once its input's *bound* has passed it.
+
+A bound is the promise that no later row has an event time below it:
+  - a raw source: the newest event time seen minus the source's lateness (Spark's watermark);
+  - a source with progress markers: the smallest of its topics' latest markers (each child
+    promises that its later rows start at or after its marker; topics that never sent one are
+    left out, as Spark leaves out streams without data);
+  - a windowed Aggregate: the start of the earliest window it can still emit;
+  - an Aggregate keyed by its input's event time: its input's bound.
+A window [s, e) is emitted when e <= bound, a group keyed by event time t when t < bound, and a
+row whose event time is below the bound an Aggregate had before the batch is late: dropped and
+counted. Unlike Spark, a batch's rows and the windows they close leave in the same micro-batch
+(Spark closes them one batch later), and a parent's windows close as soon as the slowest
+child's marker passes them — no fixed slack per level.
+
+The whole evaluator pickles (dsp.shared saves it after each batch, so a restart resumes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
+from dsp.plan import (
+    Aggregate,
+    AggSpec,
+    Filter,
+    LookupJoin,
+    Plan,
+    PlanError,
+    Project,
+    Source,
+    Union_,
+    event_time_column,
+    output_columns,
+)
+
+PROGRESS_COLUMN = "__progress"   # a marker row's flag in a view reader's batch (see dsp.kafka_source)
+
+
+def _none_min(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _none_max(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _none_add(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else a + b
+
+
+def first_window_open(bound: int, range_ms: int, slide_ms: int) -> int:
+    """The start of the earliest window (starts are multiples of the slide) ending after `bound`."""
+    return ((bound - range_ms) // slide_ms + 1) * slide_ms
+
+
+class Operator:
+    """One node of an evaluated plan: `push` hands it a topic's batch (in the reader's shape)
+    and returns the rows it lets through now, or None when it does not read that topic."""
+
+    columns: tuple[tuple[str, str], ...]
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        raise NotImplementedError
+
+    def bound(self) -> int | None:
+        raise NotImplementedError
+
+    def late_rows(self) -> int:
+        return 0
+
+
+@dataclass
+class SourceOp(Operator):
+    plan: Source
+    newest_ms: int | None = None                       # raw sources: newest event time seen
+    marks: dict[str, int] = field(default_factory=dict)  # marker sources: each topic's latest promise
+
+    def __post_init__(self) -> None:
+        self.columns = self.plan.columns
+        self.schema = arrow_schema(self.plan.columns)
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        if topic not in self.plan.topics:
+            return None
+        names = batch.column_names
+        if self.plan.format == "rfid":
+            valid = pc.is_null(batch["error"]) if "error" in names else None
+            if "tag_id" in names:   # heartbeat rows (a cycle, no tag) are for adaptive smoothing only
+                tagged = pc.is_valid(batch["tag_id"])
+                valid = tagged if valid is None else pc.and_(valid, tagged)
+            if valid is not None:
+                batch = batch.filter(valid)
+        if PROGRESS_COLUMN in names:
+            is_marker = pc.fill_null(batch[PROGRESS_COLUMN], False)
+            promises = batch.filter(is_marker)
+            if promises.num_rows and self.plan.markers:
+                newest = pc.max(epoch_ms(promises[self.plan.event_time])).as_py()
+                if newest is not None:
+                    self.marks[topic] = max(self.marks.get(topic, newest), newest)
+            batch = batch.filter(pc.invert(is_marker))
+        rows = batch.select([name for name, _ in self.plan.columns]).cast(self.schema)
+        if not self.plan.markers and rows.num_rows:
+            newest = pc.max(epoch_ms(rows[self.plan.event_time])).as_py()
+            self.newest_ms = _none_max(self.newest_ms, newest)
+        return rows
+
+    def bound(self) -> int | None:
+        if self.plan.markers:
+            return min(self.marks.values()) if self.marks else None
+        return None if self.newest_ms is None else self.newest_ms - self.plan.watermark_ms
+
+
+@dataclass
+class FilterOp(Operator):
+    plan: Filter
+    child: Operator
+
+    def __post_init__(self) -> None:
+        self.columns = self.child.columns
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        rows = self.child.push(topic, batch)
+        if rows is None or not rows.num_rows:
+            return rows
+        keep = evaluate(self.plan.predicate, rows)
+        if isinstance(keep, pa.Scalar):
+            return rows if keep.as_py() else rows.slice(0, 0)
+        return rows.filter(keep)   # NULL is not true: dropped, as in SQL
+
+    def bound(self) -> int | None:
+        return self.child.bound()
+
+    def late_rows(self) -> int:
+        return self.child.late_rows()
+
+
+@dataclass
+class ProjectOp(Operator):
+    plan: Project
+    child: Operator
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        rows = self.child.push(topic, batch)
+        if rows is None:
+            return None
+        outputs = zip(self.plan.outputs, self.columns, strict=True)
+        arrays = [column(expr, rows, kind) for (_, expr), (_, kind) in outputs]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def bound(self) -> int | None:
+        return self.child.bound()
+
+    def late_rows(self) -> int:
+        return self.child.late_rows()
+
+
+@dataclass
+class LookupJoinOp(Operator):
+    """Stream-static left outer equi-join with a relation the node holds."""
+
+    plan: LookupJoin
+    child: Operator
+    rows: Sequence[tuple]
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+        key_type = dict(self.child.columns)[self.plan.on]
+        schema = arrow_schema([(self.plan.on, key_type), *self.plan.columns])
+        self.relation = pa.Table.from_pylist([dict(zip(schema.names, row, strict=False)) for row in self.rows],
+                                             schema=schema)
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        rows = self.child.push(topic, batch)
+        if rows is None:
+            return None
+        joined = rows.join(self.relation, keys=self.plan.on, join_type="left outer", use_threads=False)
+        return joined.select(self.schema.names).cast(self.schema)
+
+    def bound(self) -> int | None:
+        return self.child.bound()
+
+    def late_rows(self) -> int:
+        return self.child.late_rows()
+
+
+@dataclass
+class UnionOp(Operator):
+    children: list[Operator]
+
+    def __post_init__(self) -> None:
+        self.columns = self.children[0].columns
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        parts = [rows for child in self.children if (rows := child.push(topic, batch)) is not None]
+        return pa.concat_tables(parts) if parts else None
+
+    def bound(self) -> int | None:
+        bounds = [b for child in self.children if (b := child.bound()) is not None]
+        return min(bounds) if bounds else None
+
+    def late_rows(self) -> int:
+        return sum(child.late_rows() for child in self.children)
+
+
+# ---------------------------------------------------------------- aggregation
+
+class Partial:
+    """How one aggregate is computed per batch by Arrow, merged across batches and finished."""
+
+    def __init__(self, spec: AggSpec) -> None:
+        self.spec = spec
+
+    def arrow(self) -> list[tuple]:
+        """pyarrow hash aggregations whose results `start` turns into this partial."""
+        fn, col = self.spec.fn, self.spec.column
+        if fn == "count":
+            return [(col, "count")] if col else [([], "count_all")]
+        if fn in ("count_distinct", "collect_set"):
+            return [(col, "distinct", pc.CountOptions(mode="only_valid"))]
+        if fn == "avg":
+            return [(col, "sum"), (col, "count")]
+        if fn == "union_sets":
+            return [(col, "list")]
+        if fn == "argmax":
+            return []   # folded row by row (see AggregateOp._fold_argmax)
+        return [(col, fn)]
+
+    def start(self, values: list[Any]) -> Any:
+        fn = self.spec.fn
+        if fn in ("count_distinct", "collect_set"):
+            return set(values[0] or ())
+        if fn == "avg":
+            return [values[0], values[1]]
+        if fn == "union_sets":
+            return {item for items in values[0] or () if items is not None for item in items if item is not None}
+        return values[0]
+
+    def merge(self, a: Any, b: Any) -> Any:
+        fn = self.spec.fn
+        if fn == "count":
+            return a + b
+        if fn in ("count_distinct", "collect_set", "union_sets"):
+            return a | b
+        if fn == "avg":
+            return [_none_add(a[0], b[0]), a[1] + b[1]]
+        if fn == "sum":
+            return _none_add(a, b)
+        if fn == "min":
+            return _none_min(a, b)
+        if fn == "max":
+            return _none_max(a, b)
+        if fn == "argmax":   # (by, value): the larger by, ties to the smaller value
+            if a is None or b is None:
+                return b if a is None else a
+            return a if (a[0], _Desc(a[1])) >= (b[0], _Desc(b[1])) else b
+        raise PlanError(f"aggregate {self.spec.name}: unknown function {fn!r}")
+
+    def finish(self, partial: Any) -> Any:
+        fn = self.spec.fn
+        if fn == "count_distinct":
+            return len(partial)
+        if fn in ("collect_set", "union_sets"):
+            return sorted(partial)
+        if fn == "avg":
+            return partial[0] / partial[1] if partial[1] else None
+        if fn == "argmax":
+            return None if partial is None else partial[1]
+        return partial
+
+
+@dataclass(frozen=True)
+class _Desc:
+    """Orders its value in reverse (argmax's tie-break: the smallest value wins)."""
+
+    value: Any
+
+    def __ge__(self, other: _Desc) -> bool:
+        return self.value <= other.value
+
+    def __gt__(self, other: _Desc) -> bool:
+        return self.value < other.value
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.value > other.value
+
+    def __le__(self, other: _Desc) -> bool:
+        return self.value >= other.value
+
+
+WINDOW_COLUMN = "__window_start"
+
+
+@dataclass
+class AggregateOp(Operator):
+    """Groups (per window) folded batch by batch; a group leaves once the input's bound passes it."""
+
+    plan: Aggregate
+    child: Operator
+    # {bucket: {group: [partial per aggregate]}}; a bucket is the window start (ms) of a windowed
+    # aggregate, else the group's event time (ms), else None (a group that never closes)
+    buckets: dict[int | None, dict[tuple, list]] = field(default_factory=dict)
+    late: int = 0
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+        self.partials = [Partial(spec) for spec in self.plan.aggregates]
+        self.time_column = event_time_column(self.plan.child)
+        window = self.plan.window
+        if window is None and self.time_column in self.plan.keys:
+            self.bucket_key: int | None = self.plan.keys.index(self.time_column)
+        else:
+            self.bucket_key = None
+        if window is not None and self.time_column is None:
+            raise PlanError("windowed aggregate over an input without event time")
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        before = self.child.bound()
+        rows = self.child.push(topic, batch)
+        if rows is None:
+            return None
+        if rows.num_rows and before is not None and self.time_column is not None:
+            on_time = pc.fill_null(pc.greater_equal(epoch_ms(rows[self.time_column]), before), True)
+            kept = rows.filter(on_time)
+            self.late += rows.num_rows - kept.num_rows
+            rows = kept
+        if rows.num_rows:
+            self._fold(self._windowed(rows) if self.plan.window is not None else rows)
+        return self._emit(self.child.bound())
+
+    def bound(self) -> int | None:
+        inner = self.child.bound()
+        if inner is None or self.plan.window is None:
+            return inner
+        return first_window_open(inner, self.plan.window.range_ms, self.plan.window.slide_ms)
+
+    def late_rows(self) -> int:
+        return self.late + self.child.late_rows()
+
+    def _windowed(self, rows: pa.Table) -> pa.Table:
+        """Each row once per window containing it, with that window's start (ms)."""
+        assert self.plan.window is not None and self.time_column is not None
+        range_ms, slide_ms = self.plan.window.range_ms, self.plan.window.slide_ms
+        times = epoch_ms(rows[self.time_column])
+        last = pc.multiply(pc.divide(times, slide_ms), slide_ms)   # event times are positive: floor
+        copies = []
+        for i in range(-(-range_ms // slide_ms)):
+            starts = pc.subtract(last, i * slide_ms)
+            copy = rows.append_column(WINDOW_COLUMN, starts)
+            if range_ms % slide_ms:
+                copy = copy.filter(pc.greater(pc.add(starts, range_ms), times))
+            copies.append(copy)
+        return pa.concat_tables(copies)
+
+    def _group_columns(self) -> list[str]:
+        return ([WINDOW_COLUMN] if self.plan.window is not None else []) + list(self.plan.keys)
+
+    def _fold(self, rows: pa.Table) -> None:
+        keys = self._group_columns()
+        specs = [agg for partial in self.partials for agg in partial.arrow()]
+        grouped = rows.group_by(keys, use_threads=False).aggregate(specs)
+        first = grouped.num_columns - len(specs)   # aggregates follow the keys (pyarrow >= 14)
+        results = [grouped.column(first + i).to_pylist() for i in range(len(specs))]
+        group_values = list(zip(*[grouped[k].to_pylist() for k in keys], strict=True))
+        best = {i: self._argmax(rows, keys, p) for i, p in enumerate(self.partials) if p.spec.fn == "argmax"}
+        for n, group in enumerate(group_values):
+            fresh, at = [], 0
+            for i, partial in enumerate(self.partials):
+                width = len(partial.arrow())
+                fresh.append(best[i].get(group) if i in best else partial.start([r[n] for r in results[at:at + width]]))
+                at += width
+            self._merge(group, fresh)
+
+    @staticmethod
+    def _argmax(rows: pa.Table, keys: list[str], partial: Partial) -> dict[tuple, tuple]:
+        """argmax's partial per group of a batch: (by, value) of its best row, row by row."""
+        spec = partial.spec
+        assert spec.column is not None and spec.by is not None
+        best: dict[tuple, tuple] = {}
+        groups = zip(*[rows[k].to_pylist() for k in keys], strict=True)
+        for group, by, value in zip(groups, rows[spec.by].to_pylist(), rows[spec.column].to_pylist(), strict=True):
+            if by is not None:
+                best[group] = partial.merge(best.get(group), (by, value))
+        return best
+
+    def _bucket(self, group: tuple) -> int | None:
+        if self.plan.window is not None:
+            return group[0]
+        if self.bucket_key is None:
+            return None
+        value = group[self.bucket_key]
+        return None if value is None else _ms(value)
+
+    def _merge(self, group: tuple, fresh: list) -> None:
+        bucket = self.buckets.setdefault(self._bucket(group), {})
+        held = bucket.get(group)
+        if held is None:
+            bucket[group] = fresh
+            return
+        for i, partial in enumerate(self.partials):
+            held[i] = partial.merge(held[i], fresh[i])
+
+    def _closed(self, bucket: int | None, bound: int) -> bool:
+        if bucket is None:
+            return False
+        if self.plan.window is not None:
+            return bucket + self.plan.window.range_ms <= bound
+        return bucket < bound
+
+    def _emit(self, bound: int | None) -> pa.Table:
+        if bound is None:
+            return self.schema.empty_table()
+        done = sorted(b for b in self.buckets if self._closed(b, bound))
+        out: list[list[Any]] = []
+        for bucket in done:
+            for group, held in self.buckets.pop(bucket).items():
+                out.append([*group, *(p.finish(h) for p, h in zip(self.partials, held, strict=True))])
+        return self._table(out)
+
+    def _table(self, out: list[list[Any]]) -> pa.Table:
+        columns = list(zip(*out, strict=True)) if out else [[] for _ in range(len(self._group_columns())
+                                                                                + len(self.partials))]
+        arrays: list[Any] = []
+        at = 0
+        if self.plan.window is not None:
+            starts = timestamps(list(columns[0]))
+            ends = timestamps([s + self.plan.window.range_ms for s in columns[0]])
+            arrays += [starts, ends]
+            at = 1
+        for (_, kind), values in zip(self.columns[len(arrays):], columns[at:], strict=True):
+            arrays.append(pa.array(list(values), arrow_type(kind)))
+        table = pa.Table.from_arrays(arrays, schema=self.schema)
+        if self.plan.having is not None and table.num_rows:
+            table = table.filter(evaluate(self.plan.having, table))
+        return table
+
+
+def _ms(value: Any) -> int:
+    if hasattr(value, "timestamp"):
+        return round(value.timestamp() * 1000)
+    return int(value)
+
+
+def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:
+    """The evaluator of a plan; `relations` holds the rows of the static relations it joins."""
+    output_columns(plan)   # type-check first: errors name the operator
+    if isinstance(plan, Source):
+        return SourceOp(plan)
+    if isinstance(plan, Filter):
+        return FilterOp(plan, build(plan.child, relations))
+    if isinstance(plan, Project):
+        return ProjectOp(plan, build(plan.child, relations))
+    if isinstance(plan, Aggregate):
+        return AggregateOp(plan, build(plan.child, relations))
+    if isinstance(plan, LookupJoin):
+        rows = relations.get(plan.relation)
+        if rows is None:
+            raise PlanError(f"static relation {plan.relation!r} is not replicated at this node")
+        return LookupJoinOp(plan, build(plan.child, relations), list(rows))
+    if isinstance(plan, Union_):
+        return UnionOp([build(child, relations) for child in plan.children])
+    raise PlanError(f"{type(plan).__name__} does not run in the shared runtime")
+
+
+def supported(plan: Plan) -> bool:
+    """Whether the evaluator runs every operator of the plan (Smooth and Qualify keep their own
+    Spark query: their state lives in their sink, dsp.smoothing and dsp.quality)."""
+    if isinstance(plan, Source):
+        return True
+    if isinstance(plan, Union_):
+        return all(supported(child) for child in plan.children)
+    if isinstance(plan, Filter | Project | Aggregate | LookupJoin):
+        return supported(plan.child)
+    return False
+
+
+def rows_of(table: pa.Table) -> list[tuple]:
+    """A table's rows as tuples (timestamps as aware datetimes), for the wire (dsp.codec)."""
+    return list(zip(*[table[name].to_pylist() for name in table.column_names], strict=True))
+
+
+def run_batches(plan: Plan, batches: Iterable[tuple[str, pa.Table]],
+                relations: Mapping[str, Sequence[tuple]] | None = None) -> list[tuple]:
+    """Every row a plan emits over a sequence of (topic, batch): for tests and tools."""
+    root = build(plan, relations or {})
+    out: list[tuple] = []
+    for topic, batch in batches:
+        rows = root.push(topic, batch)
+        if rows is not None:
+            out.extend(rows_of(rows))
+    return out

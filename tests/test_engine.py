@@ -1,0 +1,156 @@
+"""The shared runtime's plan evaluator (dsp.engine), pure: windows, late rows, markers, and the
+default topology's standing CSAVA chain run bottom-up against the central reference."""
+
+import datetime as dt
+import random
+from collections import Counter
+
+import pyarrow as pa
+
+from dsp.arrow_exprs import arrow_schema
+from dsp.engine import PROGRESS_COLUMN, build, first_window_open, rows_of, run_batches
+from dsp.plan import (
+    RAW_RFID_SOURCE_COLUMNS,
+    Aggregate,
+    AggSpec,
+    BinOp,
+    Col,
+    Filter,
+    Lit,
+    Source,
+    Window,
+    output_columns,
+)
+from glue import bus
+from glue.csava import view_plans
+from glue.reference import csava_location_counts
+from glue.topology import load_topology
+
+RAW = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+
+
+def _ts(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def raw_batch(reads: list[tuple[str, str, float, int]]) -> pa.Table:
+    """Raw reader rows (receptor, tag, strength, ts ms) in the raw reader's shape."""
+    rows = [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "ts": _ts(ms), "error": None}
+            for r, t, s, ms in reads]
+    return pa.Table.from_pylist(rows, schema=arrow_schema([*RAW_RFID_SOURCE_COLUMNS, ("error", "string")]))
+
+
+def view_batch(columns, rows: list[tuple] | None = None, marker_ms: int | None = None) -> pa.Table:
+    """A child's view rows, or one progress marker, in a view reader's shape."""
+    schema = arrow_schema([*columns, (PROGRESS_COLUMN, "boolean")])
+    if marker_ms is not None:
+        row = {name: (_ts(marker_ms) if kind == "timestamp" else None) for name, kind in columns}
+        return pa.Table.from_pylist([{**row, PROGRESS_COLUMN: True}], schema=schema)
+    return pa.Table.from_pylist([{**dict(zip([n for n, _ in columns], r, strict=True)), PROGRESS_COLUMN: None}
+                                 for r in rows or []], schema=schema)
+
+
+def test_tumbling_count_with_having_emits_each_window_once_its_lateness_has_passed():
+    plan = Aggregate(RAW, ("tag_id",), (AggSpec("reads", "count"),), BinOp(">=", Col("reads"), Lit(2)),
+                     Window(2000, 2000))
+    root = build(plan, {})
+    first = root.push("raw", raw_batch([("r1", "a", 0.5, 100), ("r1", "a", 0.5, 900), ("r1", "b", 0.5, 1500)]))
+    assert first.num_rows == 0 and root.bound() == 0              # newest 1500 - 1000 lateness: [0, 2000) open
+    second = root.push("raw", raw_batch([("r1", "c", 0.5, 3100)]))  # bound 2100 closes [0, 2000)
+    assert rows_of(second) == [(_ts(0), _ts(2000), "a", 2)]         # b read once: HAVING drops it
+    assert root.push("other", raw_batch([("r1", "a", 0.5, 1)])) is None   # not its topic
+
+
+def test_sliding_windows_count_a_row_in_every_window_containing_it_and_late_rows_are_dropped():
+    plan = Aggregate(RAW, ("receptor_id",), (AggSpec("n", "count"), AggSpec("tags", "count_distinct", "tag_id"),
+                                             AggSpec("top", "max", "read_strength")), None, Window(3000, 1000))
+    root = build(plan, {})
+    out = rows_of(root.push("raw", raw_batch([("r1", "a", 0.1, 2500), ("r1", "b", 0.9, 2600), ("r1", "a", 0.3, 9000)])))
+    # bound 8000: windows [0,3000) [1000,4000) [2000,5000) hold the two early reads; later ones are open
+    assert out == [(_ts(s), _ts(s + 3000), "r1", 2, 2, 0.9) for s in (0, 1000, 2000)]
+    late = root.push("raw", raw_batch([("r1", "z", 0.5, 7000), ("r1", "a", 0.5, 8500)]))
+    assert late.num_rows == 0 and root.late_rows() == 1
+    assert first_window_open(8000, 3000, 1000) == 6000 and root.bound() == 6000
+
+
+def test_a_parent_closes_a_window_when_the_slowest_child_promises_past_it():
+    columns = (("window_start", "timestamp"), ("window_end", "timestamp"), ("tag_id", "string"), ("reads", "long"))
+    child = Source(("c1", "c2"), "rows", columns, "window_start", 0, markers=True)
+    plan = Aggregate(child, ("window_start", "window_end"), (AggSpec("reads", "sum", "reads"),))
+    root = build(plan, {})
+    root.push("c1", view_batch(columns, [(_ts(0), _ts(2000), "a", 3)]))
+    root.push("c2", view_batch(columns, marker_ms=0))                           # c2 is not done with [0, 2000)
+    assert root.push("c1", view_batch(columns, marker_ms=2000)).num_rows == 0   # c1 is
+    root.push("c2", view_batch(columns, [(_ts(0), _ts(2000), "b", 4)]))
+    done = root.push("c2", view_batch(columns, marker_ms=2000))
+    assert rows_of(done) == [(_ts(0), _ts(2000), 7)] and root.bound() == 2000
+
+
+def test_argmax_takes_the_largest_by_and_breaks_ties_to_the_smallest_value():
+    columns = (("window_start", "timestamp"), ("tag_id", "string"), ("receptor_id", "string"), ("reads", "long"))
+    child = Source(("c",), "rows", columns, "window_start", 0, markers=True)
+    plan = Aggregate(child, ("window_start", "tag_id"), (AggSpec("at", "argmax", "receptor_id", "reads"),))
+    batches = [("c", view_batch(columns, [(_ts(0), "a", "r2", 3), (_ts(0), "a", "r3", 5), (_ts(0), "b", "r9", 2)])),
+               ("c", view_batch(columns, [(_ts(0), "a", "r1", 5), (_ts(0), "b", "r8", 2)])),
+               ("c", view_batch(columns, marker_ms=1))]
+    assert sorted(run_batches(plan, batches)) == [(_ts(0), "a", "r1"), (_ts(0), "b", "r8")]
+
+
+def test_filters_keep_only_rows_where_the_condition_is_true():
+    plan = Filter(RAW, BinOp(">=", Col("read_strength"), Lit(0.5)))
+    out = run_batches(plan, [("raw", raw_batch([("r", "a", 0.4, 1), ("r", "b", 0.5, 2)]))])
+    assert [row[1] for row in out] == ["b"]
+
+
+def _csava_hierarchy(readings: dict[str, list[tuple]], batches: int) -> Counter:
+    """The supply-chain topology's standing views evaluated node by node, each child's rows and
+    markers handed to its parent after every batch, as the runtime does."""
+    topology = load_topology("deploy/topologies/supply-chain.yaml")
+    locations = [(r.id, r.location) for r in topology.receptors]
+    relations = {"receptor_locations": locations, "expected_stock": [("inbound-dock", 1, 8), ("outbound-door", 1, 8)]}
+    exported: dict[str, dict[str, tuple]] = {}
+    runners: dict[str, list] = {}
+    for spec in topology.bottom_up():
+        def child_views(node, view, spec=spec):
+            found = [exported[c][view] for c in topology.children(spec.id) if view in exported.get(c, {})]
+            return tuple(t for t, _ in found), found[0][1]
+        plans = [p for p in view_plans(topology, spec.id, child_views) if p.view.stage != "qualify"]
+        exported[spec.id] = {p.view.name: (p.topic, output_columns(p.plan)) for p in plans if p.view.materialize}
+        runners[spec.id] = [(p, build(p.plan, relations)) for p in plans if p.view.materialize]
+    counts: Counter = Counter()
+    order = [spec.id for spec in topology.bottom_up()]
+    for n in range(batches):
+        pending: dict[str, list[pa.Table]] = {}
+        for edge in topology.edge_nodes():
+            size = -(-len(readings[edge]) // batches)
+            pending[bus.raw_topic(edge)] = [raw_batch(readings[edge][n * size:(n + 1) * size])]
+        for node in order:
+            for view_plan, root in runners[node]:
+                columns = output_columns(view_plan.plan)
+                for topic in list(pending):
+                    for batch in pending[topic]:
+                        out = root.push(topic, batch)
+                        if out is not None and out.num_rows:
+                            pending.setdefault(view_plan.topic, []).append(view_batch(columns, rows_of(out)))
+                            if view_plan.view.name == "location_counts":
+                                counts.update({(int(r[0].timestamp() * 1000), r[2]): r[3] for r in rows_of(out)})
+                if root.bound() is not None:
+                    pending.setdefault(view_plan.topic, []).append(view_batch(columns, marker_ms=root.bound()))
+    return counts
+
+
+def test_the_standing_csava_chain_bottom_up_equals_the_central_reference():
+    rng = random.Random(5)
+    receptors = {"door1": ["door1-r1", "door1-r2"], "door2": ["door2-r1", "door2-r2"]}
+    readings = {edge: sorted(((rng.choice(ids), f"urn:epc:id:sgtin:1.2.{rng.randrange(12)}", rng.random(),
+                               rng.randrange(0, 20_000)) for _ in range(600)), key=lambda r: r[3])
+                for edge, ids in receptors.items()}
+    # batches in time order, then a final reading far ahead so every window up to 20 s closes
+    for edge in readings:
+        readings[edge].append((receptors[edge][0], "urn:epc:id:sgtin:1.2.99", 0.9, 60_000))
+    got = _csava_hierarchy(readings, batches=10)
+    flat = [{"receptor_id": r, "tag_id": t, "read_strength": s, "ts": ms}
+            for edge in readings for r, t, s, ms in readings[edge] if ms < 20_000]
+    topology = load_topology("deploy/topologies/supply-chain.yaml")
+    expected = csava_location_counts(flat, 0.2, 1, 2000, {r.id: r.location for r in topology.receptors})
+    assert {k: v for k, v in got.items() if k[0] < 20_000} == expected
