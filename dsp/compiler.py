@@ -17,9 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from dsp.intake import IntakeRules
-from dsp.kafka_source import PROGRESS_COLUMN
 from dsp.plan import (
     EPC_SCHEME,
+    PROGRESS_COLUMN,
     SAMPLE_QUANTITIES,
     Aggregate,
     AggSpec,
@@ -144,25 +144,32 @@ def _union(frames: list[DataFrame]) -> DataFrame:
     return functools.reduce(DataFrame.unionByName, frames)
 
 
-def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool,
-                heartbeats: bool = False) -> DataFrame:
+def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns: Sequence[tuple[str, str]] = (),
+                 markers: bool = False, event_time: str = "", heartbeats: bool = False) -> DataFrame:
+    """The `hifi_kafka` stream of `topics` in a reader's shape (dsp.kafka_source): raw readings
+    with their `error` column, or a view's `columns` with a marker row per progress marker."""
     reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
-              .option("topics", ",".join(topics)).option("format", source.format)
+              .option("topics", ",".join(topics)).option("format", fmt)
               .option("heartbeats", str(heartbeats).lower()).option("intake", ctx.intake.to_option())
               .option("mdr_url", ctx.mdr_url))
-    if source.format == "samples":
-        reader = reader.option("schema", ddl(source.columns))
-    if source.format == "rows":
-        columns = [*source.columns, (PROGRESS_COLUMN, "boolean")] if source.markers else source.columns
-        reader = (reader.option("schema", ddl(columns)).option("markers", str(source.markers).lower())
-                  .option("event_time", source.event_time))
+    if fmt == "samples":
+        reader = reader.option("schema", ddl(columns))
+    if fmt == "rows":
+        shape = [*columns, (PROGRESS_COLUMN, "boolean")] if markers else list(columns)
+        reader = (reader.option("schema", ddl(shape)).option("markers", str(markers).lower())
+                  .option("event_time", event_time))
     if ctx.start_offsets is not None:
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
         reader = reader.option("startingOffsets", json.dumps(mine))
-    if ctx.ingest is not None and source.topics == (ctx.ingest.raw_topic,):
+    if ctx.ingest is not None and topics == (ctx.ingest.raw_topic,):
         reader = (reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
                   .option("weak_below", str(ctx.ingest.weak_below)))
-    df = reader.load()
+    return reader.load()
+
+
+def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool,
+                heartbeats: bool = False) -> DataFrame:
+    df = topic_reader(ctx, topics, source.format, source.columns, source.markers, source.event_time, heartbeats)
     if source.format == "rfid" and valid_only:
         df = df.where(F.col("error").isNull())
     names = [name for name, _ in source.columns]

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
 from dsp.plan import (
+    PROGRESS_COLUMN,
     Aggregate,
     AggSpec,
     Filter,
@@ -45,8 +46,6 @@ from dsp.plan import (
     event_time_column,
     output_columns,
 )
-
-PROGRESS_COLUMN = "__progress"   # a marker row's flag in a view reader's batch (see dsp.kafka_source)
 
 
 def _none_min(a: Any, b: Any) -> Any:

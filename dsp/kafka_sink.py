@@ -21,6 +21,21 @@ from glue import bus
 ROWS_PER_MESSAGE = 5_000
 
 
+def send_rows(producer, topic: str, producer_name: str, stream: str, columns: Sequence[str], rows: Sequence[tuple],
+              batch_id: int) -> None:
+    """A batch's rows as RowBatch messages (not flushed), keyed "<producer>:<batch>:<chunk>"."""
+    now_ms = int(time.time() * 1000)
+    for chunk, start in enumerate(range(0, len(rows), ROWS_PER_MESSAGE)):
+        value = encode_row_batch(producer_name, stream, columns, rows[start:start + ROWS_PER_MESSAGE], batch_id, now_ms)
+        producer.send(topic, key=f"{producer_name}:{batch_id}:{chunk}".encode(), value=value)
+
+
+def send_marker(producer, topic: str, producer_name: str, stream: str, batch_id: int, promise_ms: int) -> None:
+    """A progress marker (dsp.progress): every later row of the stream has window_start >= promise_ms."""
+    value = encode_row_batch(producer_name, stream, [], [], batch_id, int(time.time() * 1000), promise_ms)
+    producer.send(topic, key=f"{producer_name}:wm:{batch_id}".encode(), value=value)
+
+
 class BatchFence:
     """Remembers the last micro-batch id whose effects were completed, in a small file."""
 
@@ -83,12 +98,7 @@ class RowBatchSink:
         if rows:
             if self._producer is None:
                 self._producer = bus.make_producer(self.bootstrap)
-            now_ms = int(time.time() * 1000)
-            for chunk, start in enumerate(range(0, len(rows), ROWS_PER_MESSAGE)):
-                value = encode_row_batch(self.producer_name, self.stream, self.columns,
-                                         rows[start:start + ROWS_PER_MESSAGE], batch_id, now_ms)
-                self._producer.send(self.topic, key=f"{self.producer_name}:{batch_id}:{chunk}".encode(),
-                                    value=value)
+            send_rows(self._producer, self.topic, self.producer_name, self.stream, self.columns, rows, batch_id)
             self._producer.flush()
         self.fence.done(batch_id)
         if self.on_batch is not None:

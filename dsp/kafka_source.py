@@ -76,6 +76,7 @@ from dsp.codec import (
     project_rows,
 )
 from dsp.intake import DUPLICATE, DUPLICATE_LOOKBACK, IntakeRules, RecentCycles, arrival_ms, rows_problem
+from dsp.plan import PROGRESS_COLUMN
 from glue import bus
 
 if TYPE_CHECKING:
@@ -88,9 +89,6 @@ _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
     BooleanType: pa.bool_(), BinaryType: pa.binary(), TimestampType: pa.timestamp("us", tz="UTC"),
 }
-
-
-PROGRESS_COLUMN = "__progress"
 
 
 _PLAN_TYPES = {StringType: "string", IntegerType: "int", LongType: "long", DoubleType: "double",

@@ -163,16 +163,25 @@ class DSPManager:
             query_id = "ingest"
             source = Source((self.ingest.raw_topic,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
 
-            def start() -> StreamingQuery:
+            def start(writer: Callable) -> StreamingQuery:
                 df = read_source(source, CompileContext(self.spark, self.bootstrap, ingest=self.ingest,
                                                         intake=self.intake(), mdr_url=self.mdr_url),
                                  valid_only=False)
-                return self._writer(df, query_id).format("noop").start()
+                return writer(df).format("noop").start()
 
-            managed = ManagedQuery(query_id, None, "", start=start)
+            self.run(query_id, start)
+            self._ingest_owner = query_id
+
+    def run(self, query_id: str, start: Callable[[Callable], StreamingQuery]) -> None:
+        """Run a streaming query this manager did not compile (a shared reader, dsp.shared):
+        `start(writer)` starts it from `writer(df)`, the node's writeStream with its checkpoint
+        and trigger; it is restarted like any other when it dies."""
+        with self._lock:
+            if query_id in self._queries:
+                raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
+            managed = ManagedQuery(query_id, None, "", start=lambda: start(lambda df: self._writer(df, query_id)))
             self._launch(managed)
             self._queries[query_id] = managed
-            self._ingest_owner = query_id
 
     # ------------------------------------------------------------ lifecycle
 

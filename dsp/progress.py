@@ -15,14 +15,13 @@ import datetime as dt
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import JStreamingQueryListener
 
-from dsp.codec import encode_row_batch
+from dsp.kafka_sink import send_marker
 from dsp.plan import Window
 from glue import bus
 from glue.rewrite.windows import window_starts
@@ -135,9 +134,7 @@ class ProgressMarkers(StreamingQueryListener):
         batch_id = int(progress.get("batchId", 0))
         try:
             producer = bus.shared_producer(target.bootstrap)
-            value = encode_row_batch(target.producer, target.stream, [], [], batch_id,
-                                     int(time.time() * 1000), promise)
-            producer.send(target.topic, key=f"{target.producer}:wm:{batch_id}".encode(), value=value)
+            send_marker(producer, target.topic, target.producer, target.stream, batch_id, promise)
             producer.flush()
             target.repeated = promise == target.last_ms
             target.last_ms = promise

@@ -19,8 +19,9 @@ from pyspark.sql import SparkSession
 from dsp.compiler import Ingest
 from dsp.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
 from dsp.kafka_sink import BatchReport
-from dsp.manager import DSPManager, QueryExists
+from dsp.manager import QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
+from dsp.shared import SharedRuntime
 from glue import bus
 from glue.csava import view_plans
 from glue.limits import check_name
@@ -115,8 +116,8 @@ class HiFiNode:
         tier = topology.nodes[node_id].tier
         ingest = (Ingest(node_id, bus.raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
                   if tier == "edge" else None)
-        self.dsp = DSPManager(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
-                              ingest, self.intake_rules, mdr.url)
+        self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
+                                 ingest, self.intake_rules, mdr.url)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port

@@ -8,8 +8,9 @@ from collections import Counter
 import pyarrow as pa
 
 from dsp.arrow_exprs import arrow_schema
-from dsp.engine import PROGRESS_COLUMN, build, first_window_open, rows_of, run_batches
+from dsp.engine import build, first_window_open, rows_of, run_batches
 from dsp.plan import (
+    PROGRESS_COLUMN,
     RAW_RFID_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,
