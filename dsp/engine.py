@@ -47,6 +47,10 @@ from dsp.plan import (
     output_columns,
 )
 
+# aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
+# union_sets (hash_list has no kernel for list values in pyarrow 26)
+ROW_BY_ROW = ("argmax", "union_sets")
+
 
 def _none_min(a: Any, b: Any) -> Any:
     return b if a is None else a if b is None else min(a, b)
@@ -236,10 +240,8 @@ class Partial:
             return [(col, "distinct", pc.CountOptions(mode="only_valid"))]
         if fn == "avg":
             return [(col, "sum"), (col, "count")]
-        if fn == "union_sets":
-            return [(col, "list")]
-        if fn == "argmax":
-            return []   # folded row by row (see AggregateOp._fold_argmax)
+        if fn in ROW_BY_ROW:
+            return []   # folded row by row (see AggregateOp._row_by_row)
         return [(col, fn)]
 
     def start(self, values: list[Any]) -> Any:
@@ -248,9 +250,13 @@ class Partial:
             return set(values[0] or ())
         if fn == "avg":
             return [values[0], values[1]]
-        if fn == "union_sets":
-            return {item for items in values[0] or () if items is not None for item in items if item is not None}
         return values[0]
+
+    def row(self, value: Any, by: Any) -> Any:
+        """The partial of one row (the aggregates Arrow cannot fold: ROW_BY_ROW)."""
+        if self.spec.fn == "union_sets":
+            return {item for item in value or () if item is not None}
+        return None if by is None else (by, value)
 
     def merge(self, a: Any, b: Any) -> Any:
         fn = self.spec.fn
@@ -379,7 +385,7 @@ class AggregateOp(Operator):
         first = grouped.num_columns - len(specs)   # aggregates follow the keys (pyarrow >= 14)
         results = [grouped.column(first + i).to_pylist() for i in range(len(specs))]
         group_values = list(zip(*[grouped[k].to_pylist() for k in keys], strict=True))
-        best = {i: self._argmax(rows, keys, p) for i, p in enumerate(self.partials) if p.spec.fn == "argmax"}
+        best = {i: self._row_by_row(rows, keys, p) for i, p in enumerate(self.partials) if p.spec.fn in ROW_BY_ROW}
         for n, group in enumerate(group_values):
             fresh, at = [], 0
             for i, partial in enumerate(self.partials):
@@ -389,16 +395,18 @@ class AggregateOp(Operator):
             self._merge(group, fresh)
 
     @staticmethod
-    def _argmax(rows: pa.Table, keys: list[str], partial: Partial) -> dict[tuple, tuple]:
-        """argmax's partial per group of a batch: (by, value) of its best row, row by row."""
+    def _row_by_row(rows: pa.Table, keys: list[str], partial: Partial) -> dict[tuple, Any]:
+        """A ROW_BY_ROW aggregate's partial per group of a batch (their inputs are a child's
+        partials: few rows)."""
         spec = partial.spec
-        assert spec.column is not None and spec.by is not None
-        best: dict[tuple, tuple] = {}
+        assert spec.column is not None
+        found: dict[tuple, Any] = {}
         groups = zip(*[rows[k].to_pylist() for k in keys], strict=True)
-        for group, by, value in zip(groups, rows[spec.by].to_pylist(), rows[spec.column].to_pylist(), strict=True):
-            if by is not None:
-                best[group] = partial.merge(best.get(group), (by, value))
-        return best
+        bys = rows[spec.by].to_pylist() if spec.by else [None] * rows.num_rows
+        for group, value, by in zip(groups, rows[spec.column].to_pylist(), bys, strict=True):
+            fresh = partial.row(value, by)
+            found[group] = fresh if group not in found else partial.merge(found[group], fresh)
+        return found
 
     def _bucket(self, group: tuple) -> int | None:
         if self.plan.window is not None:

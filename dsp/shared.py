@@ -163,7 +163,7 @@ class SharedRuntime:
             out = part.root.push(topic, table)
             if out is None:
                 return
-            rows = rows_of(out) if out.num_rows else []
+            rows: list[tuple] = rows_of(out) if out.num_rows else []
             if rows:
                 part.sequence += 1
                 send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
@@ -173,19 +173,22 @@ class SharedRuntime:
                 part.sequence += 1
                 send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence, bound)
                 part.last_marker = bound
+            if part.on_batch is not None and rows:
+                part.on_batch(self._report(part, rows, started))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
             log.exception("node %s: part %s failed", self.node_id, managed.query_id)
             managed.status, managed.error, managed.failed_at = "failed", failure_cause(str(exc)), time.monotonic()
-            return
-        if part.on_batch is not None and rows:
-            report = BatchReport(part.sequence, rows_out=len(rows), duration_s=time.monotonic() - started,
-                                 emitted_ms=int(time.time() * 1000))
-            event_time = event_time_column(managed.plan) if managed.plan is not None else None
-            if event_time in part.columns:
-                at = part.columns.index(event_time)
-                stamps = [r[at] for r in rows if r[at] is not None]
-                report.max_event_ms = round(max(stamps).timestamp() * 1000) if stamps else None
-            part.on_batch(report)
+
+    @staticmethod
+    def _report(part: Part, rows: list[tuple], started: float) -> BatchReport:
+        report = BatchReport(part.sequence, rows_out=len(rows), duration_s=time.monotonic() - started,
+                             emitted_ms=int(time.time() * 1000))
+        event_time = event_time_column(part.managed.plan) if part.managed.plan is not None else None
+        if event_time in part.columns:
+            at = part.columns.index(event_time)
+            stamps = [r[at] for r in rows if r[at] is not None]
+            report.max_event_ms = round(max(stamps).timestamp() * 1000) if stamps else None
+        return report
 
     def _producer_for(self):
         if self._producer is None:
@@ -251,6 +254,10 @@ class SharedRuntime:
                 self._producer = None
 
     # ------------------------------------------------------------ inspection
+
+    def part(self, query_id: str) -> Part:
+        """A plan running on the shared readers (KeyError if it runs elsewhere or nowhere)."""
+        return self._parts[query_id]
 
     def queries(self) -> list[ManagedQuery]:
         """The node's queries (readers are not queries of their own): a part whose reader is

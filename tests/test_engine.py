@@ -155,3 +155,19 @@ def test_the_standing_csava_chain_bottom_up_equals_the_central_reference():
     topology = load_topology("deploy/topologies/supply-chain.yaml")
     expected = csava_location_counts(flat, 0.2, 1, 2000, {r.id: r.location for r in topology.receptors})
     assert {k: v for k, v in got.items() if k[0] < 20_000} == expected
+
+
+def test_distinct_sets_are_collected_and_partial_sets_united():
+    columns = (("window_start", "timestamp"), ("tag_id", "string"))
+    child = Source(("c",), "rows", columns, "window_start", 0, markers=True)
+    sets = Aggregate(child, ("window_start",), (AggSpec("tags", "collect_set", "tag_id"),
+                                                AggSpec("n", "count_distinct", "tag_id")))
+    batches = [("c", view_batch(columns, [(_ts(0), "b"), (_ts(0), "a"), (_ts(0), None)])),
+               ("c", view_batch(columns, [(_ts(0), "b"), (_ts(0), "c")])), ("c", view_batch(columns, marker_ms=1))]
+    assert run_batches(sets, batches) == [(_ts(0), ["a", "b", "c"], 3)]
+    partial = (("window_start", "timestamp"), ("tags", "array<string>"))
+    merged = Aggregate(Source(("p",), "rows", partial, "window_start", 0, markers=True), ("window_start",),
+                       (AggSpec("tags", "union_sets", "tags"),))
+    batches = [("p", view_batch(partial, [(_ts(0), ["a", "b"]), (_ts(0), ["b", "c"])])),
+               ("p", view_batch(partial, [(_ts(0), ["d"])])), ("p", view_batch(partial, marker_ms=1))]
+    assert run_batches(merged, batches) == [(_ts(0), ["a", "b", "c", "d"])]

@@ -165,13 +165,10 @@ def test_a_failing_part_shows_as_failed_everywhere_and_ends_its_results_stream(h
     plan = hierarchy.placement.submit("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
                                       "GROUP BY receptor_id")
     task = next(t for t in plan.tasks if t.role == "producer" and t.node == "hx-a")
-    part = next(q for q in hierarchy.nodes["hx-a"].dsp.queries() if q.query_id == task.query_id)
-
     def broken(report) -> None:
         raise RuntimeError("disk full (injected)")
 
-    for sink in part.sinks:
-        sink.on_batch = broken
+    hierarchy.nodes["hx-a"].dsp.part(task.query_id).on_batch = broken
     stub = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
     try:
         with pytest.raises(grpc.RpcError) as error:

@@ -1,0 +1,158 @@
+"""`hifi bench idle` and `hifi bench sharing`: what the DSP runtime costs a node.
+
+idle     one edge node (and the core above it) with its standing views and no input: the CPU the
+         whole process tree (driver, Spark's JVM, its Python workers) uses, in cores.
+sharing  the same hierarchy with its agents running and 1, 10, 50 user queries over the edge's
+         stream (count per tag over 2 s windows, each with its own strength threshold, so no two
+         share a plan): CPU-seconds per minute for each count, and every query's answers checked
+         against the central reference evaluator (services.judge).
+
+CPU is read from /proc (utime + stime of the process and every descendant), so it counts the
+JVM and Python workers too; compare counts as ratios within one run (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from glue.topology import Topology, parse_topology
+
+ONE_EDGE = """
+name: one-edge
+parameters: {strength_T: 0.2, count_T: 1, t1: 2 seconds, t2: 2 seconds}
+nodes:
+  - {id: rt-core, tier: core}
+  - {id: rt-edge, tier: edge, parent: rt-core}
+receptors:
+  - {id: rt-r1, kind: rfid, node: rt-edge, location: dock, area: north, x: 0.0, y: 0.0}
+  - {id: rt-r2, kind: rfid, node: rt-edge, location: dock, area: north, x: 2.0, y: 0.0}
+relations:
+  - {name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}
+views:
+  - name: cleaned_rfid_stream
+    stage: clean
+    tiers: [edge]
+    materialize: false
+    definition: SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
+  - name: smoothed_rfid_stream
+    stage: smooth
+    tiers: [edge]
+    definition: |
+      SELECT receptor_id, tag_id FROM cleaned_rfid_stream [range by 't1', slide by 't2']
+      GROUP BY receptor_id, tag_id HAVING count(*) >= count_T
+scenario:
+  name: one-edge
+  seed: 11
+  cycle: 100 ms
+  world: {pallets: 4, arrival_gap: 6 seconds, dwell: 10 seconds, repeat: true}
+  readers:
+    - {id: rt-r1, node: rt-edge, location: dock, antennas: 2}
+    - {id: rt-r2, node: rt-edge, location: dock, antennas: 2}
+"""
+# (A node-id prefix of its own: the test broker keeps every topic of other topologies.)
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def one_edge_topology() -> Topology:
+    return parse_topology(ONE_EDGE, "bench one-edge")
+
+
+def tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds (user + system) of process `root` (default: this one) and all its descendants."""
+    root = root or os.getpid()
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / TICKS
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += times.get(pid, 0.0)
+        stack.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
+def cores_over(seconds: float) -> float:
+    """Cores the process tree used during the next `seconds`."""
+    before, started = tree_cpu_s(), time.monotonic()
+    time.sleep(seconds)
+    return (tree_cpu_s() - before) / (time.monotonic() - started)
+
+
+@dataclass
+class SharingFigures:
+    queries: int
+    cpu_s_per_min: float
+    checked: int          # queries whose answers equal the reference
+    windows: int          # windows compared, over all queries
+
+
+def sharing_sql(n: int) -> str:
+    return (f"SELECT tag_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] "
+            f"WHERE read_strength >= {0.2 + n / 1000:.3f} GROUP BY tag_id")
+
+
+def run_idle_bench(seconds: float, progress: Callable[[str], None]) -> float:
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy
+
+    with embedded_or_external() as servers:
+        hierarchy = Hierarchy(one_edge_topology(), servers.redis_url, servers.bootstrap)
+        try:
+            hierarchy.start(progress)
+            progress("settling for 15 s")
+            time.sleep(15)
+            progress(f"measuring for {seconds:.0f} s")
+            return cores_over(seconds)
+        finally:
+            hierarchy.stop()
+
+
+def run_sharing_bench(counts: Sequence[int], seconds: float, progress: Callable[[str], None]) -> list[SharingFigures]:
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy
+    from services.judge import compare_to_reference
+    from services.placement import Placement
+
+    figures = []
+    for n in counts:
+        with embedded_or_external() as servers:
+            hierarchy = Hierarchy(one_edge_topology(), servers.redis_url, servers.bootstrap)
+            placement = Placement(hierarchy.mdr, servers.bootstrap)
+            try:
+                hierarchy.start(progress)
+                hierarchy.start_agents()
+                plans = [placement.submit(sharing_sql(i)) for i in range(n)]
+                progress(f"{n} queries submitted; settling for 15 s, then measuring for {seconds:.0f} s")
+                time.sleep(15)
+                cpu_per_min = cores_over(seconds) * 60
+                time.sleep(5)
+                verdicts = [compare_to_reference(hierarchy, plan) for plan in plans]
+                figures.append(SharingFigures(n, cpu_per_min, sum(v.equal for v in verdicts),
+                                              sum(v.windows for v in verdicts)))
+                progress(f"{n} queries: {cpu_per_min:.1f} CPU-s/min, {figures[-1].checked} of {n} equal the reference")
+            finally:
+                placement.close()
+                hierarchy.stop()
+    return figures
+
+
+def sharing_table(figures: list[SharingFigures]) -> str:
+    lines = ["queries  CPU-s/min  x of 1 query  answers = reference  windows compared"]
+    base = figures[0].cpu_s_per_min if figures else 0.0
+    for f in figures:
+        ratio = f.cpu_s_per_min / base if base else float("nan")
+        lines.append(f"{f.queries:>7}  {f.cpu_s_per_min:>9.1f}  {ratio:>12.2f}  {f.checked:>9} of {f.queries:<7}  "
+                     f"{f.windows:>16}")
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""The judge of hierarchical answers: a query's results topic against the centralized reference
+evaluator over the readings the agents really emitted, window by window and key by key (the
+tests' judge and `hifi bench sharing` both use it)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from dsp.codec import decode_row_batch
+from edge.agent import read_jsonl
+from glue import bus
+from glue.analyzer import analyze
+from glue.reference import Reference, rfid_readings
+from services.placement import load_catalog
+
+
+def topic_records(bootstrap: str, topic: str) -> list:
+    """Every record currently in `topic` (all partitions), in offset order per partition."""
+    from kafka import TopicPartition
+
+    consumer = bus.make_consumer(bootstrap)
+    try:
+        tps = bus.partitions_of(consumer, [topic])
+        ends = bus.end_offsets(consumer, tps)
+        records = []
+        for tp in tps:
+            records.extend(bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, ends[tp]))
+        return records
+    finally:
+        consumer.close()
+
+
+def topic_rows(bootstrap: str, topic: str) -> list[dict]:
+    """The rows of every RowBatch message in `topic`, as dicts (plus `_emitted_ms`)."""
+    rows = []
+    for record in topic_records(bootstrap, topic):
+        batch = decode_row_batch(record.value)
+        rows.extend({**dict(zip(batch.columns, r, strict=True)), "_emitted_ms": batch.emitted_ms} for r in batch.rows)
+    return rows
+
+
+def as_ms(value):
+    return int(value.timestamp() * 1000) if isinstance(value, dt.datetime) else value
+
+
+def same_rows(got: list[tuple], want: list[tuple]) -> bool:
+    """Equal row multisets; doubles within 1e-9 relative (sums add up in another order)."""
+    if len(got) != len(want):
+        return False
+
+    def key(row):
+        return tuple(round(v, 3) if isinstance(v, float) else (v is None, v) for v in row)
+    return all(len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and
+                                        isinstance(b, float) else a == b for a, b in zip(g, w, strict=True))
+               for g, w in zip(sorted(got, key=key), sorted(want, key=key), strict=True))
+
+
+def time_column(plan) -> str:
+    """What places a row in time: its window's start, or a selection's `ts` (a selection of
+    smoothed rows has their epoch's window_start instead)."""
+    return "window_start" if plan.query.is_aggregate or "ts" not in plan.columns else "ts"
+
+
+def rows_in_span(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list, list]:
+    """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`, and the
+    hierarchy's rows from before the query's start (there must be none: they would be partial)."""
+    columns = plan.columns
+    at = columns.index(time_column(plan))
+    got = [tuple(as_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
+    catalog = load_catalog(hierarchy.mdr)
+    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog, plan.start_ms)
+    want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
+    low, high = span
+    early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]
+    return [r for r in got if low <= r[at] <= high], [r for r in want if low <= r[at] <= high], early
+
+
+@dataclass(frozen=True)
+class Verdict:
+    equal: bool
+    windows: int
+
+
+def compare_to_reference(hierarchy, plan) -> Verdict:
+    """An aggregate query's windows from its start to the last one it emitted, against the reference."""
+    start = max(hierarchy.agent.stats.started_ms, plan.start_ms or 0)
+    rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
+    starts = sorted({as_ms(r["window_start"]) for r in rows if as_ms(r["window_start"]) >= start})
+    if not starts:
+        return Verdict(False, 0)
+    got, want, early = rows_in_span(hierarchy, plan, (start, starts[-1]))
+    return Verdict(same_rows(got, want) and not early and bool(want), len(starts))
