@@ -7,8 +7,9 @@ sharing  the same hierarchy with its agents running and 1, 10, 50 user queries o
          share a plan): CPU-seconds per minute for each count, and every query's answers checked
          against the central reference evaluator (services.judge).
 
-CPU is read from /proc (utime + stime of the process and every descendant), so it counts the
-JVM and Python workers too; compare counts as ratios within one run (the machine is shared).
+CPU is read from /proc (utime + stime of the process and every descendant but the embedded broker
+and Redis), so it counts the JVM and Spark's Python workers, and the receptor agents, which run
+in this process; compare counts as ratios within one run (the machine is shared).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ nodes:
   - {id: rt-core, tier: core}
   - {id: rt-edge, tier: edge, parent: rt-core}
 receptors:
-  - {id: rt-r1, kind: rfid, node: rt-edge, location: dock, area: north, x: 0.0, y: 0.0}
-  - {id: rt-r2, kind: rfid, node: rt-edge, location: dock, area: north, x: 2.0, y: 0.0}
+  - {id: rt-r1, kind: rfid, node: rt-edge, location: inbound-dock, area: north, x: 0.0, y: 0.0}
+  - {id: rt-r2, kind: rfid, node: rt-edge, location: inbound-dock, area: north, x: 2.0, y: 0.0}
 relations:
   - {name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}
 views:
@@ -49,8 +50,8 @@ scenario:
   cycle: 100 ms
   world: {pallets: 4, arrival_gap: 6 seconds, dwell: 10 seconds, repeat: true}
   readers:
-    - {id: rt-r1, node: rt-edge, location: dock, antennas: 2}
-    - {id: rt-r2, node: rt-edge, location: dock, antennas: 2}
+    - {id: rt-r1, node: rt-edge, location: inbound-dock, antennas: 2}
+    - {id: rt-r2, node: rt-edge, location: inbound-dock, antennas: 2}
 """
 # (A node-id prefix of its own: the test broker keeps every topic of other topologies.)
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -60,8 +61,9 @@ def one_edge_topology() -> Topology:
     return parse_topology(ONE_EDGE, "bench one-edge")
 
 
-def tree_cpu_s(root: int | None = None) -> float:
-    """CPU seconds (user + system) of process `root` (default: this one) and all its descendants."""
+def tree_cpu_s(root: int | None = None, leave_out: set[int] | frozenset[int] = frozenset()) -> float:
+    """CPU seconds (user + system) of process `root` (default: this one) and all its descendants
+    but those in `leave_out` and theirs."""
     root = root or os.getpid()
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
@@ -79,15 +81,17 @@ def tree_cpu_s(root: int | None = None) -> float:
     while stack:
         pid = stack.pop()
         total += times.get(pid, 0.0)
-        stack.extend(child for child, parent in parents.items() if parent == pid)
+        stack.extend(child for child, parent in parents.items() if parent == pid and child not in leave_out)
     return total
 
 
-def cores_over(seconds: float) -> float:
-    """Cores the process tree used during the next `seconds`."""
-    before, started = tree_cpu_s(), time.monotonic()
+def cores_over(seconds: float, servers) -> float:
+    """Cores the process tree (without the embedded broker and Redis, when they run) used
+    during the next `seconds`."""
+    leave_out = getattr(servers, "pids", set())
+    before, started = tree_cpu_s(leave_out=leave_out), time.monotonic()
     time.sleep(seconds)
-    return (tree_cpu_s() - before) / (time.monotonic() - started)
+    return (tree_cpu_s(leave_out=leave_out) - before) / (time.monotonic() - started)
 
 
 @dataclass
@@ -114,7 +118,7 @@ def run_idle_bench(seconds: float, progress: Callable[[str], None]) -> float:
             progress("settling for 15 s")
             time.sleep(15)
             progress(f"measuring for {seconds:.0f} s")
-            return cores_over(seconds)
+            return cores_over(seconds, servers)
         finally:
             hierarchy.stop()
 
@@ -123,27 +127,24 @@ def run_sharing_bench(counts: Sequence[int], seconds: float, progress: Callable[
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
     from services.judge import compare_to_reference
-    from services.placement import Placement
 
     figures = []
     for n in counts:
         with embedded_or_external() as servers:
             hierarchy = Hierarchy(one_edge_topology(), servers.redis_url, servers.bootstrap)
-            placement = Placement(hierarchy.mdr, servers.bootstrap)
             try:
                 hierarchy.start(progress)
                 hierarchy.start_agents()
-                plans = [placement.submit(sharing_sql(i)) for i in range(n)]
+                plans = [hierarchy.placement.submit(sharing_sql(i)) for i in range(n)]
                 progress(f"{n} queries submitted; settling for 15 s, then measuring for {seconds:.0f} s")
                 time.sleep(15)
-                cpu_per_min = cores_over(seconds) * 60
+                cpu_per_min = cores_over(seconds, servers) * 60
                 time.sleep(5)
                 verdicts = [compare_to_reference(hierarchy, plan) for plan in plans]
                 figures.append(SharingFigures(n, cpu_per_min, sum(v.equal for v in verdicts),
                                               sum(v.windows for v in verdicts)))
                 progress(f"{n} queries: {cpu_per_min:.1f} CPU-s/min, {figures[-1].checked} of {n} equal the reference")
             finally:
-                placement.close()
                 hierarchy.stop()
     return figures
 

@@ -576,6 +576,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
         _stop_spark()
         return 0
+    if args.which in ("idle", "sharing"):
+        from services.bench_runtime import run_idle_bench, run_sharing_bench, sharing_table
+
+        if args.which == "idle":
+            _say(f"cores used by one edge node and the core, standing views, no input: "
+                 f"{run_idle_bench(args.duration, _progress):.3f}")
+        else:
+            _say(sharing_table(run_sharing_bench(args.counts, args.duration, _progress)))
+        _stop_spark()
+        return 0
     if args.which == "agents":
         args.scenario = args.scenario or FAN_IN_SCENARIO
         return bench_agents(args, args.duration)
@@ -758,7 +768,8 @@ def build_parser() -> argparse.ArgumentParser:
     agents.set_defaults(func=cmd_agents)
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard"],
+    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
+                                         "sharing"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -768,7 +779,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "agents: how fast one agent process publishes a scenario (default fan-in.yaml: "
                             "1000 readers, 200 motes), flat out and in real time; "
                             "planning: parse+place+rewrite time on a large generated hierarchy; "
-                            "lag: lag added per level, pane partials vs naive windows (topology deep.yaml)")
+                            "lag: lag added per level, pane partials vs naive windows (topology deep.yaml); "
+                            "idle: cores one edge node (and the core) use with their standing views and no "
+                            "input; sharing: CPU-seconds per minute of that hierarchy with 1, 10, 50 user "
+                            "queries over the edge's stream, each query's answers against the reference")
     bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
     bench.add_argument("--duration", type=float, default=60.0,
                        help="seconds the agents run (lag: per query; default 60)")
@@ -782,6 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
     bench.add_argument("--plot", default="bench-cleaning.png",
                        help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
+    bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 50],
+                       help="sharing: how many user queries to run, one hierarchy each (default 1 10 50)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
     bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")

@@ -67,6 +67,11 @@ class EmbeddedServers:
     workdir: str = ""
     _procs: list[subprocess.Popen] = field(default_factory=list)
 
+    @property
+    def pids(self) -> set[int]:
+        """The processes of the embedded servers (benchmarks leave their CPU out)."""
+        return {proc.pid for proc in self._procs}
+
     def stop(self) -> None:
         for proc in reversed(self._procs):
             _stop(proc)

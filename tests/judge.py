@@ -1,37 +1,17 @@
-"""The judge of hierarchical answers: a query's results topic against the centralized reference
-evaluator over the readings the agents really emitted, window by window and key by key."""
+"""The tests' use of the judge (services.judge): wait for enough results, compare, and fail with
+the rows that differ."""
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import time
 from collections import Counter
 
 import pytest
 
-from edge.agent import read_jsonl
-from glue.analyzer import analyze
-from glue.reference import Reference, rfid_readings
-from services.placement import load_catalog
-from tests.conftest import topic_rows, wait_for
+from services.judge import as_ms, rows_in_span, same_rows, time_column, topic_rows
+from tests.conftest import wait_for
 
 WINDOWS_TO_COMPARE = 2
-
-
-def _ms(value):
-    return int(value.timestamp() * 1000) if isinstance(value, dt.datetime) else value
-
-
-def _same_rows(got: list[tuple], want: list[tuple]) -> bool:
-    """Equal row multisets; doubles within 1e-9 relative (sums add up in another order)."""
-    if len(got) != len(want):
-        return False
-    def key(row):
-        return tuple(round(v, 3) if isinstance(v, float) else (v is None, v) for v in row)
-    return all(len(g) == len(w) and all(math.isclose(a, b, rel_tol=1e-9) if isinstance(a, float) and
-                                        isinstance(b, float) else a == b for a, b in zip(g, w, strict=True))
-               for g, w in zip(sorted(got, key=key), sorted(want, key=key), strict=True))
 
 
 def _span(hierarchy, plan) -> tuple[int, int] | None:
@@ -40,34 +20,20 @@ def _span(hierarchy, plan) -> tuple[int, int] | None:
     start = max(hierarchy.agent.stats.started_ms, plan.start_ms or 0)
     rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
     if plan.query.is_aggregate:
-        starts = sorted({_ms(r["window_start"]) for r in rows if _ms(r["window_start"]) >= start})
+        starts = sorted({as_ms(r["window_start"]) for r in rows if as_ms(r["window_start"]) >= start})
         return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
-    column = _time_column(plan)
-    times = [_ms(r[column]) for r in rows if _ms(r[column]) >= start]
+    column = time_column(plan)
+    times = [as_ms(r[column]) for r in rows if as_ms(r[column]) >= start]
     # rows of the last seconds may still be on their way, so they are left out; enough rows must
     # lie before them (a reader seeing many tags puts 20 rows in the last 3 s alone)
     high = max(times, default=0) - 3000
     return (start, high) if sum(t <= high for t in times) >= 20 else None
 
 
-def _time_column(plan) -> str:
-    """What places a row in time: its window's start, or a selection's `ts` (a selection of
-    smoothed rows has their epoch's window_start instead)."""
-    return "window_start" if plan.query.is_aggregate or "ts" not in plan.columns else "ts"
-
-
 def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
-    """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`."""
-    columns = plan.columns
-    at = columns.index(_time_column(plan))
-    got = [tuple(_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
-    catalog = load_catalog(hierarchy.mdr)
-    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog, plan.start_ms)
-    want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
-    low, high = span
-    early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]
+    got, want, early = rows_in_span(hierarchy, plan, span)
     assert not early, f"windows from before the query's start (they would be partial): {early[:3]}"
-    return [r for r in got if low <= r[at] <= high], [r for r in want if low <= r[at] <= high]
+    return got, want
 
 
 def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
@@ -77,7 +43,7 @@ def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
     span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=2)
     while True:
         got, want = _compare(hierarchy, plan, span)
-        if _same_rows(got, want):
+        if same_rows(got, want):
             break
         if time.monotonic() > deadline:
             missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
