@@ -1,5 +1,7 @@
-"""`hifi bench idle` and `hifi bench sharing`: what the DSP runtime costs a node.
+"""`hifi bench idle`, `sharing` and `capacity`: what the DSP runtime costs a node.
 
+capacity the readings/s that edge node's standing views take in (a backlog published faster than
+         it reads), beside kafka-python's rate fetching the same topic.
 idle     one edge node (and the core above it) with its standing views and no input: the CPU the
          whole process tree (driver, Spark's JVM, its Python workers) uses, in cores.
 sharing  the same hierarchy with its agents running and 1, 10, 50 user queries over the edge's
@@ -157,3 +159,86 @@ def sharing_table(figures: list[SharingFigures]) -> str:
         lines.append(f"{f.queries:>7}  {f.cpu_s_per_min:>9.1f}  {ratio:>12.2f}  {f.checked:>9} of {f.queries:<7}  "
                      f"{f.windows:>16}")
     return "\n".join(lines)
+
+
+@dataclass
+class CapacityFigures:
+    readings: int
+    client_rate: float      # readings/s kafka-python consumes the raw topic at (records decoded by nothing)
+    node_rate: float        # readings/s the edge node's standing views took the same backlog in at
+    drain_s: float
+
+
+READS_PER_CYCLE = 10
+
+
+def publish_backlog(bootstrap: str, topic: str, receptors: Sequence[str], readings: int) -> None:
+    """`readings` valid readings (READS_PER_CYCLE per read cycle, stamped now) on `topic`."""
+    from dsp.codec import TagObservation, encode_read_cycle
+    from glue import bus
+
+    producer = bus.make_producer(bootstrap, linger_ms=20, batch_size=512 * 1024)
+    for cycle in range(readings // READS_PER_CYCLE):
+        receptor = receptors[cycle % len(receptors)]
+        reads = [TagObservation(f"urn:epc:id:sgtin:0614141.812345.{(cycle + i) % 500}", 1, 0.5)
+                 for i in range(READS_PER_CYCLE)]
+        key, value = encode_read_cycle(receptor, cycle, int(time.time() * 1000), reads)
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+
+
+def client_rate(bootstrap: str, topic: str) -> float:
+    """Readings/s kafka-python fetches `topic` at (every record, nothing decoded): the floor a
+    Python reader of the topic stands on."""
+    from kafka import TopicPartition
+
+    from glue import bus
+
+    consumer = bus.make_consumer(bootstrap)
+    try:
+        records, started = 0, time.monotonic()
+        for tp in bus.partitions_of(consumer, [topic]):
+            end = bus.end_offsets(consumer, [tp])[tp]
+            records += sum(1 for _ in bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, end))
+        return records * READS_PER_CYCLE / (time.monotonic() - started)
+    finally:
+        consumer.close()
+
+
+def run_capacity_bench(readings: int, progress: Callable[[str], None]) -> CapacityFigures:
+    """Start the hierarchy, then publish `readings` on the edge's raw topic as fast as one producer
+    can (faster than the node takes them in) and time the edge's data listener — the reader its
+    standing views share — until it has taken them all in: the rate it keeps up with. Then time
+    kafka-python fetching the same topic."""
+    from glue import bus
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy
+
+    topology = one_edge_topology()
+    edge = topology.edge_nodes()[0]
+    with embedded_or_external() as servers:
+        topic = bus.raw_topic(edge)
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
+        try:
+            hierarchy.start(progress)
+            time.sleep(10)
+            progress(f"publishing {readings:,} readings")
+            before, started = int(hierarchy.mdr.stats(edge).get("rows_in", 0)), time.monotonic()
+            publish_backlog(servers.bootstrap, topic, [r.id for r in topology.receptors_of(edge)], readings)
+            progress(f"published in {time.monotonic() - started:.1f} s; waiting for the node")
+            while int(hierarchy.mdr.stats(edge).get("rows_in", 0)) - before < readings:
+                time.sleep(0.1)
+            drain = time.monotonic() - started
+        finally:
+            hierarchy.stop()
+        floor = client_rate(servers.bootstrap, topic)
+    return CapacityFigures(readings, floor, readings / drain, drain)
+
+
+def capacity_table(f: CapacityFigures) -> str:
+    return "\n".join([
+        f"backlog                                  {f.readings:,} readings",
+        f"kafka-python consume rate (the floor)    {f.client_rate:,.0f} readings/s",
+        f"edge node with its standing views        {f.node_rate:,.0f} readings/s ({f.drain_s:.1f} s)",
+        f"node / client                            {f.node_rate / f.client_rate:.0%}"])

@@ -576,10 +576,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
         _stop_spark()
         return 0
-    if args.which in ("idle", "sharing"):
-        from services.bench_runtime import run_idle_bench, run_sharing_bench, sharing_table
+    if args.which in ("idle", "sharing", "capacity"):
+        from services.bench_runtime import (
+            capacity_table,
+            run_capacity_bench,
+            run_idle_bench,
+            run_sharing_bench,
+            sharing_table,
+        )
 
-        if args.which == "idle":
+        if args.which == "capacity":
+            _say(capacity_table(run_capacity_bench(args.readings, _progress)))
+        elif args.which == "idle":
             _say(f"cores used by one edge node and the core, standing views, no input: "
                  f"{run_idle_bench(args.duration, _progress):.3f}")
         else:
@@ -769,7 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing"],
+                                         "sharing", "capacity"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -782,7 +790,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "lag: lag added per level, pane partials vs naive windows (topology deep.yaml); "
                             "idle: cores one edge node (and the core) use with their standing views and no "
                             "input; sharing: CPU-seconds per minute of that hierarchy with 1, 10, 50 user "
-                            "queries over the edge's stream, each query's answers against the reference")
+                            "queries over the edge's stream, each query's answers against the reference; "
+                            "capacity: readings/s that edge node takes in with its standing views, beside "
+                            "kafka-python's rate over the same topic")
     bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
     bench.add_argument("--duration", type=float, default=60.0,
                        help="seconds the agents run (lag: per query; default 60)")
@@ -796,6 +806,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
     bench.add_argument("--plot", default="bench-cleaning.png",
                        help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
+    bench.add_argument("--readings", type=int, default=500_000,
+                       help="capacity: readings published to the edge node (default 500000)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 50],
                        help="sharing: how many user queries to run, one hierarchy each (default 1 10 50)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
