@@ -12,6 +12,10 @@ queries with the CPU full, 2.5 s behind as one query computing ten Spark aggrega
 foreachBatch, and 0.6 s behind at 0.87 cores as one query aggregating the batch in Arrow: a
 Spark micro-batch costs ~100+ ms of fixed work per query, an Arrow group-by ~1 ms.
 
+A part that reads a topic another part of the same node writes (a query's final over its own
+producer at one node) is handed that part's rows and markers in process, in the same
+micro-batch: no reader, no Kafka round trip (the topic is still written for everyone else).
+
 Recovery: the readers' offsets live in their Spark checkpoints; the parts' state (open
 windows, marker positions) is saved after every micro-batch with each reader's last batch id
 (a fence: a batch Spark replays after the save is skipped), and a part deployed again with the
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from pyspark.sql import DataFrame, SparkSession
 
 from dsp.compiler import CompileContext, Ingest, topic_reader
-from dsp.engine import Operator, build, rows_of, supported
+from dsp.engine import Operator, build, rows_of, supported, view_batch
 from dsp.intake import IntakeRules
 from dsp.kafka_sink import BatchHook, BatchReport, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
@@ -53,6 +57,7 @@ class Part:
     topics: frozenset[str]
     columns: list[str]
     on_batch: BatchHook | None = None
+    local_topics: frozenset[str] = frozenset()   # inputs written by parts of this node (handed in process)
     sequence: int = 0                  # RowBatch ids of its output (rows and markers)
     last_marker: int | None = None
 
@@ -110,9 +115,13 @@ class SharedRuntime:
             saved = self._saved.parts.get(query_id)
             if saved is not None and saved[0] == to_json(plan):
                 _, part.root, part.sequence, part.last_marker = saved
+            # inputs written by parts of this node are handed over in process (_feed)
+            part.local_topics = part.topics & {p.managed.output_topic for p in self._parts.values()}
             self._parts[query_id] = part
             for source in sources(plan):
                 for topic in source.topics:
+                    if topic in part.local_topics:
+                        continue
                     self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else ()),
                                         start_offsets)
 
@@ -148,7 +157,8 @@ class SharedRuntime:
             return   # a replay of a batch whose effects were saved
         table = batch.toArrow()
         with self._lock:
-            parts = [p for p in self._parts.values() if topic in p.topics and p.managed.status == "running"]
+            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics
+                     and p.managed.status == "running"]
             producer = self._producer_for()
             for part in parts:
                 self._feed(part, topic, table, producer)
@@ -168,11 +178,17 @@ class SharedRuntime:
                 part.sequence += 1
                 send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
                           part.sequence)
-            bound = part.root.bound()
+            bound, marker = part.root.bound(), None
             if part.publishes_markers and bound is not None and (part.last_marker is None or bound > part.last_marker):
                 part.sequence += 1
                 send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence, bound)
-                part.last_marker = bound
+                part.last_marker = marker = bound
+            readers_here = [p for p in self._parts.values() if managed.output_topic in p.local_topics
+                            and p.managed.status == "running"]
+            if readers_here and (rows or marker is not None):
+                handed = view_batch(output_columns(managed.plan), out, marker)
+                for reader in readers_here:
+                    self._feed(reader, managed.output_topic, handed, producer)
             if part.on_batch is not None and rows:
                 part.on_batch(self._report(part, rows, started))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
@@ -236,7 +252,7 @@ class SharedRuntime:
             if part is None:
                 return self.spark_queries.cancel(query_id, drop_state)
             part.managed.status = "stopped"
-            still_read = {t for p in self._parts.values() for t in p.topics}
+            still_read = {t for p in self._parts.values() for t in p.topics - p.local_topics}
             idle = [key for key, reader in self._readers.items() if reader.topic not in still_read
                     and not (self.ingest is not None and reader.topic == self.ingest.raw_topic)]
             for key in idle:

@@ -9,8 +9,8 @@ import pyarrow as pa
 
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import build, first_window_open, rows_of, run_batches
+from dsp.engine import view_batch as engine_view_batch
 from dsp.plan import (
-    PROGRESS_COLUMN,
     RAW_RFID_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,
@@ -42,13 +42,9 @@ def raw_batch(reads: list[tuple[str, str, float, int]]) -> pa.Table:
 
 
 def view_batch(columns, rows: list[tuple] | None = None, marker_ms: int | None = None) -> pa.Table:
-    """A child's view rows, or one progress marker, in a view reader's shape."""
-    schema = arrow_schema([*columns, (PROGRESS_COLUMN, "boolean")])
-    if marker_ms is not None:
-        row = {name: (_ts(marker_ms) if kind == "timestamp" else None) for name, kind in columns}
-        return pa.Table.from_pylist([{**row, PROGRESS_COLUMN: True}], schema=schema)
-    return pa.Table.from_pylist([{**dict(zip([n for n, _ in columns], r, strict=True)), PROGRESS_COLUMN: None}
-                                 for r in rows or []], schema=schema)
+    table = pa.Table.from_pylist([dict(zip([n for n, _ in columns], r, strict=True)) for r in rows or []],
+                                 schema=arrow_schema(columns))
+    return engine_view_batch(columns, table, marker_ms)
 
 
 def test_tumbling_count_with_having_emits_each_window_once_its_lateness_has_passed():
