@@ -104,7 +104,7 @@ class DSPManager:
 
     # ------------------------------------------------------------ starting queries
 
-    def _checkpoint(self, query_id: str) -> str:
+    def checkpoint(self, query_id: str) -> str:
         return os.path.join(self.state_dir, query_id.replace("/", "_"))
 
     def _launch(self, managed: ManagedQuery) -> None:
@@ -117,7 +117,7 @@ class DSPManager:
 
     def _writer(self, df, query_id: str):
         return (df.writeStream.queryName(self._name(query_id))
-                .option("checkpointLocation", os.path.join(self._checkpoint(query_id), "spark"))
+                .option("checkpointLocation", os.path.join(self.checkpoint(query_id), "spark"))
                 .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
 
     def _claims_ingest(self, plan: Plan, skips_backlog: bool) -> bool:
@@ -133,9 +133,9 @@ class DSPManager:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
-            transform, inputs = _sink_transform(plan, os.path.join(self._checkpoint(query_id), "sink.state"))
+            transform, inputs = _sink_transform(plan, os.path.join(self.checkpoint(query_id), "sink.state"))
             sink = RowBatchSink(self.bootstrap, output_topic, self.node_id, query_id, columns,
-                                os.path.join(self._checkpoint(query_id), "sink.fence"), event_time_column(plan),
+                                os.path.join(self.checkpoint(query_id), "sink.fence"), event_time_column(plan),
                                 on_batch, transform, inputs)
             ingest = self.ingest if self._claims_ingest(plan, start_offsets is not None) else None
 
@@ -217,7 +217,7 @@ class DSPManager:
         self._stop(managed)
         markers_for(self.spark).unwatch(self._name(query_id))
         if drop_state:
-            shutil.rmtree(self._checkpoint(query_id), ignore_errors=True)
+            shutil.rmtree(self.checkpoint(query_id), ignore_errors=True)
         if was_listener:
             self.ensure_ingest()
 

@@ -95,7 +95,6 @@ class SharedRuntime:
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}
         self._lock = threading.RLock()
-        self._producer = None
         self._saved = self._load()
 
     # ------------------------------------------------------------ deploying
@@ -146,6 +145,9 @@ class SharedRuntime:
             return writer(df).foreachBatch(lambda batch, batch_id: self._batch(key, reader.topic, batch, batch_id)) \
                 .start()
 
+        if not os.path.isdir(self.spark_queries.checkpoint(key)):
+            # a new reader numbers its batches from 0 again: the fence of an earlier one must go
+            self._saved.fences.pop(key, None)
         self._readers[key] = reader
         self.spark_queries.run(key, start)
 
@@ -207,9 +209,10 @@ class SharedRuntime:
         return report
 
     def _producer_for(self):
-        if self._producer is None:
-            self._producer = bus.make_producer(self.bootstrap)
-        return self._producer
+        # One producer per process, as the marker listener and the data sources use: nodes in one
+        # process each with their own stalled on the embedded broker in the test suite (records
+        # expired after 120 s) where a shared one did not.
+        return bus.shared_producer(self.bootstrap)
 
     # ------------------------------------------------------------ state
 
@@ -259,15 +262,15 @@ class SharedRuntime:
                 del self._readers[key]
         for key in idle:   # outside the lock: a stop waits for the reader's batch in flight
             self.spark_queries.cancel(key, drop_state=True)
+        with self._lock:
+            for key in idle:
+                self._saved.fences.pop(key, None)
 
     def stop_all(self) -> None:
         self.spark_queries.stop_all()
         with self._lock:
             self._readers.clear()
             self._parts.clear()
-            if self._producer is not None:
-                self._producer.close(timeout=5)
-                self._producer = None
 
     # ------------------------------------------------------------ inspection
 
@@ -282,31 +285,32 @@ class SharedRuntime:
         spark_queries = self.spark_queries.queries()
         readers = {q.query_id: q for q in spark_queries if q.query_id.startswith(READER_PREFIX)}
         now = time.monotonic()
-        with self._lock:
-            down = {self._readers[key].topic: q.error for key, q in readers.items()
-                    if q.status == "failed" and key in self._readers}
-            for part in self._parts.values():
-                managed = part.managed
-                if managed.failed_at is not None:
-                    wait = RESTART_AFTER_S[min(managed.restarts, len(RESTART_AFTER_S) - 1)]
-                    if now - managed.failed_at >= wait and managed.plan is not None:
-                        managed.restarts += 1
-                        part.root, managed.failed_at = build(managed.plan, self.relations()), None
-                        managed.status, managed.error, managed.started_at = "running", "", now
-                    continue
-                reader_error = next((down[t] for t in part.topics if t in down), None)
-                if reader_error is not None:
-                    managed.status, managed.error = "failed", reader_error
-                elif managed.status == "failed":
-                    managed.status, managed.error = "running", ""
-            parts = [p.managed for p in self._parts.values()]
+        # no lock (status fields only): a batch in flight holds it while it writes
+        readers_now = dict(self._readers)
+        down = {readers_now[key].topic: q.error for key, q in readers.items()
+                if q.status == "failed" and key in readers_now}
+        for part in list(self._parts.values()):
+            managed = part.managed
+            if managed.failed_at is not None:
+                wait = RESTART_AFTER_S[min(managed.restarts, len(RESTART_AFTER_S) - 1)]
+                if now - managed.failed_at >= wait and managed.plan is not None:
+                    managed.restarts += 1
+                    part.root, managed.failed_at = build(managed.plan, self.relations()), None
+                    managed.status, managed.error, managed.started_at = "running", "", now
+                continue
+            reader_error = next((down[t] for t in part.topics if t in down), None)
+            if reader_error is not None:
+                managed.status, managed.error = "failed", reader_error
+            elif managed.status == "failed":
+                managed.status, managed.error = "running", ""
+        parts = [p.managed for p in list(self._parts.values())]
         return parts + [q for q in spark_queries if not q.query_id.startswith(READER_PREFIX)]
 
     def progress(self) -> dict[str, float]:
         """Input rate (rows/s the readers read; the Spark-run plans' reads too) and rows dropped
         as late (by the parts and by Spark's watermarks)."""
         found = self.spark_queries.progress()
-        with self._lock:
-            late = sum(p.root.late_rows() for p in self._parts.values())
+        # no lock: a batch in flight holds it while it writes, and the gauges must not wait
+        late = sum(p.root.late_rows() for p in list(self._parts.values()))
         return {"input_rate": found["input_rate"], "late_rows": found["late_rows"] + late}
 
