@@ -22,18 +22,22 @@ ROWS_PER_MESSAGE = 5_000
 
 
 def send_rows(producer, topic: str, producer_name: str, stream: str, columns: Sequence[str], rows: Sequence[tuple],
-              batch_id: int) -> None:
-    """A batch's rows as RowBatch messages (not flushed), keyed "<producer>:<batch>:<chunk>"."""
+              batch_id: int) -> list:
+    """A batch's rows as RowBatch messages (not flushed: see bus.deliver), keyed
+    "<producer>:<batch>:<chunk>"; the sends' futures."""
     now_ms = int(time.time() * 1000)
+    futures = []
     for chunk, start in enumerate(range(0, len(rows), ROWS_PER_MESSAGE)):
         value = encode_row_batch(producer_name, stream, columns, rows[start:start + ROWS_PER_MESSAGE], batch_id, now_ms)
-        producer.send(topic, key=f"{producer_name}:{batch_id}:{chunk}".encode(), value=value)
+        futures.append(producer.send(topic, key=f"{producer_name}:{batch_id}:{chunk}".encode(), value=value))
+    return futures
 
 
-def send_marker(producer, topic: str, producer_name: str, stream: str, batch_id: int, promise_ms: int) -> None:
-    """A progress marker (dsp.progress): every later row of the stream has window_start >= promise_ms."""
+def send_marker(producer, topic: str, producer_name: str, stream: str, batch_id: int, promise_ms: int):
+    """A progress marker (dsp.progress): every later row of the stream has window_start >= promise_ms.
+    The send's future (not flushed: see bus.deliver)."""
     value = encode_row_batch(producer_name, stream, [], [], batch_id, int(time.time() * 1000), promise_ms)
-    producer.send(topic, key=f"{producer_name}:wm:{batch_id}".encode(), value=value)
+    return producer.send(topic, key=f"{producer_name}:wm:{batch_id}".encode(), value=value)
 
 
 class BatchFence:
@@ -98,8 +102,8 @@ class RowBatchSink:
         if rows:
             if self._producer is None:
                 self._producer = bus.make_producer(self.bootstrap)
-            send_rows(self._producer, self.topic, self.producer_name, self.stream, self.columns, rows, batch_id)
-            self._producer.flush()
+            bus.deliver(self._producer, send_rows(self._producer, self.topic, self.producer_name, self.stream,
+                                                  self.columns, rows, batch_id))
         self.fence.done(batch_id)
         if self.on_batch is not None:
             report = BatchReport(batch_id, rows_out=len(rows), duration_s=time.monotonic() - started,

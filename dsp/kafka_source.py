@@ -273,10 +273,10 @@ class Refusal:
 
 def _send_dead_letters(bootstrap: str, node: str, topic: str, partition: int, refused: list[Refusal]) -> None:
     producer = bus.shared_producer(bootstrap)
-    for refusal in refused:
-        producer.send(bus.dead_topic(node), key=refusal.key(topic, partition).encode(),
-                      value=encode_dead_letter(node, topic, partition, refusal.offset, refusal.reason, refusal.payload))
-    producer.flush()
+    bus.deliver(producer, [producer.send(bus.dead_topic(node), key=refusal.key(topic, partition).encode(),
+                                         value=encode_dead_letter(node, topic, partition, refusal.offset,
+                                                                  refusal.reason, refusal.payload))
+                           for refusal in refused])
 
 
 def dead_letter_once(bootstrap: str, mdr_url: str, node: str, topic: str, partition: int,

@@ -134,8 +134,8 @@ class ProgressMarkers(StreamingQueryListener):
         batch_id = int(progress.get("batchId", 0))
         try:
             producer = bus.shared_producer(target.bootstrap)
-            send_marker(producer, target.topic, target.producer, target.stream, batch_id, promise)
-            producer.flush()
+            bus.deliver(producer, [send_marker(producer, target.topic, target.producer, target.stream, batch_id,
+                                               promise)])
             target.repeated = promise == target.last_ms
             target.last_ms = promise
         except Exception:  # noqa: BLE001 - a lost marker only delays the parent; the next one repairs it

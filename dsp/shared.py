@@ -95,6 +95,7 @@ class SharedRuntime:
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}
         self._lock = threading.RLock()
+        self._snapshot = b""     # the last save's bytes (what _restore goes back to)
         self._saved = self._load()
 
     # ------------------------------------------------------------ deploying
@@ -161,14 +162,21 @@ class SharedRuntime:
         with self._lock:
             parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics
                      and p.managed.status == "running"]
-            producer = self._producer_for()
+            producer, sent = self._producer_for(), []
             for part in parts:
-                self._feed(part, topic, table, producer)
-            producer.flush()
+                self._feed(part, topic, table, producer, sent)
+            try:
+                bus.deliver(producer, sent)
+            except bus.DeliveryError:
+                # the parts took the batch in but its output is not all out: back to the saved
+                # state, and failing the reader makes Spark replay the batch (what was delivered
+                # goes out again: at least once)
+                self._restore()
+                raise
             self._saved.fences[key] = batch_id
             self._save()
 
-    def _feed(self, part: Part, topic: str, table, producer) -> None:
+    def _feed(self, part: Part, topic: str, table, producer, sent: list) -> None:
         started = time.monotonic()
         managed = part.managed
         try:
@@ -178,19 +186,20 @@ class SharedRuntime:
             rows: list[tuple] = rows_of(out) if out.num_rows else []
             if rows:
                 part.sequence += 1
-                send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
-                          part.sequence)
+                sent += send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
+                                  part.sequence)
             bound, marker = part.root.bound(), None
             if part.publishes_markers and bound is not None and (part.last_marker is None or bound > part.last_marker):
                 part.sequence += 1
-                send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence, bound)
+                sent.append(send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence,
+                                        bound))
                 part.last_marker = marker = bound
             readers_here = [p for p in self._parts.values() if managed.output_topic in p.local_topics
                             and p.managed.status == "running"]
             if readers_here and (rows or marker is not None):
                 handed = view_batch(output_columns(managed.plan), out, marker)
                 for reader in readers_here:
-                    self._feed(reader, managed.output_topic, handed, producer)
+                    self._feed(reader, managed.output_topic, handed, producer, sent)
             if part.on_batch is not None and rows:
                 part.on_batch(self._report(part, rows, started))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
@@ -219,7 +228,10 @@ class SharedRuntime:
     def _load(self) -> _Saved:
         try:
             with open(self.state_path, "rb") as fh:
-                return pickle.load(fh)
+                snapshot = fh.read()
+            saved = pickle.loads(snapshot)
+            self._snapshot = snapshot
+            return saved
         except FileNotFoundError:
             return _Saved()
         except Exception:  # noqa: BLE001 - unreadable state: start over (the readers resume from offsets)
@@ -229,11 +241,24 @@ class SharedRuntime:
     def _save(self) -> None:
         self._saved.parts = {qid: (to_json(p.managed.plan), p.root, p.sequence, p.last_marker)
                              for qid, p in self._parts.items() if p.managed.plan is not None}
+        self._snapshot = pickle.dumps(self._saved, protocol=pickle.HIGHEST_PROTOCOL)
         os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
         tmp = self.state_path + ".tmp"
         with open(tmp, "wb") as fh:
-            pickle.dump(self._saved, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            fh.write(self._snapshot)
         os.replace(tmp, self.state_path)
+
+    def _restore(self) -> None:
+        """Every part back to its state at the last save (a part deployed since: built anew)."""
+        saved: _Saved = pickle.loads(self._snapshot) if self._snapshot else _Saved()
+        for query_id, part in self._parts.items():
+            if part.managed.plan is None:
+                continue
+            kept = saved.parts.get(query_id)
+            if kept is not None and kept[0] == to_json(part.managed.plan):
+                _, part.root, part.sequence, part.last_marker = kept
+            else:
+                part.root, part.sequence, part.last_marker = build(part.managed.plan, self.relations()), 0, None
 
     # ------------------------------------------------------------ lifecycle
 

@@ -49,10 +49,29 @@ def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) ->
 
 
 def make_producer(bootstrap: str, **overrides) -> KafkaProducer:
+    # kafka-python 3 turns idempotence on by default; its producer-id and sequence gates stop a
+    # producer's every partition while one waits, and in CI records sat 120 s and expired against
+    # the embedded broker with no error before. Without it, one request in flight keeps a
+    # partition's order on retry (rows before their progress marker); measured on Tansu: 13.9 k
+    # vs 13.8 k msg/s, no cost. A retry after a lost answer can repeat a message (at least once).
     config = {"bootstrap_servers": bootstrap, "linger_ms": 5, "acks": "all", "retries": 5,
-              "max_request_size": 8 * 1024 * 1024}
+              "max_request_size": 8 * 1024 * 1024, "enable_idempotence": False,
+              "max_in_flight_requests_per_connection": 1}
     config.update(overrides)
     return KafkaProducer(**config)
+
+
+class DeliveryError(RuntimeError):
+    """Messages the broker did not take (after the producer's own retries)."""
+
+
+def deliver(producer: KafkaProducer, futures: Sequence) -> None:
+    """Flush, then raise DeliveryError if any of these sends failed: flush() itself never does,
+    so a caller that marks its work done after it would lose the failed messages silently."""
+    producer.flush()
+    failed = [f.exception for f in futures if f.failed()]
+    if failed:
+        raise DeliveryError(f"{len(failed)} of {len(futures)} messages not delivered: {failed[0]}")
 
 
 def make_consumer(bootstrap: str) -> KafkaConsumer:
