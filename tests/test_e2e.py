@@ -109,7 +109,9 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
     wait_for(alerts_so_far, 60, f"the region's alerts to be {sorted(want_alerts)[:4]}...", 2)
     logged = read_jsonl(hierarchy.readings_path)   # and the region's counts are the central chain's
     central = _central_counts(hierarchy, logged)
-    assert all(central.get(key) == tags for key, tags in region.items() if key[0] <= upto - 4000)
+    differ = {key: (tags, central.get(key)) for key, tags in region.items()
+              if key[0] <= upto - 4000 and central.get(key) != tags}
+    assert not differ, f"(window, location): (region, central) differ: {sorted(differ.items())[:6]}"
 
 
 def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying_mote(hierarchy):

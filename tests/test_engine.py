@@ -8,7 +8,7 @@ from collections import Counter
 import pyarrow as pa
 
 from dsp.arrow_exprs import arrow_schema
-from dsp.engine import build, first_window_open, rows_of, run_batches
+from dsp.engine import SILENT_CHILD_GRACE_MS, build, first_window_open, rows_of, run_batches
 from dsp.engine import view_batch as engine_view_batch
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
@@ -81,6 +81,23 @@ def test_a_parent_closes_a_window_when_the_slowest_child_promises_past_it():
     root.push("c2", view_batch(columns, [(_ts(0), _ts(2000), "b", 4)]))
     done = root.push("c2", view_batch(columns, marker_ms=2000))
     assert rows_of(done) == [(_ts(0), _ts(2000), 7)] and root.bound() == 2000
+
+
+def test_a_parent_waits_for_a_child_it_has_not_heard_from_until_the_grace_has_passed():
+    columns = (("window_start", "timestamp"), ("window_end", "timestamp"), ("tag_id", "string"), ("reads", "long"))
+    plan = Aggregate(Source(("c1", "c2"), "rows", columns, "window_start", 0, markers=True),
+                     ("window_start", "window_end"), (AggSpec("reads", "sum", "reads"),))
+    root = build(plan, {})
+    root.push("c1", view_batch(columns, [(_ts(0), _ts(2000), "a", 3)], marker_ms=2000))
+    assert root.bound() is None                       # c2 starts a little later: nothing closes yet
+    both = root.push("c2", view_batch(columns, [(_ts(0), _ts(2000), "b", 4)], marker_ms=2000))
+    assert rows_of(both) == [(_ts(0), _ts(2000), 7)]
+
+    silent = build(plan, {})                          # c2 never speaks: c1 alone, after the grace
+    silent.push("c1", view_batch(columns, [(_ts(0), _ts(2000), "a", 3)], marker_ms=2000))
+    assert silent.push("c1", view_batch(columns, marker_ms=2000 + SILENT_CHILD_GRACE_MS - 2000)).num_rows == 0
+    late = silent.push("c1", view_batch(columns, marker_ms=2000 + SILENT_CHILD_GRACE_MS))
+    assert rows_of(late) == [(_ts(0), _ts(2000), 3)]
 
 
 def test_argmax_takes_the_largest_by_and_breaks_ties_to_the_smallest_value():
