@@ -12,9 +12,12 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from dsp.plan import PlanError
 from edge.intel_lab import IntelLabError
 from edge.scenario import ScenarioError
+from glue.sql.lexer import SqlError
 from glue.topology import TopologyError, load_topology
+from services.embedded import EmbeddedError
 
 if TYPE_CHECKING:
     from services.health import RateWindow
@@ -565,14 +568,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "lag":
         from services.bench_lag import run_lag_bench, table
 
-        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
+        topology = args.topology or DEEP_TOPOLOGY
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
         return 0
     if args.which == "dashboard":
         from services.bench_dashboard import run_dashboard_bench
 
-        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else SMALL_TOPOLOGY
+        topology = args.topology or SMALL_TOPOLOGY
         _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
         _stop_spark()
         return 0
@@ -607,7 +610,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "planning" and args.submit:
         from services.bench_planning import run_submit_bench
 
-        topology = args.topology if args.topology != DEFAULT_TOPOLOGY else DEEP_TOPOLOGY
+        topology = args.topology or DEEP_TOPOLOGY
         _say(run_submit_bench(load_topology(topology), args.submit, args.fanout, args.levels, _progress).table())
         _stop_spark()
         return 0
@@ -618,7 +621,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     from services.bench import run_pipeline_bench
 
-    _say(run_pipeline_bench(load_topology(args.topology), args.duration, _progress, args.trigger_ms).table())
+    topology = load_topology(args.topology or DEFAULT_TOPOLOGY)
+    _say(run_pipeline_bench(topology, args.duration, _progress, args.trigger_ms).table())
     _stop_spark()
     return 0
 
@@ -793,7 +797,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "queries over the edge's stream, each query's answers against the reference; "
                             "capacity: readings/s that edge node takes in with its standing views, beside "
                             "kafka-python's rate over the same topic")
-    bench.add_argument("--topology", default=DEFAULT_TOPOLOGY)
+    bench.add_argument("--topology", default=None,
+                       help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
+                            "dashboard, supply-chain.yaml otherwise)")
     bench.add_argument("--duration", type=float, default=60.0,
                        help="seconds the agents run (lag: per query; default 60)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
@@ -820,11 +826,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    errors: list[type[Exception]] = [CLIError, TopologyError, ScenarioError, IntelLabError, EmbeddedError, PlanError,
+                                     SqlError]
+    placement = sys.modules.get("services.placement")   # imported (0.6 s: Spark) only by commands that place
+    if placement is not None:
+        errors.append(placement.PlacementError)
+    return tuple(errors)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
-    except (CLIError, TopologyError, ScenarioError, IntelLabError) as exc:
+    except Exception as exc:
+        if not isinstance(exc, _user_errors()):
+            raise
+        # a user's mistake or a missing server: the reason, never a stack trace
         print(f"hifi: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
