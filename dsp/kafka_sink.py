@@ -102,8 +102,12 @@ class RowBatchSink:
         if rows:
             if self._producer is None:
                 self._producer = bus.make_producer(self.bootstrap)
-            bus.deliver(self._producer, send_rows(self._producer, self.topic, self.producer_name, self.stream,
-                                                  self.columns, rows, batch_id))
+            try:
+                bus.deliver(self._producer, send_rows(self._producer, self.topic, self.producer_name, self.stream,
+                                                      self.columns, rows, batch_id))
+            except bus.DeliveryError:
+                self._producer = None   # closed by deliver; Spark replays the batch on a new one
+                raise
         self.fence.done(batch_id)
         if self.on_batch is not None:
             report = BatchReport(batch_id, rows_out=len(rows), duration_s=time.monotonic() - started,

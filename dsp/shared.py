@@ -223,9 +223,8 @@ class SharedRuntime:
         return report
 
     def _producer_for(self):
-        # One producer per process, as the marker listener and the data sources use: nodes in one
-        # process each with their own stalled on the embedded broker in the test suite (records
-        # expired after 120 s) where a shared one did not.
+        # One producer per process, as the marker listener and the data sources use (kafka-python's
+        # producer is thread-safe; each one is a network thread and a connection).
         return bus.shared_producer(self.bootstrap)
 
     # ------------------------------------------------------------ state
