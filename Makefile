@@ -31,6 +31,7 @@ run: setup
 
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q --durations=15
 
 bench: setup

@@ -16,7 +16,6 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dsp.intake import IntakeRules
 from dsp.plan import (
     EPC_SCHEME,
     PROGRESS_COLUMN,
@@ -39,6 +38,7 @@ from dsp.plan import (
     event_time_column,
     output_columns,
 )
+from wire.intake import IntakeRules
 
 SPARK_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
                "timestamp": "TIMESTAMP", "boolean": "BOOLEAN", "binary": "BINARY"}

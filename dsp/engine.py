@@ -516,7 +516,7 @@ def supported(plan: Plan) -> bool:
 
 
 def rows_of(table: pa.Table) -> list[tuple]:
-    """A table's rows as tuples (timestamps as aware datetimes), for the wire (dsp.codec)."""
+    """A table's rows as tuples (timestamps as aware datetimes), for the wire (wire.codec)."""
     return list(zip(*[table[name].to_pylist() for name in table.column_names], strict=True))
 
 

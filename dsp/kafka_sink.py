@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pyspark.sql import DataFrame
 
-from dsp.codec import encode_row_batch
-from glue import bus
+from wire import bus
+from wire.codec import encode_row_batch
 
 ROWS_PER_MESSAGE = 5_000
 

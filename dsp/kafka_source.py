@@ -3,7 +3,7 @@
 Options:
   bootstrap  broker address list
   topics     comma-separated topics, read as one stream (a parent's union of child views)
-  format     "rfid"  raw RfidReadCycle records -> one row per tag read (dsp.codec.RAW_RFID_DDL),
+  format     "rfid"  raw RfidReadCycle records -> one row per tag read (wire.codec.RAW_RFID_DDL),
                      with `error` set on rows of records that fail validation; sensor sample
                      batches on the same topic (header hifi-type: sensor-batch) are skipped
              "samples"  the mote sample batches of a raw topic -> one row per sample of the schema
@@ -17,9 +17,9 @@ Options:
              carry the marker's time; the compiler drops it right after the watermark
   startingOffsets  "earliest" (default), "latest" (the end when the first micro-batch plans), or
              JSON {"topic:partition": offset} (partitions it does not name start at 0; see
-             glue.bus.current_ends): how a query submitted at time T reads exactly what its
+             wire.bus.current_ends): how a query submitted at time T reads exactly what its
              sources received after T
-  intake     the node's dsp.intake.IntakeRules (JSON): every record is checked against them; what
+  intake     the node's wire.intake.IntakeRules (JSON): every record is checked against them; what
              fails never reaches a query (raw records: a row with `error` set, which the compiler
              filters out; a view's records: skipped) and never stops one
   event_time (format "rows") the column whose value is checked against the record's arrival
@@ -34,7 +34,7 @@ Options:
 
 Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a restarted query resumes
 exactly where its last committed micro-batch ended. The reader is pickled to the Python workers:
-it holds only plain options, and clients live in per-process caches (glue.bus).
+it holds only plain options, and clients live in per-process caches (wire.bus).
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from dsp.codec import (
+from dsp.plan import PROGRESS_COLUMN
+from wire import bus
+from wire.codec import (
     RAW_RFID_COLUMNS,
     RAW_RFID_DDL,
     DecodedBatch,
@@ -75,9 +77,8 @@ from dsp.codec import (
     parse_row_batch,
     project_rows,
 )
-from dsp.intake import DUPLICATE, DUPLICATE_LOOKBACK, IntakeRules, RecentCycles, arrival_ms, rows_problem
-from dsp.plan import PROGRESS_COLUMN
-from glue import bus
+from wire.intake import DUPLICATE, DUPLICATE_LOOKBACK, IntakeRules, RecentCycles, arrival_ms, rows_problem
+from wire.topics import dead_topic
 
 if TYPE_CHECKING:
     from mdr.repository import MDR
@@ -96,7 +97,7 @@ _PLAN_TYPES = {StringType: "string", IntegerType: "int", LongType: "long", Doubl
 
 
 def _plan_type(kind: DataType) -> str:
-    """dsp.plan's name of a Spark type (what dsp.intake checks values against)."""
+    """dsp.plan's name of a Spark type (what wire.intake checks values against)."""
     if isinstance(kind, ArrayType):
         return f"array<{_plan_type(kind.elementType)}>"
     return _PLAN_TYPES[type(kind)]
@@ -184,7 +185,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         return None
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        """The range's rows. Nothing a record holds can make this raise: what fails dsp.intake's
+        """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
         checks is refused (dead-lettered with its reason by the reader that owns that, counted,
         and skipped), so no record can stop a query."""
         from kafka import TopicPartition
@@ -273,7 +274,7 @@ class Refusal:
 
 def _send_dead_letters(bootstrap: str, node: str, topic: str, partition: int, refused: list[Refusal]) -> None:
     producer = bus.shared_producer(bootstrap)
-    bus.deliver(producer, [producer.send(bus.dead_topic(node), key=refusal.key(topic, partition).encode(),
+    bus.deliver(producer, [producer.send(dead_topic(node), key=refusal.key(topic, partition).encode(),
                                          value=encode_dead_letter(node, topic, partition, refusal.offset,
                                                                   refusal.reason, refusal.payload))
                            for refusal in refused])

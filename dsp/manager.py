@@ -22,7 +22,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
-from dsp.intake import IntakeRules
 from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
@@ -39,6 +38,7 @@ from dsp.plan import (
 from dsp.progress import MarkerTarget, markers_for
 from dsp.quality import QUALIFY_INPUT_COLUMNS, QualityState
 from dsp.smoothing import SMOOTH_INPUT_COLUMNS, SmoothingState
+from wire.intake import IntakeRules
 
 
 class QueryExists(ValueError):

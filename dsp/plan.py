@@ -33,6 +33,8 @@ import json
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Union
 
+from wire.windows import Window, WindowError
+
 PLAN_FORMAT = "hifi-plan/1"
 
 # A progress marker's flag in a view reader's rows (dsp.kafka_source: the marker's time in the
@@ -42,11 +44,11 @@ PROGRESS_COLUMN = "__progress"
 COLUMN_TYPES = ("string", "int", "long", "double", "timestamp", "boolean", "binary")
 Column = tuple[str, str]  # (name, type)
 
-# The columns a plan sees of a raw topic's mote samples (one row per sample; see dsp.codec).
+# The columns a plan sees of a raw topic's mote samples (one row per sample; see wire.codec).
 SAMPLE_QUANTITIES = ("temperature", "humidity", "light", "sound", "voltage")
 RAW_SAMPLE_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"),
                                                  *((q, "double") for q in SAMPLE_QUANTITIES), ("ts", "timestamp"))
-# The columns a plan sees of a raw RFID topic (one row per tag read; see dsp.codec).
+# The columns a plan sees of a raw RFID topic (one row per tag read; see wire.codec).
 RAW_RFID_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"), ("tag_id", "string"), ("antenna", "int"),
                                                ("read_strength", "double"), ("ts", "timestamp"))
 
@@ -123,23 +125,6 @@ def expr_type(expr: Expr, schema: dict[str, str]) -> str:
 
 
 # ---------------------------------------------------------------- operators
-
-@dataclass(frozen=True)
-class Window:
-    range_ms: int
-    slide_ms: int  # == range_ms for a tumbling window
-
-    def __post_init__(self) -> None:
-        if self.range_ms <= 0 or self.slide_ms <= 0:
-            raise PlanError(f"window range and slide must be positive (got {self.range_ms}, {self.slide_ms} ms)")
-        if self.slide_ms > self.range_ms:
-            raise PlanError(f"window slide {self.slide_ms} ms exceeds its range {self.range_ms} ms")
-
-    def describe(self) -> str:
-        if self.slide_ms == self.range_ms:
-            return f"tumbling {self.range_ms / 1000:g}s"
-        return f"range {self.range_ms / 1000:g}s slide {self.slide_ms / 1000:g}s"
-
 
 @dataclass(frozen=True)
 class Source:
@@ -440,3 +425,5 @@ def from_json(text: str) -> Plan:
         return _decode(json.loads(text))
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise PlanError(f"malformed plan JSON: {exc}") from exc
+    except WindowError as exc:
+        raise PlanError(str(exc)) from exc

@@ -23,8 +23,8 @@ from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from dsp.kafka_sink import send_marker
 from dsp.plan import Window
-from glue import bus
-from glue.rewrite.windows import window_starts
+from wire import bus
+from wire.windows import window_starts
 
 log = logging.getLogger("hifi.progress")
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dsp.codec import datetime_ms, ms_to_datetime
 from dsp.mote_quality import MoteQuality
 from dsp.plan import SAMPLE_QUANTITIES, Qualify
 from dsp.sink_state import BatchState
+from wire.codec import datetime_ms, ms_to_datetime
 
 QUALIFY_INPUT_COLUMNS = ("window_start", "receptor_id", "x", "y", *SAMPLE_QUANTITIES)   # dsp.compiler._qualify
 

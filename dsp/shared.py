@@ -38,11 +38,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dsp.compiler import CompileContext, Ingest, topic_reader
 from dsp.engine import Operator, build, rows_of, supported, view_batch
-from dsp.intake import IntakeRules
 from dsp.kafka_sink import BatchHook, BatchReport, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.plan import Plan, event_time_column, output_columns, sources, to_json
-from glue import bus
+from wire import bus
+from wire.intake import IntakeRules
 
 log = logging.getLogger("hifi.dsp")
 READER_PREFIX = "read:"

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dsp.codec import datetime_ms, ms_to_datetime
 from dsp.plan import Smooth
 from dsp.sink_state import BatchState
 from dsp.smurf import ReaderSmoother
+from wire.codec import datetime_ms, ms_to_datetime
 
 SMOOTH_INPUT_COLUMNS = ("window_start", "window_end", "receptor_id", "tag_id", "reads")   # dsp.compiler._smooth
 

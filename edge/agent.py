@@ -30,12 +30,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
-from dsp.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
 from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, replay
 from edge.motes import MoteReading
 from edge.scenario import Scenario
 from edge.supply_chain import AWAY, SupplyChainWorld
-from glue import bus
+from wire import bus
+from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
+from wire.topics import raw_topic
 
 READINGS_FILE = "readings.jsonl"
 TRUTH_FILE = "truth.jsonl"
@@ -149,7 +150,7 @@ class ReceptorAgent:
             self._thread.join(timeout=10)
 
     def run(self, duration_s: float | None = None) -> AgentStats:
-        bus.ensure_topics(self.bootstrap, [bus.raw_topic(n) for n in self.nodes()])
+        bus.ensure_topics(self.bootstrap, [raw_topic(n) for n in self.nodes()])
         producer = bus.make_producer(self.bootstrap)
         rng = random.Random(self.scenario.seed)
         readings_out: IO[str] | None = None
@@ -236,7 +237,7 @@ class ReceptorAgent:
         tick_number = (t - self.start_ms) // self.tick_ms
         for node, batch in sorted(samples.items()):
             key, value = encode_sensor_batch(node, tick_number, batch)
-            topic = bus.raw_topic(node)
+            topic = raw_topic(node)
             tick.messages.append((topic, key, value, [(RECORD_TYPE_HEADER, SENSOR_BATCH)]))
             tick.readings.append({"t": t, "node": node, "topic": topic, "key": key.decode(),
                                   "samples": [asdict(s) for s in batch]})
@@ -262,7 +263,7 @@ class ReceptorAgent:
             nearby = [(tag, where) for where in reader.neighbours for tag in tags_at(where)]
             reads = reader.read_cycle(present, nearby, t, rng, self._ghosts)
             key, value = encode_read_cycle(reader.receptor_id, cycle, t, [r.observation for r in reads])
-            topic = bus.raw_topic(reader.edge_node)
+            topic = raw_topic(reader.edge_node)
             tick.messages.append((topic, key, value, []))
             tick.readings.append({
                 "t": t, "receptor": reader.receptor_id, "node": reader.edge_node, "location": reader.location,

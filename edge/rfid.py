@@ -18,8 +18,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from dsp.codec import TagObservation
 from edge.faults import in_span
+from wire.codec import TagObservation
 
 READER_FAULTS = ("stop", "flap", "degrade")
 

@@ -32,7 +32,8 @@ from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
-from glue.topology import TopologyError, duration_ms
+from glue.topology import TopologyError
+from wire.windows import duration_ms
 
 RAW_STREAMS = {"rfid_stream": RAW_RFID_SOURCE_COLUMNS}
 

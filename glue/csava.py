@@ -46,8 +46,9 @@ from dsp.plan import (
     Window,
     output_columns,
 )
-from glue import bus
-from glue.topology import Topology, TopologyError, ViewSpec, duration_ms
+from glue.topology import Topology, TopologyError, ViewSpec
+from wire.topics import raw_topic, view_topic
+from wire.windows import duration_ms
 
 CALIBRATED = ("temperature", "humidity")   # the quantities a calibration relation corrects
 
@@ -71,7 +72,7 @@ def _param(topology: Topology, options: Mapping[str, Any], name: str, default: A
 
 def _raw_valid(topology: Topology, node_id: str, options: Mapping[str, Any]) -> Plan:
     """Readings of the node's raw topic that pass the read-strength threshold (the clean stage)."""
-    source = Source((bus.raw_topic(node_id),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts",
+    source = Source((raw_topic(node_id),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts",
                     duration_ms(options.get("lateness", "1 second")))
     threshold = float(_param(topology, options, "strength_T", "strength_T"))
     return Filter(source, BinOp(">=", Col("read_strength"), Lit(threshold)))
@@ -130,7 +131,7 @@ def _analyze(topology: Topology, node_id: str, options: Mapping[str, Any], input
 
 
 def _qualify(topology: Topology, node_id: str, options: Mapping[str, Any], inputs: Callable) -> Plan:
-    samples: Plan = Source((bus.raw_topic(node_id),), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts",
+    samples: Plan = Source((raw_topic(node_id),), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts",
                            duration_ms(options.get("lateness", "1 second")))
     if options.get("calibration"):
         # per-receptor calibration from the MDR: each value minus the mote's known offset
@@ -171,5 +172,5 @@ def view_plans(topology: Topology, node_id: str, child_views: ChildViews) -> lis
             return Source(topics, "rows", columns, "window_start", 0, markers=True)
 
         plans.append(ViewPlan(view, builder(topology, node_id, view.options, inputs),
-                              bus.view_topic(node_id, view.name)))
+                              view_topic(node_id, view.name)))
     return plans

@@ -21,7 +21,7 @@ from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, LogicalQuery, analyze
 from glue.catalog import Catalog
-from glue.rewrite.windows import window_starts
+from wire.windows import window_starts
 
 Row = dict[str, Any]
 

@@ -252,20 +252,3 @@ def load_topology(path: str) -> Topology:
         raise TopologyError(message if message.startswith(path) else f"{path}: {message}") from None
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$")
-_UNIT_MS = {"ms": 1, "milli": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-            "hour": 3_600_000}
-
-
-def duration_ms(text: str | int | float) -> int:
-    """'5 seconds' -> 5000; a bare number is seconds."""
-    if isinstance(text, int | float):
-        return int(text * 1000)
-    match = _DURATION.match(str(text))
-    if not match:
-        raise TopologyError(f"not a duration: {text!r} (write e.g. '500 ms', '5 seconds', '2 minutes')")
-    value, unit = float(match.group(1)), match.group(2)
-    for prefix in ("milli", "ms", "hour", "min", "sec", "h", "m", "s"):
-        if unit.startswith(prefix):
-            return int(value * _UNIT_MS[prefix])
-    raise TopologyError(f"not a duration: {text!r}")

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from edge.agent import read_jsonl
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
-from glue import bus
-from glue.topology import Topology, duration_ms
+from glue.topology import Topology
+from wire import bus
+from wire.topics import raw_topic, view_topic
+from wire.windows import duration_ms
 
 
 @dataclass
@@ -128,8 +130,8 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
 def tier_topics(topology: Topology) -> dict[str, list[str]]:
     """The topics of each flow between tiers: raw readings into the edges, and the materialized
     views each tier below the core exports to its parents."""
-    flows = {"raw into edge": [bus.raw_topic(n) for n in topology.edge_nodes()]}
+    flows = {"raw into edge": [raw_topic(n) for n in topology.edge_nodes()]}
     for tier in ("edge", "aggregation"):
-        flows[f"leaving {tier}"] = [bus.view_topic(n.id, v.name) for n in topology.nodes.values() if n.tier == tier
+        flows[f"leaving {tier}"] = [view_topic(n.id, v.name) for n in topology.nodes.values() if n.tier == tier
                                     for v in topology.views_at(n.id) if v.materialize]
     return flows

@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dsp.codec import readable_batches
 from glue.topology import Topology
+from wire.codec import readable_batches
 
 DEPTH_ROLES = ("producer", "merge", "final")
 
@@ -63,9 +63,9 @@ def level_lags(by_role: dict[str, list[dict[int, int]]], since_ms: int) -> tuple
 
 def run_lag_bench(topology: Topology, slides_s: list[float], duration_s: float,
                   progress: Callable[[str], None]) -> list[LagFigures]:
-    from glue import bus
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
+    from wire import bus
 
     results = []
     with embedded_or_external() as servers:

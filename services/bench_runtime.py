@@ -174,8 +174,8 @@ READS_PER_CYCLE = 10
 
 def publish_backlog(bootstrap: str, topic: str, receptors: Sequence[str], readings: int) -> None:
     """`readings` valid readings (READS_PER_CYCLE per read cycle, stamped now) on `topic`."""
-    from dsp.codec import TagObservation, encode_read_cycle
-    from glue import bus
+    from wire import bus
+    from wire.codec import TagObservation, encode_read_cycle
 
     producer = bus.make_producer(bootstrap, linger_ms=20, batch_size=512 * 1024)
     for cycle in range(readings // READS_PER_CYCLE):
@@ -193,7 +193,7 @@ def client_rate(bootstrap: str, topic: str) -> float:
     Python reader of the topic stands on."""
     from kafka import TopicPartition
 
-    from glue import bus
+    from wire import bus
 
     consumer = bus.make_consumer(bootstrap)
     try:
@@ -212,14 +212,14 @@ def run_capacity_bench(readings: int, progress: Callable[[str], None]) -> Capaci
     them all in: the node alone on the CPU, not sharing it with the publisher. Then time
     kafka-python fetching the same topic."""
     from dsp.shared import READER_PREFIX
-    from glue import bus
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
+    from wire.topics import raw_topic
 
     topology = one_edge_topology()
     edge = topology.edge_nodes()[0]
     with embedded_or_external() as servers:
-        topic = bus.raw_topic(edge)
+        topic = raw_topic(edge)
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
         try:
             hierarchy.start(progress)

@@ -18,6 +18,7 @@ from edge.scenario import ScenarioError
 from glue.sql.lexer import SqlError
 from glue.topology import TopologyError, load_topology
 from services.embedded import EmbeddedError
+from wire.windows import DurationError, WindowError
 
 if TYPE_CHECKING:
     from services.health import RateWindow
@@ -453,9 +454,9 @@ def _statement_text(args: argparse.Namespace) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     import grpc
 
-    from dsp.codec import from_value
     from glue.sql.lexer import SqlError
     from protos import hifi_pb2
+    from wire.codec import from_value
 
     args.sql = _statement_text(args)
     if args.reference:
@@ -526,7 +527,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def load_agent_scenario(args: argparse.Namespace, start_ms: int):
     """The scenario `hifi agents` / `hifi bench agents` run: --scenario, else the topology's."""
-    from edge.scenario import load_scenario, scenario_of
+    from edge.scenario import load_scenario
+    from services.emulation import scenario_of
 
     if args.scenario:
         return load_scenario(args.scenario, start_ms, args.seed)
@@ -828,7 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     errors: list[type[Exception]] = [CLIError, TopologyError, ScenarioError, IntelLabError, EmbeddedError, PlanError,
-                                     SqlError]
+                                     SqlError, WindowError, DurationError]
     placement = sys.modules.get("services.placement")   # imported (0.6 s: Spark) only by commands that place
     if placement is not None:
         errors.append(placement.PlacementError)

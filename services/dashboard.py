@@ -43,14 +43,15 @@ import grpc
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dsp.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
-from glue import bus
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.health import CountsSample, RateWindow, node_health, tier_series
 from services.metrics import ServiceMetrics
 from services.placement import query_states
+from wire import bus
+from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
+from wire.topics import dead_topic, view_topic
 
 log = logging.getLogger("hifi.dashboard")
 
@@ -156,12 +157,12 @@ class Dashboard:
         self._snapshot_lock = threading.Lock()
         self._placement_channel: grpc.Channel | None = None
         nodes = list(topology.nodes) if topology is not None else [n.id for n in mdr.nodes()]
-        self.events = EventLog(bootstrap, self._alert_topics(), [bus.dead_topic(n) for n in nodes])
+        self.events = EventLog(bootstrap, self._alert_topics(), [dead_topic(n) for n in nodes])
 
     def _alert_topics(self) -> dict[str, str]:
         if self.topology is None:
             return {}
-        return {bus.view_topic(node, view.name): ALERT_STAGES[view.stage] for node in self.topology.nodes
+        return {view_topic(node, view.name): ALERT_STAGES[view.stage] for node in self.topology.nodes
                 for view in self.topology.views_at(node) if view.stage in ALERT_STAGES and view.materialize}
 
     # ------------------------------------------------------------ lifecycle

@@ -15,19 +15,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dsp.codec import readable_batches
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
-from edge.scenario import receptors_for, scenario_of
-from glue import bus
 from glue.csava import CALIBRATED
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR
 from services.dashboard import Dashboard
+from services.emulation import receptors_for, scenario_of
 from services.node import HiFiNode
 from services.placement import Placement, PlacementService, start_placement_service
+from wire import bus
+from wire.codec import readable_batches
+from wire.topics import view_topic
 
 
 def hifi_home() -> str:
@@ -119,7 +120,7 @@ class Hierarchy:
 
     def view_topics(self, name: str) -> list[str]:
         """The topics of the topology's materialized view `name`, at every node that exports it."""
-        return [bus.view_topic(node, v.name) for node in self.topology.nodes for v in self.topology.views_at(node)
+        return [view_topic(node, v.name) for node in self.topology.nodes for v in self.topology.views_at(node)
                 if v.name == name and v.materialize]
 
     def result_topics(self) -> list[str]:

@@ -8,12 +8,12 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from dsp.codec import decode_row_batch
 from edge.agent import read_jsonl
-from glue import bus
 from glue.analyzer import analyze
 from glue.reference import Reference, rfid_readings
 from services.placement import load_catalog
+from wire import bus
+from wire.codec import decode_row_batch
 
 
 def topic_records(bootstrap: str, topic: str) -> list:

@@ -17,19 +17,21 @@ import grpc
 from pyspark.sql import SparkSession
 
 from dsp.compiler import Ingest
-from dsp.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
 from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
-from glue import bus
 from glue.csava import view_plans
 from glue.limits import check_name
-from glue.topology import Topology, TopologyError, duration_ms
+from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
+from wire import bus
+from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
+from wire.topics import dead_topic, raw_topic, rqs_topic, view_topic
+from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
 
@@ -114,7 +116,7 @@ class HiFiNode:
         self.mdr = mdr
         self.bootstrap = bootstrap
         tier = topology.nodes[node_id].tier
-        ingest = (Ingest(node_id, bus.raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
+        ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
                   if tier == "edge" else None)
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                                  ingest, self.intake_rules, mdr.url)
@@ -129,7 +131,7 @@ class HiFiNode:
         self._gauges: threading.Thread | None = None
 
     def intake_rules(self) -> IntakeRules:
-        """What this node's readers check every record against (dsp.intake): its receptors from
+        """What this node's readers check every record against (wire.intake): its receptors from
         the MDR's registry, the clock bounds from the topology's parameters."""
         registry = self.mdr.receptors()
         if not registry and self.topology.nodes[self.id].tier == "edge":
@@ -158,9 +160,9 @@ class HiFiNode:
         self._heartbeat.start()
         self._gauges = threading.Thread(target=self._gauges_loop, name=f"gauges-{self.id}", daemon=True)
         self._gauges.start()
-        bus.ensure_topics(self.bootstrap, [bus.dead_topic(self.id)])
+        bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
-            bus.ensure_topics(self.bootstrap, [bus.raw_topic(self.id)])
+            bus.ensure_topics(self.bootstrap, [raw_topic(self.id)])
         for view_plan in view_plans(self.topology, self.id, self._child_view):
             if view_plan.view.materialize:
                 self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name,
@@ -262,9 +264,9 @@ class HiFiNode:
             plan = from_json(plan)
         if export_as:
             check_name(export_as, "view")
-            topic = bus.view_topic(self.id, export_as)
+            topic = view_topic(self.id, export_as)
         else:
-            topic = output_topic or bus.rqs_topic(query_id, self.id)
+            topic = output_topic or rqs_topic(query_id, self.id)
         bus.ensure_topics(self.bootstrap, [topic])
         self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets)
         if export_as:

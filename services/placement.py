@@ -16,9 +16,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from dsp.codec import readable_batches, to_value
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
-from glue import bus
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
@@ -30,6 +28,9 @@ from protos import hifi_pb2, hifi_pb2_grpc
 from services.grpc_server import start_server
 from services.health import query_health
 from services.metrics import ServiceMetrics
+from wire import bus
+from wire.codec import readable_batches, to_value
+from wire.windows import WindowError
 
 log = logging.getLogger("hifi.placement")
 
@@ -213,7 +214,7 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                 plan = self.placement.plan(request.sql, request.principal)
             else:
                 plan = self.placement.submit(request.sql, request.principal, replay=request.replay)
-        except (SqlError, PlanError) as exc:
+        except (SqlError, PlanError, WindowError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except RecursionError:   # glue.limits refuses deep queries first; this is the last guard
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "line 1, column 1: the query nests too deeply")

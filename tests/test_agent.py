@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from dsp.codec import decode_read_cycle, decode_sensor_batch, is_sensor_batch
 from edge.agent import ReceptorAgent, read_jsonl, tag_locations
 from edge.intel_lab import INTEL_LAB_DATA
 from edge.scenario import parse_scenario
 from edge.supply_chain import SupplyChainWorld
-from glue import bus
 from tests.conftest import topic_records
+from wire.codec import decode_read_cycle, decode_sensor_batch, is_sensor_batch
+from wire.topics import raw_topic
 
 START_MS = 1_800_000_000_000   # a fixed anchor: runs with one seed are then byte-for-byte equal
 
@@ -55,7 +55,7 @@ def published(servers, tmp_path_factory):
 def test_the_readings_log_is_exactly_what_was_published(servers, published):
     agent, logged, _ = published
     records = {(topic, record.key.decode()): record
-               for topic in (bus.raw_topic("t1-a"), bus.raw_topic("t1-b"))
+               for topic in (raw_topic("t1-a"), raw_topic("t1-b"))
                for record in topic_records(servers.bootstrap, topic)}
     assert len(records) == len(logged) == agent.stats.messages
     for line in logged:
@@ -149,7 +149,7 @@ def test_the_intel_lab_replay_is_published_with_its_faults_in_the_truth(servers,
     agent.run(3.0)   # three 30-minute steps
     batches = [line for line in read_jsonl(agent.readings_path) if "samples" in line]
     assert [line["t"] - START_MS for line in batches] == [0, 1000, 2000]
-    assert all(line["topic"] == bus.raw_topic("t3-lab") for line in batches)
+    assert all(line["topic"] == raw_topic("t3-lab") for line in batches)
     truth = read_jsonl(agent.truth_path)
     assert len(truth[0]["plan"]["replay_faults"]) == 10
     sampled = {mote for line in truth[1:] for mote in line.get("motes", {})}
@@ -166,7 +166,7 @@ def test_a_paced_agent_never_publishes_a_reading_before_its_time(servers, tmp_pa
     scenario = parse_scenario(SCENARIO.replace("{run}", run), start_ms)
     agent = ReceptorAgent(scenario, servers.bootstrap, str(tmp_path), speed=1.0)
     agent.run(1.5)
-    records = topic_records(servers.bootstrap, bus.raw_topic(f"t{run}-a"))
+    records = topic_records(servers.bootstrap, raw_topic(f"t{run}-a"))
     stamped = {record.key.decode(): record.timestamp for record in records}
     logged = [line for line in read_jsonl(agent.readings_path) if line["node"] == f"t{run}-a"]
     assert len(logged) == len(stamped) > 10

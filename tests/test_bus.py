@@ -2,8 +2,8 @@
 
 import pytest
 
-from glue import bus
 from services.embedded import _stop, start_broker
+from wire import bus
 
 
 def test_deliver_raises_for_messages_the_broker_never_took(tmp_path):

@@ -1,6 +1,7 @@
 import math
 
-from dsp.codec import (
+from protos import hifi_pb2
+from wire.codec import (
     RAW_RFID_COLUMNS,
     TagObservation,
     decode_read_cycle,
@@ -9,8 +10,7 @@ from dsp.codec import (
     encode_row_batch,
     project_rows,
 )
-from dsp.intake import DUPLICATE, IntakeRules, RecentCycles
-from protos import hifi_pb2
+from wire.intake import DUPLICATE, IntakeRules, RecentCycles
 
 NOW = 1_800_000_000_000
 ERROR = RAW_RFID_COLUMNS.index("error")
@@ -81,7 +81,7 @@ def test_a_cycle_seen_again_within_the_lookback_is_a_duplicate_and_not_dead_lett
 
 
 def test_sensor_batches_keep_their_sound_samples_and_name_each_refused_one():
-    from dsp.codec import Sample, decode_sample_rows, encode_sensor_batch
+    from wire.codec import Sample, decode_sample_rows, encode_sensor_batch
 
     rules = IntakeRules("door1", {"m1": "door1"})
     _, value = encode_sensor_batch("door1", 1, [Sample("m1", 1, NOW, {"temperature": 20.0}),
@@ -97,7 +97,7 @@ def test_sensor_batches_keep_their_sound_samples_and_name_each_refused_one():
 
 
 def test_a_record_that_is_not_a_well_formed_row_batch_is_refused_with_the_reason():
-    from dsp.codec import parse_row_batch
+    from wire.codec import parse_row_batch
 
     assert parse_row_batch(None) == (None, "record has no value (a tombstone)")
     assert parse_row_batch(b"\x00\xff")[1].startswith("undecodable RowBatch")

@@ -87,10 +87,11 @@ def test_the_mdr_works_on_redis_behind_a_password(redis_url):
 
 
 def test_read_cycles_round_trip_through_apache_kafka(kafka_bootstrap):
-    from dsp.codec import TagObservation, decode_read_cycle, encode_read_cycle
-    from glue import bus
+    from wire import bus
+    from wire.codec import TagObservation, decode_read_cycle, encode_read_cycle
+    from wire.topics import raw_topic
 
-    topic = bus.raw_topic("door1")
+    topic = raw_topic("door1")
     bus.ensure_topics(kafka_bootstrap, [topic])
     producer = bus.make_producer(kafka_bootstrap)
     now = int(time.time() * 1000)

@@ -18,11 +18,12 @@ from collections import Counter
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from glue import bus
 from glue.topology import load_topology
 from protos import hifi_pb2
 from services.cli import SMALL_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
+from wire import bus
+from wire.topics import raw_topic, view_topic
 
 ARTIFACTS = os.environ.get("HIFI_TEST_ARTIFACTS",
                            os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts"))
@@ -171,19 +172,19 @@ def _metric(samples: dict, name: str, **labels: str) -> float:
 
 
 def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
-    from dsp.codec import encode_read_cycle
     from edge.agent import read_jsonl
+    from wire.codec import encode_read_cycle
 
     node = "dock-a"
     endpoints = hierarchy.mdr.endpoints()
     node_metrics = endpoints[f"node:{node}"]["metrics"]
     # two records dock-a must reject, among the good ones
     producer = bus.make_producer(hierarchy.bootstrap)
-    producer.send(bus.raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
+    producer.send(raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
     _, negative = encode_read_cycle("dock-a-r1", 10**9, int(time.time() * 1000), [])   # no cycle the agent sent
     cycle = hifi_pb2.RfidReadCycle.FromString(negative)
     cycle.reads.add(tag_id="urn:epc:id:sgtin:1.2.3", antenna=1, read_strength=-0.5)
-    producer.send(bus.raw_topic(node), key=b"bad:2", value=cycle.SerializeToString())
+    producer.send(raw_topic(node), key=b"bad:2", value=cycle.SerializeToString())
     producer.flush()
     hierarchy.agent.stop()
 
@@ -207,9 +208,9 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     assert _metric(samples, "hifi_node_up", node=node) == 1.0
 
     # rows per view: what this process emitted equals what the view's topic holds
-    view_topic = bus.view_topic(node, "smoothed_rfid_stream")
+    smoothed_topic = view_topic(node, "smoothed_rfid_stream")
     wait_for(lambda: _metric(_scrape(node_metrics), "hifi_view_rows_total", node=node,
-                             query="view.smoothed_rfid_stream") == len(topic_rows(hierarchy.bootstrap, view_topic)),
+                             query="view.smoothed_rfid_stream") == len(topic_rows(hierarchy.bootstrap, smoothed_topic)),
              30, "view rows counted = rows in the view's topic")
     batches = _metric(_scrape(node_metrics), "hifi_microbatch_duration_seconds_count", node=node,
                       query="view.smoothed_rfid_stream")

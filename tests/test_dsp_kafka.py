@@ -3,13 +3,14 @@
 import math
 import time
 
-from dsp.codec import TagObservation, decode_dead_letter, encode_read_cycle
 from dsp.compiler import Ingest
 from dsp.manager import DSPManager
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Col, Project, Source
-from glue import bus
 from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
+from wire import bus
+from wire.codec import TagObservation, decode_dead_letter, encode_read_cycle
+from wire.topics import dead_topic
 
 
 def _publish_cycles(bootstrap, topic, first_cycle, cycles, reads_per_cycle=3, now=None):
@@ -57,7 +58,7 @@ def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, t
 
 def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(servers, spark, mdr, tmp_path):
     node, raw, out = "dl", "hifi.raw.dl", "hifi.rqs.copy.dl"
-    bus.ensure_topics(servers.bootstrap, [raw, out, bus.dead_topic(node)])
+    bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
     manager = DSPManager(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
                          ingest=Ingest(node, raw, servers.redis_url))
     manager.deploy("copy", _copy_plan(raw), out)
@@ -91,7 +92,7 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
     stats = wait_for(lambda: (s := mdr.stats(node)).get("dead") == len(bad) + 1 and s.get("duplicates") == 2 and s,
                      30, "dead-letter and duplicate counts")
     assert stats["rows_in"] == 300 and stats["cycles_in"] == 100
-    letters = [decode_dead_letter(r.value) for r in topic_records(servers.bootstrap, bus.dead_topic(node))]
+    letters = [decode_dead_letter(r.value) for r in topic_records(servers.bootstrap, dead_topic(node))]
     assert len(letters) == len(bad) + 1
     for letter in letters:
         assert letter.node == node and letter.topic == raw

@@ -13,12 +13,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dsp.codec import datetime_ms as _ms
 from edge.truth import covered_windows, readings_per_node
-from glue.topology import duration_ms, load_topology
+from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.cli import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
+from wire.codec import datetime_ms as _ms
+from wire.windows import duration_ms
 
 MIN_WINDOWS = 6
 
@@ -118,8 +119,8 @@ def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying
     """Values corrected by each mote's calibration offsets; dock-m3's battery starts failing 45 s into the
     scenario (deploy/scenarios/supply-chain.yaml)."""
     from edge.agent import read_jsonl
-    from edge.scenario import receptors_for
     from glue.reference import mote_quality_rows
+    from services.emulation import receptors_for
 
     agent_start = hierarchy.agent.stats.started_ms
     dying_from = agent_start + 45_000

@@ -22,10 +22,10 @@ from dsp.plan import (
     Window,
     output_columns,
 )
-from glue import bus
 from glue.csava import view_plans
 from glue.reference import csava_location_counts
 from glue.topology import load_topology
+from wire.topics import raw_topic
 
 RAW = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 
@@ -137,7 +137,7 @@ def _csava_hierarchy(readings: dict[str, list[tuple]], batches: int) -> Counter:
         pending: dict[str, list[pa.Table]] = {}
         for edge in topology.edge_nodes():
             size = -(-len(readings[edge]) // batches)
-            pending[bus.raw_topic(edge)] = [raw_batch(readings[edge][n * size:(n + 1) * size])]
+            pending[raw_topic(edge)] = [raw_batch(readings[edge][n * size:(n + 1) * size])]
         for node in order:
             for view_plan, root in runners[node]:
                 columns = output_columns(view_plan.plan)

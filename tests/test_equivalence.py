@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 
 from dsp.engine import build, rows_of, view_batch
 from dsp.plan import output_columns, sources
-from glue import bus
 from glue.analyzer import analyze
 from glue.csava import view_plans
 from glue.reference import Reference
@@ -30,6 +29,7 @@ from services.cli import DEFAULT_TOPOLOGY
 from services.judge import as_ms, same_rows
 from tests.catalogs import supply_chain_catalog
 from tests.test_engine import raw_batch
+from wire.topics import raw_topic
 
 CATALOG = supply_chain_catalog()
 RELATIONS = {name: list(relation.rows) for name, relation in CATALOG.relations.items()}
@@ -81,7 +81,7 @@ def run_bottom_up(plan: DistributedPlan, by_edge: dict[str, list]) -> list[tuple
             size = -(-len(rows) // BATCHES)
             chunk = rows[n * size:(n + 1) * size] if n < BATCHES else \
                 [(EDGES[edge][0], "sentinel", 0.0, end_ms + 60_000)]   # closes every window of the data
-            pending[bus.raw_topic(edge)] = [raw_batch(chunk)]
+            pending[raw_topic(edge)] = [raw_batch(chunk)]
         for index, (out_topic, view, root) in enumerate(roots):
             outputs = [root.push(topic, table) for source in sources(view) for topic in source.topics
                        for table in pending.get(topic, [])]

@@ -22,14 +22,15 @@ import grpc
 import pytest
 from google.protobuf.message import DecodeError
 
-from dsp.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_row_batch, encode_sensor_batch
 from dsp.plan import output_columns
 from edge.agent import read_jsonl
-from glue import bus
 from glue.topology import parse_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from tests.conftest import running_hierarchy, topic_records, wait_for
 from tests.judge import assert_equal_to_reference
+from wire import bus
+from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_row_batch, encode_sensor_batch
+from wire.topics import dead_topic, raw_topic
 
 # Node ids of its own: the suite's broker keeps every topic, and these get garbage.
 TOPOLOGY = """
@@ -219,28 +220,28 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
         other = next(r for e, rs in EDGES.items() if e != edge for r in rs)
         cases = _malformed_raw(edge, other, now, serial)
         expected_reasons[edge] = [reason for _, _, reason in cases]
-        refused[edge] += _send(producer, bus.raw_topic(edge), [(v, h) for v, h, _ in cases])
+        refused[edge] += _send(producer, raw_topic(edge), [(v, h) for v, h, _ in cases])
     # children's view topics (the producers' pane partials, markers among them) and a dead-letter topic
     view_refusals = 0
     for task in producers:
         view_refusals += _send(producer, task.topic, [(v, None) for v in _bad_view_records(
             list(output_columns(task.plan)), now)])
-    _send(producer, bus.dead_topic("hx-a"), [(b"\xff not a dead letter", None), (None, None)])
+    _send(producer, dead_topic("hx-a"), [(b"\xff not a dead letter", None), (None, None)])
     producer.flush()
 
     # read cycles the agents sent, sent again four times each: duplicates
     for edge in EDGES:
-        recent = [r for r in topic_records(bootstrap, bus.raw_topic(edge)) if r.key != b"hostile"][-15:]
+        recent = [r for r in topic_records(bootstrap, raw_topic(edge)) if r.key != b"hostile"][-15:]
         for record in recent:
             for _ in range(4):
-                producer.send(bus.raw_topic(edge), key=record.key, value=record.value)
+                producer.send(raw_topic(edge), key=record.key, value=record.value)
         duplicates[edge] += 4 * len(recent)
 
     # 10 000 seeded-random corrupted records mixed into the traffic, 500 a second
     rng = random.Random(16)
     for n in range(RANDOM_RECORDS):
         edge = rng.choice(list(EDGES))
-        producer.send(bus.raw_topic(edge), key=b"hostile", value=_random_corrupt(rng, edge, int(time.time() * 1000), n))
+        producer.send(raw_topic(edge), key=b"hostile", value=_random_corrupt(rng, edge, int(time.time() * 1000), n))
         refused[edge] += 1
         if n % 500 == 499:
             producer.flush()
@@ -268,7 +269,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     readings = read_jsonl(hierarchy.readings_path)
     for edge, receptors in EDGES.items():
         cycles = [c for c in readings if c.get("receptor") in receptors and "reads" in c]
-        published = bus.current_ends(bootstrap, [bus.raw_topic(edge)])[bus.offset_key(bus.raw_topic(edge), 0)]
+        published = bus.current_ends(bootstrap, [raw_topic(edge)])[bus.offset_key(raw_topic(edge), 0)]
         assert published == len(cycles) + refused[edge] + duplicates[edge]
         stats = wait_for(lambda e=edge, p=published: (s := hierarchy.mdr.stats(e)) and
                          s.get("cycles_in", 0) + s.get("dead", 0) + s.get("duplicates", 0) == p and s, 90,
@@ -276,7 +277,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
         assert (stats["cycles_in"], stats["dead"], stats["duplicates"]) == (len(cycles), refused[edge],
                                                                            duplicates[edge])
         assert stats["rows_in"] == sum(len(c["reads"]) for c in cycles)
-        letters = [hifi_pb2.DeadLetter.FromString(r.value) for r in topic_records(bootstrap, bus.dead_topic(edge))
+        letters = [hifi_pb2.DeadLetter.FromString(r.value) for r in topic_records(bootstrap, dead_topic(edge))
                    if r.key != b"hostile"]
         assert len(letters) == refused[edge]
         for reason in expected_reasons[edge]:
@@ -284,7 +285,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     core = wait_for(lambda: (s := hierarchy.mdr.stats("hx-core")).get("dead") == view_refusals and s, 60,
                     "the core to dead-letter each refused view record once")
     assert core["dead"] == view_refusals
-    core_letters = [r for r in topic_records(bootstrap, bus.dead_topic("hx-core"))]
+    core_letters = [r for r in topic_records(bootstrap, dead_topic("hx-core"))]
     assert len(core_letters) == view_refusals
 
     restarted = [(node.id, q.query_id, q.restarts, q.status) for node in hierarchy.nodes.values()

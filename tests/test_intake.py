@@ -1,13 +1,13 @@
-"""dsp.intake and glue.limits: what nodes accept, as pure functions."""
+"""wire.intake and glue.limits: what nodes accept, as pure functions."""
 
 import datetime as dt
 import random
 
 import pytest
 
-from dsp.intake import IntakeRules, RecentCycles, arrival_ms, rows_problem, value_problem
 from glue.limits import Limits, check_name
 from glue.sql.lexer import Pos, SqlError
+from wire.intake import IntakeRules, RecentCycles, arrival_ms, rows_problem, value_problem
 
 NOW = 1_800_000_000_000
 

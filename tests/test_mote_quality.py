@@ -66,9 +66,9 @@ def test_injected_faults_in_the_intel_lab_replay_are_found_with_precision_and_re
 
 
 def test_the_sink_judges_periods_as_they_close_and_a_replay_continues_exactly(tmp_path):
-    from dsp.codec import ms_to_datetime
     from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, Qualify, Source
     from dsp.quality import QualityState
+    from wire.codec import ms_to_datetime
 
     plan = Qualify(Source(("hifi.raw.door1",), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts", 1000), 1000)
     periods = [_period(t) for t in range(12)]

@@ -19,6 +19,7 @@ from dsp.plan import (
     to_json,
     window_of,
 )
+from wire.windows import WindowError
 
 RAW = Source(("hifi.raw.d1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 
@@ -61,10 +62,13 @@ def test_type_errors_name_the_problem(plan, message):
 
 
 def test_bad_windows_and_json_are_refused():
-    with pytest.raises(PlanError, match="exceeds its range"):
+    with pytest.raises(WindowError, match="exceeds its range"):
         Window(1000, 5000)
-    with pytest.raises(PlanError, match="positive"):
+    with pytest.raises(WindowError, match="positive"):
         Window(0, 0)
+    with pytest.raises(PlanError, match="positive"):
+        from_json(to_json(RAW).join(['{"op": "Aggregate", "child": ', ', "keys": [], "aggregates": [], '
+                                                              '"window": {"range_ms": 0, "slide_ms": 0}}']))
     with pytest.raises(PlanError, match="unknown plan operator"):
         from_json('{"op": "Teleport"}')
     with pytest.raises(PlanError, match="malformed plan JSON"):

@@ -17,12 +17,12 @@ from collections import Counter
 
 import pytest
 
-from dsp.codec import datetime_ms
 from glue.topology import load_topology
 from services.cli import SMALL_TOPOLOGY
 from services.compose import compose_model, node_service
 from services.embedded import free_port
 from tests.conftest import wait_for
+from wire.codec import datetime_ms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")

@@ -10,9 +10,9 @@ from glue.reference import Reference, adaptive_smoothed, evaluate_expr
 from glue.rewrite.distribute import answering_from, distribute
 from glue.rewrite.partials import split
 from glue.rewrite.placement import place
-from glue.rewrite.windows import pane_of, window_starts
 from glue.sql.lexer import SqlError
 from tests.catalogs import supply_chain_catalog
+from wire.windows import pane_of, window_starts
 
 COUNT_BY_TAG = ("SELECT tag_id, count(*) AS n FROM rfid_stream [range by '6 seconds', slide by '4 seconds'] "
                 "GROUP BY tag_id")

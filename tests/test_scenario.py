@@ -46,9 +46,9 @@ def test_a_missing_file_is_named(tmp_path):
 
 
 def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors():
-    from edge.scenario import receptors_for, scenario_of
     from glue.topology import load_topology
     from services.cli import TOPOLOGIES
+    from services.emulation import receptors_for, scenario_of
 
     for name in ("supply-chain.yaml", "deep.yaml", "regional.yaml"):
         topology = load_topology(os.path.join(TOPOLOGIES, name))
@@ -67,9 +67,9 @@ def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors()
     ("{id: x1, node: warehouse, location: truck}", "receptor 'x1' publishes to 'warehouse', which is not an edge"),
 ])
 def test_a_scenario_that_contradicts_its_topology_is_refused(reader, message):
-    from edge.scenario import receptors_for
     from glue.topology import load_topology
     from services.cli import DEFAULT_TOPOLOGY
+    from services.emulation import receptors_for
 
     topology = load_topology(DEFAULT_TOPOLOGY)
     with pytest.raises(ScenarioError) as error:

@@ -6,10 +6,10 @@ import datetime as dt
 import random
 from collections import Counter
 
-from dsp.codec import ms_to_datetime
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Smooth, Source
 from dsp.smoothing import SmoothingState
 from glue.reference import adaptive_smoothed
+from wire.codec import ms_to_datetime
 
 EPOCH = 1000
 PLAN = Smooth(Source(("hifi.raw.door1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000), EPOCH)

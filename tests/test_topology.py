@@ -3,7 +3,8 @@ import os
 import pytest
 
 from glue.csava import view_plans
-from glue.topology import TopologyError, duration_ms, load_topology, parse_topology
+from glue.topology import TopologyError, load_topology, parse_topology
+from wire.windows import DurationError, duration_ms
 
 DEFAULT = os.path.join(os.path.dirname(__file__), "..", "deploy", "topologies", "supply-chain.yaml")
 
@@ -78,5 +79,5 @@ def test_durations():
     assert duration_ms("2 minutes") == 120_000
     assert duration_ms("1 hour") == 3_600_000
     assert duration_ms(3) == 3000
-    with pytest.raises(TopologyError, match="not a duration"):
+    with pytest.raises(DurationError, match="not a duration"):
         duration_ms("soon")

@@ -41,14 +41,13 @@ from dsp.plan import (
     sources,
     to_json,
 )
-from glue import bus
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place
-from glue.rewrite.windows import pane_of
 from glue.sql.lexer import SqlError
-from glue.topology import duration_ms
+from wire.topics import raw_topic, results_topic, view_topic
+from wire.windows import duration_ms, pane_of
 
 EVENT_TIME = "__ts"          # the event time carried by a selection's rows up the tree
 WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
@@ -122,7 +121,7 @@ class _Builder:
         if q.smoothing is not None:
             return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, markers=True)
         if q.source_kind == "stream":
-            return Source((bus.raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
+            return Source((raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, "window_start", 0, markers=True)
 
@@ -133,13 +132,13 @@ class _Builder:
         not shared: smoothing state depends on where in the stream it began (the query's start)."""
         if node not in self.smoothing:
             assert self.q.smoothing is not None
-            raw = self.joined(Source((bus.raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms),
+            raw = self.joined(Source((raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms),
                               node)
             if self.q.predicate is not None:
                 raw = Filter(raw, self.q.predicate)
             name = f"smooth_{self.query_id}"
             self.smoothing[node] = NodeTask(node, "smooth", f"view.{name}", Smooth(
-                raw, self.q.smoothing.epoch_ms, self.q.smoothing.delta), bus.view_topic(node, name), name)
+                raw, self.q.smoothing.epoch_ms, self.q.smoothing.delta), view_topic(node, name), name)
             self.tasks.append(self.smoothing[node])
         return self.smoothing[node]
 
@@ -242,11 +241,11 @@ class _Builder:
         if role == "final":
             if self.q.view_name:
                 return NodeTask(node, role, f"view.{self.q.view_name}", plan,
-                                bus.view_topic(node, self.q.view_name), self.q.view_name)
-            return NodeTask(node, role, self.query_id, plan, bus.results_topic(self.query_id), "")
+                                view_topic(node, self.q.view_name), self.q.view_name)
+            return NodeTask(node, role, self.query_id, plan, results_topic(self.query_id), "")
         name = _view_name(role, plan)
         reused = any(v.node == node and v.name == name for v in self.catalog.views)
-        return NodeTask(node, role, f"view.{name}", plan, bus.view_topic(node, name), name, reused)
+        return NodeTask(node, role, f"view.{name}", plan, view_topic(node, name), name, reused)
 
     def build(self, node: str) -> NodeTask:
         """Plan `node` (and, first, every child on the way to the producers); return its task."""

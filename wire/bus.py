@@ -1,6 +1,6 @@
 """The data plane's Kafka client helpers (kafka-python): topics, producers, offset ranges.
 
-Topic names follow DESIGN §3; build them with the functions here, never by hand.
+Topic names are built by wire.topics (DESIGN §3), never by hand.
 """
 
 from __future__ import annotations
@@ -13,26 +13,6 @@ from collections.abc import Iterator, Sequence
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
-
-
-def raw_topic(edge_node: str) -> str:
-    return f"hifi.raw.{edge_node}"
-
-
-def view_topic(node: str, view: str) -> str:
-    return f"hifi.view.{node}.{view}"
-
-
-def rqs_topic(query_id: str, node: str) -> str:
-    return f"hifi.rqs.{query_id}.{node}"
-
-
-def results_topic(query_id: str) -> str:
-    return f"hifi.results.{query_id}"
-
-
-def dead_topic(node: str) -> str:
-    return f"hifi.dead.{node}"
 
 
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:

@@ -159,7 +159,7 @@ def rows_problem(columns: Sequence[str], rows: Sequence[Sequence[Any]],
     if missing:
         return f"missing column(s) {', '.join(missing)}"
     index = {name: i for i, name in enumerate(columns)}
-    for n, row in enumerate(rows):   # rows as dsp.codec.parse_row_batch gives them: one value a column
+    for n, row in enumerate(rows):   # rows as wire.codec.parse_row_batch gives them: one value a column
         for name, kind in wanted:
             problem = value_problem(row[index[name]], kind)
             if problem is not None:

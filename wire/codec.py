@@ -1,6 +1,6 @@
 """Wire codecs: protobuf messages on Kafka <-> plain Python rows. Pure functions, no I/O.
 
-Raw RFID read cycles and sensor batches are validated here against dsp.intake's rules; a
+Raw RFID read cycles and sensor batches are validated here against wire.intake's rules; a
 record that fails carries the reason, which the node's ingest dead-letters to `hifi.dead.<node>`
 (see dsp.kafka_source). Nothing here raises on a record's content: a reader must go on past it.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from dsp.intake import DUPLICATE, NO_RULES, IntakeRules, RecentCycles
 from protos import hifi_pb2
+from wire.intake import DUPLICATE, NO_RULES, IntakeRules, RecentCycles
 
 TOMBSTONE = "record has no value (a tombstone)"
 _BAD_VALUES = (DecodeError, ValueError, OverflowError, OSError, RecursionError)
@@ -135,7 +135,7 @@ def _error_row(receptor: str | None, cycle: int | None, partition: int, offset: 
 def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_ms: int, heartbeat: bool = False,
                       rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> list[tuple]:
     """Rows (RAW_RFID_COLUMNS) for one Kafka record that arrived at `arrival_ms`: one per tag
-    read, or one error row (a duplicate's reason starts with dsp.intake.DUPLICATE); with
+    read, or one error row (a duplicate's reason starts with wire.intake.DUPLICATE); with
     `heartbeat`, also a row with no tag for every valid cycle (that the reader cycled then, read
     or not: adaptive smoothing steps an epoch once it knows the epoch is over). `recent`: the
     partition's recent cycles, fed this record (every record must pass through it, in order)."""
@@ -164,7 +164,7 @@ def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_
 
 def cycle_key(value: bytes | None) -> tuple[str, int, int] | None:
     """(receptor, cycle, timestamp) of a raw record that parses as a read cycle with a receptor:
-    what dsp.intake.RecentCycles remembers of the records before a range being read. The time is
+    what wire.intake.RecentCycles remembers of the records before a range being read. The time is
     part of it: an agent that restarts numbers its cycles from 0 again."""
     if value is None:
         return None

@@ -1,0 +1,23 @@
+"""The names of the data plane's Kafka topics (DESIGN §3). Pure: build them here, never by hand."""
+
+from __future__ import annotations
+
+
+def raw_topic(edge_node: str) -> str:
+    return f"hifi.raw.{edge_node}"
+
+
+def view_topic(node: str, view: str) -> str:
+    return f"hifi.view.{node}.{view}"
+
+
+def rqs_topic(query_id: str, node: str) -> str:
+    return f"hifi.rqs.{query_id}.{node}"
+
+
+def results_topic(query_id: str) -> str:
+    return f"hifi.results.{query_id}"
+
+
+def dead_topic(node: str) -> str:
+    return f"hifi.dead.{node}"
