@@ -179,42 +179,6 @@ def rfid_readings(logged: Iterable[dict[str, Any]]) -> list[Row]:
              "ts": cycle["t"]} for cycle in logged if "reads" in cycle for tag, antenna, strength in cycle["reads"]]
 
 
-def csava_location_counts(readings: Iterable[Row], strength_t: float, count_t: int, window_ms: int,
-                          locations: dict[str, str]) -> dict[tuple[int, str], int]:
-    """The standing CSAVA chain of the default topology (glue.csava: clean, smooth, arbitrate,
-    totals) over tumbling windows, centrally: {(window_start_ms, location): tags}. Each tag is
-    counted once per window, at the receptor that read it most (ties: the smallest receptor id)."""
-    reads: dict[tuple[int, str, str], int] = defaultdict(int)
-    for r in readings:
-        if r["read_strength"] >= strength_t:
-            reads[(r["ts"] // window_ms * window_ms, r["tag_id"], r["receptor_id"])] += 1
-    best: dict[tuple[int, str], tuple[int, str]] = {}
-    for (window, tag, receptor), n in reads.items():
-        if n >= count_t:
-            best[(window, tag)] = min(best.get((window, tag), (-n, receptor)), (-n, receptor))
-    counts: dict[tuple[int, str], int] = defaultdict(int)
-    for (window, _), (_, receptor) in best.items():
-        counts[(window, locations[receptor])] += 1
-    return dict(counts)
-
-
-def stock_alerts(counts: dict[tuple[int, str], int], expected: dict[str, tuple[int, int]]
-                 ) -> set[tuple[int, str, int]]:
-    """The validate stage centrally: (window_start_ms, location, tags) of the counts outside the
-    (min, max) a location expects; locations not in `expected` raise no alert."""
-    return {(window, location, tags) for (window, location), tags in counts.items()
-            if location in expected and not expected[location][0] <= tags <= expected[location][1]}
-
-
-def location_trends(counts: dict[tuple[int, str], int], range_ms: int) -> dict[tuple[int, str], tuple]:
-    """The analyze stage centrally: per (long window start, location), the mean, fewest and most
-    tags of its count windows, and how many there were."""
-    grouped: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for (window, location), tags in counts.items():
-        grouped[(window // range_ms * range_ms, location)].append(tags)
-    return {key: (sum(v) / len(v), min(v), max(v), len(v)) for key, v in grouped.items()}
-
-
 def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, positions: dict[str, tuple[float, float]],
                       offsets: dict[str, dict[str, float]] | None = None, from_ms: int | None = None) -> list[tuple]:
     """The qualify stage centrally over the agent's readings log (its sample batches), for the

@@ -3,7 +3,8 @@
 Schema (documented in deploy/topologies/README.md):
   name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen, metrics_port}],
   receptors [{id, kind, node, location, area, x, y}], relations [{name, columns, rows, replicas}],
-  views [{name, stage, tiers, ...stage options, definition, materialize, readers}], scenario (file or {...})
+  views [{sql | name + operator, tiers | nodes, materialize, readers, alert, ...operator options}],
+  scenario (file or {...})
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from glue.sql import ast
+from glue.sql.lexer import SqlError
+from glue.sql.parser import parse
 
 TIERS = ("edge", "aggregation", "core")
 RECEPTOR_KINDS = ("rfid", "mote")
@@ -67,16 +72,21 @@ class RelationSpec:
     replicas: tuple[str, ...]
 
 
+OPERATORS = ("qualify",)   # views SQL cannot say (glue.operators builds their plans)
+
+
 @dataclass(frozen=True)
 class ViewSpec:
     name: str
-    stage: str
+    sql: str                        # CREATE VIEW <name> AS ..., planned like a user's query ("" for an operator)
+    operator: str                   # a named operator (OPERATORS) for what SQL cannot say, else ""
     tiers: tuple[str, ...]
-    options: dict[str, Any]
-    definition: str
+    options: dict[str, Any]         # the operator's options
+    definition: str                 # what the view holds: its SQL, or the operator's description
     materialize: bool
     readers: tuple[str, ...]
     nodes: tuple[str, ...] = ()     # placed at these nodes (instead of every node of `tiers`)
+    alert: str = ""                 # the dashboard shows its rows as events of this kind ("" for none)
 
 
 @dataclass
@@ -208,23 +218,7 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
                               tuple(tuple(row) for row in r.get("rows") or []),
                               tuple(r.get("replicas") or ["*"])) for r in doc.get("relations") or []]
 
-    views: list[ViewSpec] = []
-    for item in doc.get("views") or []:
-        name = str(_need(item, "name", "a view"))
-        placed = [str(n) for n in item.get("nodes") or []]
-        unknown = [n for n in placed if n not in nodes]
-        if unknown:
-            raise TopologyError(f"line {item['__line__']}: view {name!r} placed at unknown node(s) "
-                                f"{', '.join(unknown)}")
-        tiers = sorted({nodes[n].tier for n in placed}) if placed else item.get("tiers") or [item.get("tier")]
-        for tier in tiers:
-            if tier not in TIERS:
-                raise TopologyError(f"line {item['__line__']}: view {name!r} placed at unknown tier {tier!r}")
-        known = {"name", "stage", "tiers", "tier", "nodes", "definition", "materialize", "readers"}
-        views.append(ViewSpec(name, str(_need(item, "stage", f"view {name!r}")), tuple(tiers),
-                              {k: v for k, v in _clean(item).items() if k not in known},
-                              str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
-                              tuple(item.get("readers") or ["*"]), tuple(placed)))
+    views = [_view(item, nodes) for item in doc.get("views") or []]
 
     return Topology(name=str(doc.get("name", source)), nodes=nodes, receptors=receptors, relations=relations,
                     views=views, parameters=_clean(doc.get("parameters") or {}),
@@ -252,3 +246,43 @@ def load_topology(path: str) -> Topology:
         raise TopologyError(message if message.startswith(path) else f"{path}: {message}") from None
 
 
+
+
+def _view(item: dict[str, Any], nodes: dict[str, NodeSpec]) -> ViewSpec:
+    """A view entry: HiFi SQL (`sql: CREATE VIEW name AS ...`), or a named operator (`name`, `operator`)."""
+    line = item["__line__"]
+    sql = str(item.get("sql") or "").strip()
+    operator = str(item.get("operator") or "")
+    if sql and operator:
+        raise TopologyError(f"line {line}: a view is either `sql` or an `operator`, not both")
+    if sql:
+        name = _created_view(sql, line)
+        if item.get("name") not in (None, name):
+            raise TopologyError(f"line {line}: view {item['name']!r}: its SQL creates {name!r}")
+    else:
+        name = str(_need(item, "name", "a view"))
+        if operator not in OPERATORS:
+            raise TopologyError(f"line {line}: view {name!r} needs `sql: CREATE VIEW {name} AS ...` "
+                                f"(or an operator: {', '.join(OPERATORS)})")
+    placed = [str(n) for n in item.get("nodes") or []]
+    unknown = [n for n in placed if n not in nodes]
+    if unknown:
+        raise TopologyError(f"line {line}: view {name!r} placed at unknown node(s) {', '.join(unknown)}")
+    tiers = sorted({nodes[n].tier for n in placed}) if placed else item.get("tiers") or [item.get("tier")]
+    for tier in tiers:
+        if tier not in TIERS:
+            raise TopologyError(f"line {line}: view {name!r} placed at unknown tier {tier!r}")
+    known = {"name", "sql", "operator", "tiers", "tier", "nodes", "definition", "materialize", "readers", "alert"}
+    return ViewSpec(name, sql, operator, tuple(tiers), {k: v for k, v in _clean(item).items() if k not in known},
+                    sql or str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
+                    tuple(item.get("readers") or ["*"]), tuple(placed), str(item.get("alert") or ""))
+
+
+def _created_view(sql: str, line: int) -> str:
+    try:
+        statement = parse(sql)
+    except SqlError as exc:
+        raise TopologyError(f"line {line}: view SQL: {exc}") from None
+    if not isinstance(statement, ast.CreateView):
+        raise TopologyError(f"line {line}: a view's sql is a CREATE VIEW <name> AS SELECT ... statement")
+    return statement.name

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from edge.agent import read_jsonl
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
+from glue.standing import crossing_topics, standing_views
 from glue.topology import Topology
 from wire import bus
-from wire.topics import raw_topic, view_topic
+from wire.topics import raw_topic
 from wire.windows import duration_ms
 
 
@@ -128,10 +129,10 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
 
 
 def tier_topics(topology: Topology) -> dict[str, list[str]]:
-    """The topics of each flow between tiers: raw readings into the edges, and the materialized
-    views each tier below the core exports to its parents."""
+    """The topics of each flow between tiers: raw readings into the edges, and what each tier below
+    the core sends its parents (the standing views' parts a node on another level reads)."""
     flows = {"raw into edge": [raw_topic(n) for n in topology.edge_nodes()]}
+    crossing = crossing_topics(standing_views(topology))
     for tier in ("edge", "aggregation"):
-        flows[f"leaving {tier}"] = [view_topic(n.id, v.name) for n in topology.nodes.values() if n.tier == tier
-                                    for v in topology.views_at(n.id) if v.materialize]
+        flows[f"leaving {tier}"] = sorted(t for t, node in crossing.items() if topology.nodes[node].tier == tier)
     return flows

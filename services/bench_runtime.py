@@ -35,16 +35,15 @@ receptors:
 relations:
   - {name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}
 views:
-  - name: cleaned_rfid_stream
-    stage: clean
-    tiers: [edge]
+  - tiers: [edge]
     materialize: false
-    definition: SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
-  - name: smoothed_rfid_stream
-    stage: smooth
-    tiers: [edge]
-    definition: |
-      SELECT receptor_id, tag_id FROM cleaned_rfid_stream [range by 't1', slide by 't2']
+    sql: |
+      CREATE VIEW cleaned_rfid_stream AS
+      SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
+  - tiers: [edge]
+    sql: |
+      CREATE VIEW smoothed_rfid_stream AS
+      SELECT receptor_id, tag_id, count(*) AS reads FROM cleaned_rfid_stream [range by 't1', slide by 't2']
       GROUP BY receptor_id, tag_id HAVING count(*) >= count_T
 scenario:
   name: one-edge

@@ -63,7 +63,6 @@ CHART_SPAN_MS = 300_000      # the throughput and lag charts show the last five 
 RATE_SPAN_MS = 5_000         # receptor rates over (at least) the last five seconds
 EVENTS_KEPT = 200
 KEEPALIVE_S = 5.0
-ALERT_STAGES = {"validate": "alert", "qualify": "faulty"}
 
 
 def _json_cell(value: Any) -> Any:
@@ -162,8 +161,8 @@ class Dashboard:
     def _alert_topics(self) -> dict[str, str]:
         if self.topology is None:
             return {}
-        return {view_topic(node, view.name): ALERT_STAGES[view.stage] for node in self.topology.nodes
-                for view in self.topology.views_at(node) if view.stage in ALERT_STAGES and view.materialize}
+        return {view_topic(node, view.name): view.alert for node in self.topology.nodes
+                for view in self.topology.views_at(node) if view.alert and view.materialize}
 
     # ------------------------------------------------------------ lifecycle
 

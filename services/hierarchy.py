@@ -19,7 +19,8 @@ from dsp.plan import RAW_RFID_SOURCE_COLUMNS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
-from glue.csava import CALIBRATED
+from glue.operators import CALIBRATED
+from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR
 from services.dashboard import Dashboard
@@ -126,7 +127,7 @@ class Hierarchy:
     def result_topics(self) -> list[str]:
         """The ends of the CSAVA chain: materialized views no other view reads (headquarters'
         analysis, the region's alerts), wherever they are exported."""
-        read = {str(v.options.get("input")) for v in self.topology.views if v.options.get("input")}
+        read = {standing.reads for standing in standing_views(self.topology)}
         return [topic for v in self.topology.views if v.materialize and v.name not in read
                 for topic in self.view_topics(v.name)]
 

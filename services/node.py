@@ -21,8 +21,9 @@ from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
-from glue.csava import view_plans
 from glue.limits import check_name
+from glue.operators import operator_plans
+from glue.standing import standing_views
 from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
@@ -113,6 +114,7 @@ class HiFiNode:
             raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
         self.id = node_id
         self.topology = topology
+        self.standing = standing_views(topology)   # the topology's SQL views, planned as queries are
         self.mdr = mdr
         self.bootstrap = bootstrap
         tier = topology.nodes[node_id].tier
@@ -163,13 +165,20 @@ class HiFiNode:
         bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
             bus.ensure_topics(self.bootstrap, [raw_topic(self.id)])
-        for view_plan in view_plans(self.topology, self.id, self._child_view):
-            if view_plan.view.materialize:
-                self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name,
-                            view_plan.view.readers, view_plan.view.definition)
-            else:
-                self._export(view_plan.view.name, view_plan.plan, "", view_plan.view.readers,
-                             view_plan.view.definition)
+        for standing in self.standing:
+            for task in standing.tasks:
+                if task.node == self.id:
+                    last = task is standing.tasks[-1]
+                    self.deploy(task.query_id, task.plan, task.export_as, standing.view.readers if last else ("*",),
+                                standing.view.definition if last else "")
+            if not standing.tasks and standing.node == self.id:   # exported as a definition only
+                export = standing.export
+                self.mdr.export_view(ViewRecord(name=export.name, node=self.id, topic="", window="",
+                                                definition=export.definition, plan="", columns=export.columns,
+                                                readers=export.readers, exported_ms=now_ms()))
+        for view_plan in operator_plans(self.topology, self.id):
+            self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name, view_plan.view.readers,
+                        view_plan.view.definition)
         self.dsp.ensure_ingest()
 
     def wait_for_children(self, timeout_s: float, progress: Callable[[str], None] = lambda _: None) -> None:
@@ -177,10 +186,13 @@ class HiFiNode:
         started on its own, e.g. in its own container, may come up before its children)."""
         deadline = time.monotonic() + timeout_s
         announced = ""
+        children = set(self.topology.children(self.id))
+        # what this node's parts read from its children: the views and partial streams they export
+        needed = {(task.node, task.export_as) for standing in self.standing for task in standing.tasks
+                  if task.node in children and task.export_as}
         while True:
-            missing = [f"{child}.{view.name}" for child in self.topology.children(self.id)
-                       for view in self.topology.views_at(child) if view.materialize
-                       and not any(v.name == view.name and v.topic for v in self.mdr.views(child))]
+            exported = {(v.node, v.name) for v in self.mdr.views() if v.topic}
+            missing = sorted(f"{node}.{name}" for node, name in needed - exported)
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -238,14 +250,6 @@ class HiFiNode:
                 log.exception("node %s: gauges failed", self.id)
 
     # ------------------------------------------------------------ views and queries
-
-    def _child_view(self, node_id: str, view: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-        """Topics and columns of `view` as exported by this node's children (from the MDR)."""
-        children = set(self.topology.children(node_id))
-        found = [v for v in self.mdr.views() if v.node in children and v.name == view and v.topic]
-        if not found:
-            raise TopologyError(f"node {node_id}: no child exports a materialized view {view!r}")
-        return tuple(v.topic for v in found), found[0].columns
 
     def _count(self, query_id: str):
         def on_batch(report: BatchReport) -> None:

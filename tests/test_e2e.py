@@ -1,7 +1,7 @@
 """End to end: the default supply-chain topology on real Redis, broker and Spark, its standing
 CSAVA views (clean and smooth at the doors, arbitrate at the warehouse, totals and validation at the
-region, analysis at headquarters) checked against the same chain evaluated centrally over the
-readings the agents published; plus the Node gRPC API and the hifi CLI against the running
+region, analysis at headquarters; HiFi SQL planned like queries) checked against the same SQL
+evaluated centrally over the readings the agents published; plus the Node gRPC API and the hifi CLI against the running
 hierarchy."""
 
 import os
@@ -36,13 +36,19 @@ def _rows(hierarchy, node: str, view: str) -> list[dict]:
     return topic_rows(hierarchy.bootstrap, f"hifi.view.{node}.{view}")
 
 
-def _central_counts(hierarchy, logged) -> dict[tuple[int, str], int]:
-    from glue.reference import csava_location_counts, rfid_readings
+def _central(hierarchy, view: str, logged) -> list[dict]:
+    """The topology's SQL of `view` evaluated centrally over every reading the agents published."""
+    from glue.analyzer import analyze
+    from glue.reference import Reference, rfid_readings
+    from services.placement import load_catalog
 
-    parameters = hierarchy.topology.parameters
-    located = {r.id: r.location for r in hierarchy.topology.receptors}
-    return csava_location_counts(rfid_readings(logged), float(parameters["strength_T"]), int(parameters["count_T"]),
-                                 duration_ms(parameters["t1"]), located)
+    catalog = load_catalog(hierarchy.mdr)
+    sql = next(v.sql for v in hierarchy.topology.views if v.name == view)
+    return Reference(rfid_readings(logged), catalog).run(analyze(sql, catalog))
+
+
+def _central_counts(hierarchy, logged) -> dict[tuple[int, str], int]:
+    return {(r["window_start"], r["location"]): r["tags"] for r in _central(hierarchy, "location_counts", logged)}
 
 
 def test_region_counts_per_location_equal_the_csava_chain_evaluated_centrally(hierarchy):
@@ -75,11 +81,6 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
     """Validate: the alert stream holds exactly the region's counts outside the expected range.
     Analyze: hq's long windows hold the mean, fewest and most of the region's count windows."""
     from edge.agent import read_jsonl
-    from glue.reference import location_trends, stock_alerts
-
-    relation = next(r for r in hierarchy.topology.relations if r.name == "expected_stock")
-    expected_stock = {location: (low, high) for location, low, high in relation.rows}
-    range_ms = duration_ms(hierarchy.topology.parameters["trend_range"])
 
     def closed_trends():
         trends = _rows(hierarchy, "hq", "location_trends")
@@ -91,7 +92,9 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
 
     trends, counts, whole = wait_for(closed_trends, 300, "a whole long window at hq", 3)
     region = {(_ms(r["window_start"]), r["location"]): r["tags"] for r in counts}
-    want_trends = location_trends(region, range_ms)
+    logged = read_jsonl(hierarchy.readings_path)
+    want_trends = {(t["window_start"], t["location"]): (t["mean_tags"], t["fewest_tags"], t["most_tags"], t["windows"])
+                   for t in _central(hierarchy, "location_trends", logged)}
     for t in trends:
         key = (_ms(t["window_start"]), t["location"])
         if key[0] in whole:
@@ -99,7 +102,8 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
     assert any(t["windows"] > 1 for t in trends if _ms(t["window_start"]) in whole)
 
     upto = max(w for w, _ in region) - 4000      # the alert query reads the region's counts a hop later
-    want_alerts = {a for a in stock_alerts(region, expected_stock) if a[0] <= upto}
+    want_alerts = {(a["window_start"], a["location"], a["tags"]) for a in _central(hierarchy, "stock_alerts", logged)
+                   if a["window_start"] <= upto}
     assert want_alerts, "the scenario should overflow a door now and then; the check would be empty"
 
     def alerts_so_far():
@@ -108,8 +112,7 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
         return {a for a in alerts if a[0] <= upto} == want_alerts or None
 
     wait_for(alerts_so_far, 60, f"the region's alerts to be {sorted(want_alerts)[:4]}...", 2)
-    logged = read_jsonl(hierarchy.readings_path)   # and the region's counts are the central chain's
-    central = _central_counts(hierarchy, logged)
+    central = _central_counts(hierarchy, logged)   # and the region's counts are the central chain's
     differ = {key: (tags, central.get(key)) for key, tags in region.items()
               if key[0] <= upto - 4000 and central.get(key) != tags}
     assert not differ, f"(window, location): (region, central) differ: {sorted(differ.items())[:6]}"

@@ -2,8 +2,6 @@
 default topology's standing CSAVA chain run bottom-up against the central reference."""
 
 import datetime as dt
-import random
-from collections import Counter
 
 import pyarrow as pa
 
@@ -20,12 +18,7 @@ from dsp.plan import (
     Lit,
     Source,
     Window,
-    output_columns,
 )
-from glue.csava import view_plans
-from glue.reference import csava_location_counts
-from glue.topology import load_topology
-from wire.topics import raw_topic
 
 RAW = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 
@@ -114,60 +107,6 @@ def test_filters_keep_only_rows_where_the_condition_is_true():
     plan = Filter(RAW, BinOp(">=", Col("read_strength"), Lit(0.5)))
     out = run_batches(plan, [("raw", raw_batch([("r", "a", 0.4, 1), ("r", "b", 0.5, 2)]))])
     assert [row[1] for row in out] == ["b"]
-
-
-def _csava_hierarchy(readings: dict[str, list[tuple]], batches: int) -> Counter:
-    """The supply-chain topology's standing views evaluated node by node, each child's rows and
-    markers handed to its parent after every batch, as the runtime does."""
-    topology = load_topology("deploy/topologies/supply-chain.yaml")
-    locations = [(r.id, r.location) for r in topology.receptors]
-    relations = {"receptor_locations": locations, "expected_stock": [("inbound-dock", 1, 8), ("outbound-door", 1, 8)]}
-    exported: dict[str, dict[str, tuple]] = {}
-    runners: dict[str, list] = {}
-    for spec in topology.bottom_up():
-        def child_views(node, view, spec=spec):
-            found = [exported[c][view] for c in topology.children(spec.id) if view in exported.get(c, {})]
-            return tuple(t for t, _ in found), found[0][1]
-        plans = [p for p in view_plans(topology, spec.id, child_views) if p.view.stage != "qualify"]
-        exported[spec.id] = {p.view.name: (p.topic, output_columns(p.plan)) for p in plans if p.view.materialize}
-        runners[spec.id] = [(p, build(p.plan, relations)) for p in plans if p.view.materialize]
-    counts: Counter = Counter()
-    order = [spec.id for spec in topology.bottom_up()]
-    for n in range(batches):
-        pending: dict[str, list[pa.Table]] = {}
-        for edge in topology.edge_nodes():
-            size = -(-len(readings[edge]) // batches)
-            pending[raw_topic(edge)] = [raw_batch(readings[edge][n * size:(n + 1) * size])]
-        for node in order:
-            for view_plan, root in runners[node]:
-                columns = output_columns(view_plan.plan)
-                for topic in list(pending):
-                    for batch in pending[topic]:
-                        out = root.push(topic, batch)
-                        if out is not None and out.num_rows:
-                            pending.setdefault(view_plan.topic, []).append(view_batch(columns, rows_of(out)))
-                            if view_plan.view.name == "location_counts":
-                                counts.update({(int(r[0].timestamp() * 1000), r[2]): r[3] for r in rows_of(out)})
-                if root.bound() is not None:
-                    pending.setdefault(view_plan.topic, []).append(view_batch(columns, marker_ms=root.bound()))
-    return counts
-
-
-def test_the_standing_csava_chain_bottom_up_equals_the_central_reference():
-    rng = random.Random(5)
-    receptors = {"door1": ["door1-r1", "door1-r2"], "door2": ["door2-r1", "door2-r2"]}
-    readings = {edge: sorted(((rng.choice(ids), f"urn:epc:id:sgtin:1.2.{rng.randrange(12)}", rng.random(),
-                               rng.randrange(0, 20_000)) for _ in range(600)), key=lambda r: r[3])
-                for edge, ids in receptors.items()}
-    # batches in time order, then a final reading far ahead so every window up to 20 s closes
-    for edge in readings:
-        readings[edge].append((receptors[edge][0], "urn:epc:id:sgtin:1.2.99", 0.9, 60_000))
-    got = _csava_hierarchy(readings, batches=10)
-    flat = [{"receptor_id": r, "tag_id": t, "read_strength": s, "ts": ms}
-            for edge in readings for r, t, s, ms in readings[edge] if ms < 20_000]
-    topology = load_topology("deploy/topologies/supply-chain.yaml")
-    expected = csava_location_counts(flat, 0.2, 1, 2000, {r.id: r.location for r in topology.receptors})
-    assert {k: v for k, v in got.items() if k[0] < 20_000} == expected
 
 
 def test_distinct_sets_are_collected_and_partial_sets_united():

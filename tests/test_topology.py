@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from glue.csava import view_plans
+from glue.standing import standing_views
 from glue.topology import TopologyError, load_topology, parse_topology
 from wire.windows import DurationError, duration_ms
 
@@ -30,32 +30,48 @@ def test_default_topology_loads_and_orders_children_first():
     assert {r.node for r in topology.receptors} == {"door1", "door2"}
 
 
-def test_default_views_build_plans_at_every_tier():
-    topology = load_topology(DEFAULT)
-    exported = {}
-    for spec in topology.bottom_up():
-        def child_views(node, name):
-            found = [exported[(c, name)] for c in topology.children(node) if (c, name) in exported]
-            return tuple(t for t, _ in found), found[0][1]
-        from dsp.plan import output_columns
-
-        for vp in view_plans(topology, spec.id, child_views):
-            exported[(spec.id, vp.view.name)] = (vp.topic, output_columns(vp.plan))
-    assert exported[("region", "location_counts")][1] == (("window_start", "timestamp"), ("window_end", "timestamp"),
-                                                          ("location", "string"), ("tags", "long"))
-    assert exported[("door1", "smoothed_rfid_stream")][0] == "hifi.view.door1.smoothed_rfid_stream"
-    # each CSAVA stage at its level: views placed by node, validation reading the region's own counts
+def test_default_views_are_planned_as_queries_at_every_tier():
+    standing = standing_views(load_topology(DEFAULT))
+    exported = {(s.node, s.view.name): s.export for s in standing}
+    assert exported[("region", "location_counts")].columns == (
+        ("window_start", "timestamp"), ("window_end", "timestamp"), ("location", "string"), ("tags", "long"))
+    assert exported[("door1", "smoothed_rfid_stream")].topic == "hifi.view.door1.smoothed_rfid_stream"
+    assert exported[("door1", "cleaned_rfid_stream")].topic == ""     # a definition only
+    # each CSAVA view at its level; validation reads the region's own counts
     assert {node for node, _ in exported} == {"door1", "door2", "warehouse", "region", "hq"}
     assert {name for node, name in exported if node == "warehouse"} == {"product_counts"}
-    assert [c for c, _ in exported[("region", "stock_alerts")][1]] == [
+    assert [c for c, _ in exported[("region", "stock_alerts")].columns] == [
         "window_start", "window_end", "location", "tags", "min_tags", "max_tags"]
-    assert [c for c, _ in exported[("hq", "location_trends")][1]] == [
+    assert [c for c, _ in exported[("hq", "location_trends")].columns] == [
         "window_start", "window_end", "location", "mean_tags", "fewest_tags", "most_tags", "windows"]
+    # the warehouse's arbitration is pushed down: each door sends its pane partials up
+    arbitrate = next(s for s in standing if s.view.name == "product_counts")
+    assert [(t.node, t.role) for t in arbitrate.tasks] == [
+        ("door1", "producer"), ("door2", "producer"), ("warehouse", "window"), ("warehouse", "final")]
 
 
 def test_a_view_placed_at_an_unknown_node_is_refused():
     with pytest.raises(TopologyError, match="view 'v' placed at unknown node"):
-        parse_topology(NODES_OK + "views:\n  - {name: v, stage: totals, nodes: [nowhere]}\n")
+        parse_topology(NODES_OK + "views:\n  - {sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, "
+                                  "nodes: [nowhere]}\n")
+
+
+@pytest.mark.parametrize("view, message", [
+    ("{name: v, stage: totals, tiers: [edge]}", r"line 12: view 'v' needs `sql: CREATE VIEW v AS \.\.\.`"),
+    ("{sql: SELECT tag_id FROM rfid_stream, tiers: [edge]}", "a view's sql is a CREATE VIEW <name> AS SELECT"),
+    ("{sql: CREATE VIEW v AS SELECT FROM, tiers: [edge]}", "line 12: view SQL: line 1, column"),
+    ("{name: w, sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, tiers: [edge]}", "its SQL creates 'v'"),
+])
+def test_bad_views_are_refused_with_the_line(view, message):
+    with pytest.raises(TopologyError, match=message):
+        parse_topology(NODES_OK + "views:\n  - " + view + "\n")
+
+
+def test_a_view_the_planner_refuses_names_the_view_and_node():
+    topology = parse_topology(NODES_OK + "views:\n  - {sql: CREATE VIEW v AS SELECT nothing FROM rfid_stream, "
+                              "tiers: [edge]}\n")
+    with pytest.raises(TopologyError, match="view 'v' at d1: .*unknown column 'nothing'"):
+        standing_views(topology)
 
 
 @pytest.mark.parametrize("text, message", [

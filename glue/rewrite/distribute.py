@@ -290,12 +290,14 @@ def _at_or_after(column: str, start_ms: int) -> BinOp:
     return BinOp(">=", Func("epoch_ms", (Col(column),)), Lit(start_ms))
 
 
-def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False) -> DistributedPlan:
-    """Place `query` and build every node's plan; SqlError when it cannot be planned.
+def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False,
+               at: str | None = None) -> DistributedPlan:
+    """Place `query` (rooted at node `at` when given) and build every node's plan; SqlError when
+    it cannot be planned.
 
     `naive` plans the baseline the lag benchmark compares with: every level re-forms the whole
     range/slide windows and waits a fixed slack (`level_lateness`) for its children."""
-    placement = place(query, catalog)
+    placement = place(query, catalog, at)
     if naive and query.arbitration is not None:
         raise SqlError("the naive baseline does not plan arbitration")
     builder = _Builder(query, catalog, query_id, placement, naive)

@@ -68,7 +68,11 @@ def scope_receptors(query: LogicalQuery, catalog: Catalog) -> list[str]:
     return sorted(chosen)
 
 
-def place(query: LogicalQuery, catalog: Catalog) -> Placement:
+def place(query: LogicalQuery, catalog: Catalog, at: str | None = None) -> Placement:
+    """Where `query` runs. `at` pins its root (a topology's standing view, placed by the operator):
+    it then covers everything below that node, the lowest exports of its source there."""
+    if at is not None:
+        return _place_at(query, catalog, at)
     receptors = scope_receptors(query, catalog)
     node_of = {r.id: r.node for r in catalog.receptors}
     edges = sorted({node_of[r] for r in receptors if r in node_of})
@@ -85,3 +89,16 @@ def place(query: LogicalQuery, catalog: Catalog) -> Placement:
     if dead:
         raise SqlError(f"node(s) {', '.join(dead)} holding {query.source!r} are not alive")
     return Placement(catalog.lowest_common_ancestor(producers), tuple(producers), tuple(receptors))
+
+
+def _place_at(query: LogicalQuery, catalog: Catalog, at: str) -> Placement:
+    if at not in catalog.nodes:
+        raise SqlError(f"no node {at!r} to place {query.view_name or 'this query'!r} at")
+    if query.source_kind == "stream":
+        producers = catalog.edges_below(at)
+    else:
+        subtree = [v.node for v in catalog.exports_of(query.source) if v.topic and at in catalog.ancestors(v.node)]
+        producers = sorted(n for n in set(subtree) if not any(n in catalog.ancestors(p)[1:] for p in subtree))
+    if not producers:
+        raise SqlError(f"nothing at or below {at} exports {query.source!r}")
+    return Placement(at, tuple(producers), ("*",))
