@@ -207,7 +207,21 @@ class _Builder:
         source = self.children_source(child_tasks)
         if not q.is_aggregate:
             return Project(source, tuple((name, Col(name)) for name, _ in q.outputs))
-        windowed = self.combine(source, q.window)
+        return self.finish(self.combine(source, q.window))
+
+    def local_plan(self, node: str) -> Plan:
+        """The whole query on its only producer, in one part: the producer's plan over the query's
+        own windows instead of panes, finished where it is read (no partial stream to send)."""
+        q = self.q
+        if not q.is_aggregate:
+            return Project(self.producer_plan(node), tuple((name, Col(name)) for name, _ in q.outputs))
+        keys, _ = self.merge_specs()
+        partials = (AggSpec("__rows", "count"),) if q.arbitration else split_all(q.aggregates)[0]
+        return self.finish(Aggregate(self.selection(node), keys, partials, None, q.window))
+
+    def finish(self, windowed: Aggregate) -> Plan:
+        """Whole windows of partials -> the select list: finals, HAVING, output names."""
+        q = self.q
         if q.arbitration is not None:
             return windowed  # the contest runs in a second query on the root (arbitration_plan)
         _, _, finals = split_all(q.aggregates)
@@ -250,6 +264,8 @@ class _Builder:
     def build(self, node: str) -> NodeTask:
         """Plan `node` (and, first, every child on the way to the producers); return its task."""
         root = node == self.placement.root
+        if root and self.placement.producers == (node,) and not self.naive:
+            return self.root_task(node, self.local_plan(node))
         if node in self.placement.producers:
             produced = self.task(node, "producer", self.producer_plan(node))
             self.tasks.append(produced)
@@ -260,12 +276,17 @@ class _Builder:
             children = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
         if not root:
             task = self.task(node, "merge", self.merge_plan(children))
-        elif self.q.arbitration is not None:
-            windowed = self.task(node, "window", self.final_plan(children))
+            self.tasks.append(task)
+            return task
+        return self.root_task(node, self.final_plan(children))
+
+    def root_task(self, node: str, plan: Plan) -> NodeTask:
+        """The root's part (with arbitration, its windowed counts, then the contest over them)."""
+        if self.q.arbitration is not None:
+            windowed = self.task(node, "window", plan)
             self.tasks.append(windowed)
-            task = self.task(node, "final", self.arbitration_plan(windowed))
-        else:
-            task = self.task(node, "final", self.final_plan(children))
+            plan = self.arbitration_plan(windowed)
+        task = self.task(node, "final", plan)
         self.tasks.append(task)
         return task
 
