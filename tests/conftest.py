@@ -81,5 +81,44 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, inter
         time.sleep(interval_s)
 
 
+# ------------------------------------------------------------------ test groups
+
+GROUPS = ("unit", "integration", "e2e")
+_group_seconds: dict[str, float] = dict.fromkeys(GROUPS, 0.0)
+_group_tests: dict[str, int] = dict.fromkeys(GROUPS, 0)
+
+
+def _group(item: pytest.Item) -> str:
+    """e2e: a live hierarchy (a `hierarchy` fixture, or a module marked e2e); integration: real
+    Redis, broker or Spark; unit: pure logic. A test may also mark itself."""
+    marked = [g for g in GROUPS if item.get_closest_marker(g)]
+    if marked:
+        return marked[0]
+    used = set(getattr(item, "fixturenames", ()))
+    if "hierarchy" in used:
+        return "e2e"
+    return "integration" if used & {"servers", "spark", "mdr"} else "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = _group(item)
+        if not item.get_closest_marker(group):
+            item.add_marker(group)   # so `pytest -m unit` (or integration, e2e) selects a group
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    group = next((g for g in GROUPS if g in report.keywords), "unit")
+    _group_seconds[group] += report.duration            # set-up (a module's hierarchy), call, teardown
+    if report.when == "call":
+        _group_tests[group] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    terminalreporter.section("time per test group")
+    for group in GROUPS:
+        terminalreporter.write_line(f"{group:<12} {_group_tests[group]:>4} tests  {_group_seconds[group]:8.1f} s")
+
+
 # the tests read topics with the judge's helpers
 from services.judge import topic_records, topic_rows  # noqa: E402,F401

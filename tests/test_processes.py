@@ -25,6 +25,8 @@ from tests.conftest import wait_for
 from wire.codec import datetime_ms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.e2e   # the hierarchy as the separate processes docker compose runs
+
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
 SMALL = SMALL_TOPOLOGY
 QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
