@@ -537,7 +537,7 @@ def load_agent_scenario(args: argparse.Namespace, start_ms: int):
 
 def bench_agents(args: argparse.Namespace, duration_s: float) -> int:
     """`hifi bench agents` and `hifi agents --benchmark`: one agent process, flat out and paced."""
-    from services.bench_agents import run_agents_bench
+    from services.bench.agents import run_agents_bench
 
     _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), duration_s, _progress))
     return 0
@@ -568,21 +568,21 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "lag":
-        from services.bench_lag import run_lag_bench, table
+        from services.bench.lag import run_lag_bench, table
 
         topology = args.topology or DEEP_TOPOLOGY
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
         _stop_spark()
         return 0
     if args.which == "dashboard":
-        from services.bench_dashboard import run_dashboard_bench
+        from services.bench.dashboard import run_dashboard_bench
 
         topology = args.topology or SMALL_TOPOLOGY
         _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
         _stop_spark()
         return 0
     if args.which in ("idle", "sharing", "capacity"):
-        from services.bench_runtime import (
+        from services.bench.runtime import (
             capacity_table,
             run_capacity_bench,
             run_idle_bench,
@@ -603,25 +603,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
         args.scenario = args.scenario or FAN_IN_SCENARIO
         return bench_agents(args, args.duration)
     if args.which == "cleaning":
-        from services.bench_cleaning import run_cleaning_bench
+        from services.bench.cleaning import run_cleaning_bench
 
         seed = args.seed if args.seed is not None else 7
         _say(run_cleaning_bench(args.scenario or SUPPLY_CHAIN_SCENARIO, args.duration, seed, args.plot or None,
                                 _progress))
         return 0
     if args.which == "planning" and args.submit:
-        from services.bench_planning import run_submit_bench
+        from services.bench.planning import run_submit_bench
 
         topology = args.topology or DEEP_TOPOLOGY
         _say(run_submit_bench(load_topology(topology), args.submit, args.fanout, args.levels, _progress).table())
         _stop_spark()
         return 0
     if args.which == "planning":
-        from services.bench_planning import run_planning_bench
+        from services.bench.planning import run_planning_bench
 
         _say(run_planning_bench(args.queries, args.fanout, args.levels).table())
         return 0
-    from services.bench import run_pipeline_bench
+    from services.bench.pipeline import run_pipeline_bench
 
     topology = load_topology(args.topology or DEFAULT_TOPOLOGY)
     _say(run_pipeline_bench(topology, args.duration, _progress, args.trigger_ms).table())

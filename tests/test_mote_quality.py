@@ -2,7 +2,7 @@
 Intel Lab readings with injected faults."""
 
 from dsp.mote_quality import MoteQuality
-from services.bench_cleaning import mote_detection
+from services.bench.cleaning import mote_detection
 
 GRID = {f"m{i}": (float(i % 3) * 3, float(i // 3) * 3) for i in range(9)}
 

@@ -172,7 +172,7 @@ def test_the_naive_baseline_re_forms_whole_windows_at_every_level():
 
 
 def test_lag_per_level_is_measured_from_first_emits():
-    from services.bench_lag import level_lags
+    from services.bench.lag import level_lags
 
     by_role = {"producer": [{4000: 4500, 6000: 6600}, {4000: 4700, 6000: 6500}],
                "merge": [{4000: 5200, 6000: 7000}], "final": [{4000: 6000, 6000: 8000}]}

@@ -23,7 +23,7 @@ from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import distribute
 from glue.topology import Topology
 from mdr.repository import MDR, ViewRecord
-from services.bench import figures_table
+from services.bench.report import figures_table, percentile
 
 VIEW_COLUMNS = (("window_start", "timestamp"), ("window_end", "timestamp"), ("receptor_id", "string"),
                 ("tag_id", "string"), ("reads", "long"))
@@ -86,8 +86,9 @@ class PlanningFigures:
 
 
 def _percentiles(timings: list[float]) -> tuple[float, float]:
-    cuts = statistics.quantiles(timings, n=100, method="inclusive")
-    return cuts[49], cuts[94]
+    p50, p95 = percentile(timings, 50), percentile(timings, 95)
+    assert p50 is not None and p95 is not None
+    return p50, p95
 
 
 def register_generated(mdr: MDR, catalog: Catalog, under: str) -> None:

@@ -27,7 +27,7 @@ from edge.intel_lab import INTEL_LAB_DATA, load_intel_lab, plan_faults, replay
 from edge.presence import TagTrace, answered_cycles, mixed_traces, moving_traces, static_traces
 from edge.scenario import load_scenario
 from edge.truth import presence_errors, read_cycles
-from services.bench import figures_table
+from services.bench.report import figures_table
 
 FIXED_WINDOWS = (1, 2, 3, 5, 8, 12, 20)   # epochs; 1 is the raw reads
 READ_RATES = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -232,8 +232,11 @@ def run_cleaning_bench(scenario_file: str, duration_s: float, seed: int, plot: s
                       f"({tp} found, {fp} false, {fn} missed)"))
     lines += ["", figures_table(motes)]
     if plot:
-        _plot(rows, plot)
-        lines += ["", f"plot: {plot}"]
+        try:
+            _plot(rows, plot)
+            lines += ["", f"plot: {plot}"]
+        except ModuleNotFoundError:   # plotting is the optional extra `plot`
+            lines += ["", "no plot: matplotlib is not installed (pip install '.[plot]'; make installs it)"]
     return "\n".join(lines)
 
 

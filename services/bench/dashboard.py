@@ -16,11 +16,7 @@ import urllib.request
 from collections.abc import Callable
 
 from glue.topology import Topology
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+from services.bench.report import percentile
 
 
 def run_dashboard_bench(topology: Topology, duration_s: float, progress: Callable[[str], None]) -> str:
@@ -82,9 +78,9 @@ def _measure(hierarchy, duration_s: float, progress: Callable[[str], None]) -> s
 
     lines = [f"dashboard bench: topology {hierarchy.topology.name!r}, {len(hierarchy.nodes)} nodes, "
              f"{len(build_ms)} snapshots over {elapsed:.0f} s",
-             f"snapshot build  p50 {_percentile(build_ms, 0.5):.1f} ms  p95 {_percentile(build_ms, 0.95):.1f} ms  "
+             f"snapshot build  p50 {percentile(build_ms, 50):.1f} ms  p95 {percentile(build_ms, 95):.1f} ms  "
              f"max {max(build_ms):.1f} ms",
-             f"snapshot size   p50 {_percentile(sizes, 0.5) / 1024:.1f} KiB (pushed to each open page every second)",
+             f"snapshot size   p50 {percentile(sizes, 50) / 1024:.1f} KiB (pushed to each open page every second)",
              "MDR operations/s per node: " + ", ".join(f"{n} {v:.1f}" for n, v in sorted(ops_per_s.items())),
              "metrics scrape (median of 5):"]
     lines += [f"  {service:<16} {ms:6.1f} ms  {size / 1024:6.1f} KiB" for service, ms, size in scrapes]

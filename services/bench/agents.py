@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from edge.agent import AgentStats, ReceptorAgent
 from edge.scenario import Scenario
-from services.bench import figures_table
+from services.bench.report import figures_table
 from services.embedded import embedded_or_external
 from services.hierarchy import next_whole_second
 

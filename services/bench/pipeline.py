@@ -10,7 +10,6 @@ tier (the views it exports to its parents, progress markers included).
 
 from __future__ import annotations
 
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from edge.agent import read_jsonl
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
 from glue.standing import crossing_topics, standing_views
 from glue.topology import Topology
+from services.bench.report import figures_table, percentile
 from wire import bus
 from wire.topics import raw_topic
 from wire.windows import duration_ms
@@ -55,20 +55,6 @@ class PipelineFigures:
             share = f" ({rate / raw:.1%} of raw)" if raw and flow != "raw into edge" else ""
             rows.append((f"bytes/s {flow}", f"{rate:,.0f}{share}"))
         return figures_table(rows)
-
-
-def figures_table(rows: list[tuple[str, str]]) -> str:
-    """A benchmark's figures: names padded to one width, then values."""
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
-
-
-def _percentile(values: list[int], q: float) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return float(values[0])
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable[[str], None],
@@ -123,7 +109,7 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
     return PipelineFigures(
         seconds_to_first_result=first_result[0] if first_result else None,
         edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
-        latency_p50_ms=_percentile(latencies, 50), latency_p95_ms=_percentile(latencies, 95),
+        latency_p50_ms=percentile(latencies, 50), latency_p95_ms=percentile(latencies, 95),
         latency_max_ms=float(max(latencies)) if latencies else None,
         windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s)
 
