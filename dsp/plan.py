@@ -134,6 +134,7 @@ class Source:
     event_time: str
     watermark_ms: int
     markers: bool = False
+    window: Window | None = None     # the window a view's rows stand for (their window_start, window_end)
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,8 @@ def event_time_column(plan: Plan) -> str | None:
 
 
 def window_of(plan: Plan) -> Window | None:
-    """The innermost window that shapes a plan's output rows, if any."""
+    """The window a plan's output rows stand for, if any: its outermost windowed aggregate's, or
+    the one its source's rows carry (a selection or regrouping of a windowed view's rows)."""
     if isinstance(plan, Aggregate) and plan.window is not None:
         return plan.window
     if isinstance(plan, Smooth):
@@ -337,7 +339,7 @@ def window_of(plan: Plan) -> Window | None:
     if isinstance(plan, Qualify):
         return Window(plan.period_ms, plan.period_ms)
     if isinstance(plan, Source):
-        return None
+        return plan.window
     if isinstance(plan, Union_):
         return window_of(plan.children[0])
     return window_of(plan.child)
@@ -394,7 +396,8 @@ def _decode(data: dict) -> Plan:
         raise PlanError(f"unknown plan operator {op!r}")
     if op == "Source":
         return Source(tuple(data["topics"]), data["format"], tuple(tuple(c) for c in data["columns"]),
-                      data["event_time"], int(data["watermark_ms"]), bool(data.get("markers", False)))
+                      data["event_time"], int(data["watermark_ms"]), bool(data.get("markers", False)),
+                      Window(**data["window"]) if data.get("window") else None)
     if op == "Filter":
         return Filter(_decode(data["child"]), _decode_expr(data["predicate"]))
     if op == "Project":

@@ -210,7 +210,8 @@ def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_que
         producer = next(t for t in plan.tasks if t.role == "producer" and t.node == task.node)
         assert plan.tasks.index(task) < plan.tasks.index(producer)
         assert isinstance(producer.plan.child, LookupJoin)
-        assert producer.plan.child.child == Source((task.topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True)
+        assert producer.plan.child.child == Source((task.topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
+                                                     Window(1000, 1000))
     assert plan.placement.root == "warehouse"
 
 

@@ -119,11 +119,12 @@ class _Builder:
     def source(self, node: str) -> Source:
         q = self.q
         if q.smoothing is not None:
-            return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, markers=True)
+            return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
+                          Window(q.smoothing.epoch_ms, q.smoothing.epoch_ms))
         if q.source_kind == "stream":
             return Source((raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
-        return Source((view.topic,), "rows", view.columns, "window_start", 0, markers=True)
+        return Source((view.topic,), "rows", view.columns, "window_start", 0, True, view.window)
 
     def smoothed(self, node: str) -> NodeTask:
         """The node's readings that WHERE keeps, through adaptive smoothing: a task of its own on
@@ -176,9 +177,10 @@ class _Builder:
         topics = tuple(t.topic for t in child_tasks)
         if self.naive and self.q.is_aggregate:
             # The baseline of the lag benchmark: whole windows, a guessed slack per level.
-            return Source(topics, "rows", columns, "window_end", self.level_lateness_ms)
+            return Source(topics, "rows", columns, "window_end", self.level_lateness_ms, window=self.q.window)
         event_time = "window_start" if self.q.is_aggregate else EVENT_TIME
-        return Source(topics, "rows", columns, event_time, 0, markers=True)
+        window = self.pane if self.q.is_aggregate else self.q.source_window   # what the children's rows stand for
+        return Source(topics, "rows", columns, event_time, 0, True, window)
 
     def combine(self, source: Source, window: Window | None) -> Aggregate:
         """Merge the children's partials: per pane (or per window at the root); naive: per window
@@ -242,7 +244,7 @@ class _Builder:
                                f"(not {call.fn}({call.column or '*'}))")
         # Rows carry window_start; a 1 ms delay lets a group keyed by it close exactly when the
         # child promises nothing earlier than the next window start.
-        source = Source((windowed.topic,), "rows", output_columns(windowed.plan), "window_start", 1, markers=True)
+        source = Source((windowed.topic,), "rows", output_columns(windowed.plan), "window_start", 1, True, q.window)
         contest = Aggregate(source, ("window_start", "window_end", arb.by),
                             (AggSpec(arb.winner, "argmax", arb.winner, "__rows"),))
         won = Aggregate(contest, ("window_start", "window_end", arb.winner),
