@@ -194,11 +194,13 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
         reads[c["receptor"]] += len(c["reads"])
     cycles = Counter(c["receptor"] for c in logged)
 
-    def settled():
+    def settled():   # the two bad records may lie past the agent's last one: a range read after it
         samples = _scrape(node_metrics)
-        return samples if _metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) else None
+        return samples if _metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) and \
+            _metric(samples, "hifi_dead_lettered_total", node=node) >= 2 else None
 
-    samples = wait_for(settled, 90, "dock-a's readings-in counter to reach what the agent published")
+    samples = wait_for(settled, 90, "dock-a's readings-in counter to reach what the agent published, and its "
+                                    "dead-letter counter the two bad records")
     assert _metric(samples, "hifi_dead_lettered_total", node=node) == 2
     for receptor in reads:
         assert _metric(samples, "hifi_receptor_reads_total", node=node, receptor=receptor) == reads[receptor]
