@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Union
 
+from wire.errors import HiFiError
 from wire.windows import Window, WindowError
 
 PLAN_FORMAT = "hifi-plan/1"
@@ -53,7 +54,7 @@ RAW_RFID_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"), ("tag_
                                                ("read_strength", "double"), ("ts", "timestamp"))
 
 
-class PlanError(ValueError):
+class PlanError(HiFiError):
     """A plan that cannot be typed or compiled; the message names the operator and the problem."""
 
 

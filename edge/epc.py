@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from wire.errors import HiFiError
+
 HEADER = 0x30
 SERIAL_BITS = 38
 # partition -> (company prefix bits, company prefix digits, item reference bits, item reference digits)
@@ -24,7 +26,7 @@ _PURE_URI = re.compile(r"urn:epc:id:sgtin:(\d+)\.(\d+)\.(\d+)")
 _TAG_URI = re.compile(r"urn:epc:tag:sgtin-96:(\d)\.(\d+)\.(\d+)\.(\d+)")
 
 
-class EpcError(ValueError):
+class EpcError(HiFiError):
     """A tag identity that is not a valid SGTIN-96; the message says why."""
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from edge.faults import FAULT_KINDS, faulty_values
+from wire.errors import HiFiError
 
 # The real readings, kept in the repository (48 KB) so a replay runs from any checkout.
 INTEL_LAB_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "deploy", "data",
@@ -31,7 +32,7 @@ _SERIES = {"temperature": ("intelTemperatureTrain.csv.gz", "intelTemperatureTest
            "humidity": ("intelHumidityTrain.csv.gz", "intelHumidityTest.csv.gz")}
 
 
-class IntelLabError(ValueError):
+class IntelLabError(HiFiError):
     """The data files are missing or unreadable; the message names the file, line and problem."""
 
 

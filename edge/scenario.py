@@ -19,10 +19,11 @@ from edge.intel_lab import INTEL_LAB_DATA
 from edge.motes import Environment, Fire, MoteFault, MoteModel, calibrated_motes
 from edge.rfid import Antenna, ReaderFault, RfidReader
 from edge.supply_chain import CHAIN, ChainConfig
+from wire.errors import HiFiError
 from wire.windows import duration_ms
 
 
-class ScenarioError(ValueError):
+class ScenarioError(HiFiError):
     """A scenario that cannot be run; the message names the entry and the problem."""
 
 

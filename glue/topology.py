@@ -19,12 +19,13 @@ import yaml
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
+from wire.errors import HiFiError
 
 TIERS = ("edge", "aggregation", "core")
 RECEPTOR_KINDS = ("rfid", "mote")
 
 
-class TopologyError(ValueError):
+class TopologyError(HiFiError):
     """A topology that cannot be run; the message names the file line and the problem."""
 
 

@@ -12,13 +12,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from dsp.plan import PlanError
-from edge.intel_lab import IntelLabError
-from edge.scenario import ScenarioError
 from glue.sql.lexer import SqlError
-from glue.topology import TopologyError, load_topology
-from services.embedded import EmbeddedError
-from wire.windows import DurationError, WindowError
+from glue.topology import load_topology
+from wire.errors import HiFiError
 
 if TYPE_CHECKING:
     from services.health import RateWindow
@@ -32,7 +28,7 @@ FAN_IN_SCENARIO = os.path.join(SCENARIOS, "fan-in.yaml")
 SUPPLY_CHAIN_SCENARIO = os.path.join(SCENARIOS, "supply-chain.yaml")
 
 
-class CLIError(Exception):
+class CLIError(HiFiError):
     """A problem the user can fix; printed as one line, no stack trace."""
 
 
@@ -454,7 +450,6 @@ def _statement_text(args: argparse.Namespace) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     import grpc
 
-    from glue.sql.lexer import SqlError
     from protos import hifi_pb2
     from wire.codec import from_value
 
@@ -828,23 +823,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _user_errors() -> tuple[type[Exception], ...]:
-    errors: list[type[Exception]] = [CLIError, TopologyError, ScenarioError, IntelLabError, EmbeddedError, PlanError,
-                                     SqlError, WindowError, DurationError]
-    placement = sys.modules.get("services.placement")   # imported (0.6 s: Spark) only by commands that place
-    if placement is not None:
-        errors.append(placement.PlacementError)
-    return tuple(errors)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args) or 0)
-    except Exception as exc:
-        if not isinstance(exc, _user_errors()):
-            raise
-        # a user's mistake or a missing server: the reason, never a stack trace
+    except HiFiError as exc:   # a user's mistake or a missing server: the reason, never a stack trace
         print(f"hifi: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

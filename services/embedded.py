@@ -17,8 +17,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from wire.errors import HiFiError
 
-class EmbeddedError(RuntimeError):
+
+class EmbeddedError(HiFiError, RuntimeError):
     """An embedded server could not be started; the message says what to install or check."""
 
 

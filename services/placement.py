@@ -30,12 +30,13 @@ from services.health import query_health
 from services.metrics import ServiceMetrics
 from wire import bus
 from wire.codec import readable_batches, to_value
+from wire.errors import HiFiError
 from wire.windows import WindowError
 
 log = logging.getLogger("hifi.placement")
 
 
-class PlacementError(Exception):
+class PlacementError(HiFiError):
     """A submitted query that was planned but could not be deployed; names the node and why."""
 
 

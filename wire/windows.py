@@ -11,12 +11,14 @@ import math
 import re
 from dataclasses import dataclass
 
+from wire.errors import HiFiError
 
-class WindowError(ValueError):
+
+class WindowError(HiFiError):
     """A window whose range or slide is not positive, or slides further than it reaches."""
 
 
-class DurationError(ValueError):
+class DurationError(HiFiError):
     """A duration that cannot be read ('5 seconds', '500 ms', '2 minutes')."""
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wire.errors import HiFiError
+
 KEYWORDS = {
     "SELECT", "FROM", "WHERE", "GROUP", "BY", "HAVING", "AS", "AND", "OR", "NOT", "IN", "ALL", "DISTINCT",
     "CREATE", "VIEW", "JOIN", "USING", "ON", "RANGE", "SLIDE", "TRUE", "FALSE", "NULL",
@@ -11,7 +13,7 @@ KEYWORDS = {
 SYMBOLS = (">=", "<=", "!=", "<>", "=", "<", ">", "+", "-", "*", "/", "(", ")", "[", "]", ",", ".", ";")
 
 
-class SqlError(ValueError):
+class SqlError(HiFiError):
     """A query that cannot be parsed or planned: where (line, column) and what is wrong."""
 
     def __init__(self, message: str, line: int = 0, column: int = 0) -> None:

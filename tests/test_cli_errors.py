@@ -1,0 +1,28 @@
+"""A user's mistake reaches the user as one line naming where and why (exit code 2), never as a
+stack trace: every such error is a wire.errors.HiFiError, caught once at the CLI's top."""
+
+from __future__ import annotations
+
+import pytest
+
+from services.cli import main
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["deploy", "compose", "--topology", "no/such/topology.yaml"], "cannot read topology no/such/topology.yaml"),
+    (["agents", "--scenario", "no/such/scenario.yaml"], "needs a broker: set HIFI_KAFKA_BOOTSTRAP"),
+])
+def test_a_mistake_is_one_line_and_exit_code_2(argv, says, capsys, monkeypatch):
+    monkeypatch.delenv("HIFI_KAFKA_BOOTSTRAP", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hifi: ") and says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bad_view_in_a_topology_names_its_line(tmp_path, capsys):
+    topology = tmp_path / "t.yaml"
+    topology.write_text("nodes:\n  - {id: hq, tier: core}\n  - {id: d1, tier: edge, parent: hq}\n"
+                        "views:\n  - {sql: CREATE VIEW v AS SELEC tag_id FROM rfid_stream, tiers: [edge]}\n")
+    assert main(["deploy", "compose", "--topology", str(topology), "--output", str(tmp_path / "c.yml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hifi: {topology}: line 5: view SQL: line 1, column") and "Traceback" not in err
