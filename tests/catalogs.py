@@ -8,7 +8,7 @@ from glue.catalog import Catalog, ExportedView, Relation
 from glue.standing import standing_views
 from glue.standing import topology_catalog as standing_catalog
 from glue.topology import load_topology
-from services.cli import DEFAULT_TOPOLOGY
+from services.paths import DEFAULT_TOPOLOGY
 
 
 def supply_chain_catalog(extra_views: tuple[ExportedView, ...] = ()) -> Catalog:

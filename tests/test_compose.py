@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from glue.topology import load_topology
-from services.cli import DEFAULT_TOPOLOGY, TOPOLOGIES, build_parser
+from services.cli import build_parser
 from services.compose import compose_model, node_service, render_compose
+from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPOLOGY_FILES = sorted(os.path.join(TOPOLOGIES, f) for f in os.listdir(TOPOLOGIES) if f.endswith(".yaml"))

@@ -62,7 +62,7 @@ def redis_url():
 
 
 def _topology_file() -> str:
-    from services.cli import DEFAULT_TOPOLOGY
+    from services.paths import DEFAULT_TOPOLOGY
 
     return DEFAULT_TOPOLOGY
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from glue.topology import load_topology
 from protos import hifi_pb2
-from services.cli import SMALL_TOPOLOGY
+from services.paths import SMALL_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
 from wire import bus
 from wire.topics import raw_topic, view_topic
@@ -130,7 +130,7 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
 
 
 def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarchy, browser):
-    from services.cli import status_report
+    from services.commands import status_report
     from services.node import HEARTBEAT_TTL_MS
 
     assert _node_states(browser)["dock-b"] == "alive"

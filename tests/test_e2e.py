@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from edge.truth import covered_windows, readings_per_node
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
-from services.cli import DEFAULT_TOPOLOGY
+from services.paths import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
 from wire.codec import datetime_ms as _ms
 from wire.windows import duration_ms

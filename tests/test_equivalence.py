@@ -27,8 +27,8 @@ from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
 from glue.standing import StandingView, standing_views
 from glue.topology import Topology, load_topology, parse_topology
-from services.cli import DEFAULT_TOPOLOGY
 from services.judge import as_ms, same_rows
+from services.paths import DEFAULT_TOPOLOGY
 from tests.catalogs import supply_chain_catalog
 from tests.test_engine import raw_batch
 from wire.topics import raw_topic

@@ -18,9 +18,9 @@ from collections import Counter
 import pytest
 
 from glue.topology import load_topology
-from services.cli import SMALL_TOPOLOGY
 from services.compose import compose_model, node_service
 from services.embedded import free_port
+from services.paths import SMALL_TOPOLOGY
 from tests.conftest import wait_for
 from wire.codec import datetime_ms
 

@@ -18,7 +18,7 @@ import pytest
 
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
-from services.cli import DEFAULT_TOPOLOGY
+from services.paths import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy
 from tests.judge import assert_equal_to_reference
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from glue.topology import load_topology
-from services.cli import TOPOLOGIES
+from services.paths import TOPOLOGIES
 from tests.conftest import running_hierarchy
 from tests.judge import assert_equal_to_reference
 

@@ -47,8 +47,8 @@ def test_a_missing_file_is_named(tmp_path):
 
 def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors():
     from glue.topology import load_topology
-    from services.cli import TOPOLOGIES
     from services.emulation import receptors_for, scenario_of
+    from services.paths import TOPOLOGIES
 
     for name in ("supply-chain.yaml", "deep.yaml", "regional.yaml"):
         topology = load_topology(os.path.join(TOPOLOGIES, name))
@@ -68,8 +68,8 @@ def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors()
 ])
 def test_a_scenario_that_contradicts_its_topology_is_refused(reader, message):
     from glue.topology import load_topology
-    from services.cli import DEFAULT_TOPOLOGY
     from services.emulation import receptors_for
+    from services.paths import DEFAULT_TOPOLOGY
 
     topology = load_topology(DEFAULT_TOPOLOGY)
     with pytest.raises(ScenarioError) as error:

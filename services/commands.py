@@ -1,0 +1,616 @@
+"""What each `hifi` command does (services.cli parses the command line and calls these)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from glue.sql.lexer import SqlError
+from glue.topology import load_topology
+from services.paths import DEEP_TOPOLOGY, DEFAULT_TOPOLOGY, FAN_IN_SCENARIO, SMALL_TOPOLOGY, SUPPLY_CHAIN_SCENARIO
+from wire.errors import HiFiError
+
+if TYPE_CHECKING:
+    from services.health import RateWindow
+
+class CLIError(HiFiError):
+    """A problem the user can fix; printed as one line, no stack trace."""
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _progress(message: str) -> None:
+    print(f"[hifi] {message}", file=sys.stderr, flush=True)
+
+
+def _mdr():
+    from mdr.repository import MDR
+
+    url = os.environ.get("HIFI_REDIS_URL") or _run_info().get("redis_url")
+    if not url:
+        raise CLIError("no running hierarchy found: start one with `hifi up`, or set HIFI_REDIS_URL")
+    mdr = MDR.connect(url)
+    try:
+        mdr.r.ping()
+    except Exception as exc:  # noqa: BLE001 - any connection failure means the same to the user
+        raise CLIError(f"cannot reach the MDR at {url}: {exc}") from None
+    return mdr
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy, follow_results, format_result
+
+    topology = load_topology(args.topology)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    started = time.monotonic()
+    with embedded_or_external() as servers:
+        _progress(f"MDR at {servers.redis_url}, broker at {servers.bootstrap}")
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=args.state_dir or "",
+                              trigger_ms=args.trigger_ms)
+        try:
+            hierarchy.start(_progress)
+            hierarchy.start_agents(args.receptor_dir)
+            dashboard_url = _start_dashboard(hierarchy, args.dashboard)
+            hierarchy.write_run_file()
+            _progress(f"dashboard at {dashboard_url}")
+            _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
+                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
+                      f"faulty motes) follow (Ctrl-C stops)")
+            first: list[float] = []
+
+            def emit(topic: str, row: dict) -> None:
+                if row.get("faulty") is False:
+                    return   # mote quality: every mote, every second; only the faulty ones are news
+                if not first:
+                    first.append(time.monotonic() - started)
+                    _progress(f"first result {first[0]:.1f} s after start")
+                _say(format_result(topic, row))
+
+            follower = threading.Thread(target=follow_results,
+                                        args=(servers.bootstrap, hierarchy.result_topics(), stop, emit), daemon=True)
+            follower.start()
+            deadline = time.monotonic() + args.duration if args.duration else None
+            while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                stop.wait(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            stop.set()
+            _progress("stopping")
+            hierarchy.stop()
+            _stop_spark()
+    _progress("stopped")
+    return 0
+
+
+def _start_dashboard(hierarchy, listen: str) -> str:
+    """The dashboard on `listen`; when that port is taken (another hifi up), on any free port."""
+    try:
+        return hierarchy.start_dashboard(listen)
+    except OSError as exc:
+        _progress(f"dashboard: cannot listen on {listen} ({exc.strerror}); using a free port")
+        return hierarchy.start_dashboard(f"{listen.rpartition(':')[0]}:0")
+
+
+def _bootstrap() -> str:
+    bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP") or _run_info().get("bootstrap")
+    if not bootstrap:
+        raise CLIError("no broker known: set HIFI_KAFKA_BOOTSTRAP or run `hifi up`")
+    return bootstrap
+
+
+def _serve_until_stopped(close) -> None:
+    """Block until SIGTERM or Ctrl-C, then `close()`: the services' (containers') main loop."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _progress("stopping")
+        close()
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """A dashboard for a hierarchy already running (e.g. after the first one was stopped)."""
+    from services.dashboard import Dashboard
+
+    mdr = _mdr()
+    topology_file = args.topology or _run_info().get("topology") or DEFAULT_TOPOLOGY
+    dashboard = Dashboard(mdr, _bootstrap(), load_topology(topology_file))
+    try:
+        url = dashboard.serve(args.listen, args.advertise)
+    except OSError as exc:
+        raise CLIError(f"cannot listen on {args.listen}: {exc.strerror}") from None
+    _progress(f"dashboard at {url} (Ctrl-C stops)")
+    _serve_until_stopped(dashboard.close)
+    return 0
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """One node of a topology in this process (its own Spark session): what a container runs."""
+    import tempfile
+
+    from dsp.session import spark_session
+    from services.node import HiFiNode
+
+    topology = load_topology(args.topology)
+    if not args.id:
+        raise CLIError("name the node to run: --id or HIFI_NODE_ID")
+    if args.id not in topology.nodes:
+        raise CLIError(f"node {args.id!r} is not in topology {topology.name!r} ({', '.join(topology.nodes)})")
+    mdr, bootstrap = _mdr(), _bootstrap()
+    state_dir = args.state_dir or tempfile.mkdtemp(prefix=f"hifi-{args.id}-")
+    _progress(f"node {args.id}: starting Spark ({os.environ.get('SPARK_MASTER') or 'local'})")
+    node = HiFiNode(args.id, topology, mdr, spark_session(f"hifi-{args.id}"), bootstrap, state_dir, args.trigger_ms,
+                    listen=args.listen, advertise_host=args.advertise, metrics_port=args.metrics_port)
+    node.wait_for_children(args.wait, _progress)
+    node.start()
+    _progress(f"node {args.id} ({topology.nodes[args.id].tier}) serving at {node.address}, metrics at "
+              f"{node.metrics.url}, checkpoints in {state_dir} (Ctrl-C stops)")
+
+    def close() -> None:
+        node.stop()
+        _stop_spark()
+    _serve_until_stopped(close)
+    return 0
+
+
+def cmd_placement(args: argparse.Namespace) -> int:
+    """The placement service alone; it loads the topology's metadata into the MDR first."""
+    from services.hierarchy import load_metadata
+    from services.placement import start_placement_service
+
+    mdr, bootstrap = _mdr(), _bootstrap()
+    topology = load_topology(args.topology)
+    load_metadata(mdr, topology)
+    try:
+        service = start_placement_service(mdr, bootstrap, args.listen, args.metrics_port, args.advertise)
+    except RuntimeError as exc:   # grpc: the port is taken
+        raise CLIError(f"cannot listen on {args.listen}: {exc}") from None
+    _progress(f"placement service for {topology.name!r} at {service.address}, metrics at {service.metrics.url} "
+              f"(Ctrl-C stops)")
+    _serve_until_stopped(service.close)
+    return 0
+
+
+def health_problem(args: argparse.Namespace) -> str | None:
+    """Why the service `args` names is not healthy, or None (`hifi health`, the containers' checks)."""
+    import urllib.request
+
+    if args.node:
+        mdr = _mdr()
+        record = mdr.node(args.node)
+        if record is None or not record.alive:
+            return f"node {args.node} is not alive in the MDR"
+        wanted = {v.name for v in load_topology(args.topology).views_at(args.node)}
+        missing = wanted - {v.name for v in mdr.views(args.node)}
+        if missing:
+            return f"node {args.node} does not export {', '.join(sorted(missing))} yet"
+    if args.grpc:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        with grpc.insecure_channel(args.grpc) as channel:
+            try:
+                status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            except grpc.RpcError as exc:
+                return f"{args.grpc}: {exc.code().name}"
+        if status != health_pb2.HealthCheckResponse.SERVING:
+            return f"{args.grpc}: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
+    if args.http:
+        try:
+            with urllib.request.urlopen(args.http, timeout=5) as answer:
+                if answer.status != 200:
+                    return f"{args.http}: HTTP {answer.status}"
+        except OSError as exc:
+            return f"{args.http}: {exc}"
+    if args.fresh:
+        try:
+            age = time.time() - os.path.getmtime(args.fresh)
+        except OSError:
+            return f"{args.fresh} does not exist"
+        if age > args.max_age:
+            return f"{args.fresh} was last written {age:.0f} s ago"
+    return None
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    if not (args.node or args.grpc or args.http or args.fresh):
+        raise CLIError("name what to check: --node ID, --grpc ADDRESS, --http URL or --fresh FILE")
+    problem = health_problem(args)
+    _say(f"unhealthy: {problem}" if problem else "healthy")
+    return 1 if problem else 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from services.compose import render_compose
+
+    text = render_compose(load_topology(args.topology), args.topology)
+    if args.output:
+        with open(args.output, "w") as fh:
+            fh.write(text)
+        _progress(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _run_info() -> dict:
+    from services.hierarchy import run_file
+
+    try:
+        with open(run_file()) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return {}
+
+
+def _stop_spark() -> None:
+    from pyspark.sql import SparkSession
+
+    from dsp.progress import detach_markers
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        detach_markers(session)  # a Python listener still attached can hang the context's stop
+        session.stop()
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    nodes = _mdr().nodes()
+    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat"],
+                [[n.id, n.tier, n.parent or "-", n.address, "alive" if n.alive else "DEAD",
+                  time.strftime("%H:%M:%S", time.localtime(n.last_heartbeat_ms / 1000)) if n.last_heartbeat_ms
+                  else "-"] for n in nodes]))
+    return 0
+
+
+def cmd_views(args: argparse.Namespace) -> int:
+    views = _mdr().views(args.node)
+    _say(_table(["view", "node", "window", "topic", "readers"],
+                [[v.name, v.node, v.window or "-", v.topic or "(definition only)", ",".join(v.readers)]
+                 for v in views]))
+    return 0
+
+
+def status_report(mdr, rates: RateWindow | None = None) -> str:
+    """The health summary `hifi status` prints (the dashboard shows the same); with `rates` (kept
+    across redraws), each receptor's reads/s and read-cycle time since the earlier ones."""
+    from mdr.repository import now_ms
+    from services.health import CountsSample, node_health, tiers_top_down
+    from services.placement import query_states
+
+    now = now_ms()
+    views = mdr.views()
+    health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
+                             for n in mdr.nodes()])
+    table = _table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
+                    "views"],
+                   [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
+                     f"{h.input_rate:.1f}", f"{h.lag_s:.1f}", h.rows_out, h.dead_lettered, h.late_rows, h.queries,
+                     ",".join(h.views) or "-"] for h in health])
+    problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
+    counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
+    rates = rates.add(CountsSample(now, counts)) if rates is not None else {}
+    receptors = _table(["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
+                       [[rid, c["reads"], c["cycles"], c["weak"],
+                         f"{rates[rid].reads_per_s:.1f}" if rid in rates else "-",
+                         f"{rates[rid].cycle_ms:.0f}" if rid in rates and rates[rid].cycle_ms else "-",
+                         "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else "-"]
+                        for rid, c in sorted(counts.items())])
+    queries = mdr.queries()
+    states = query_states(mdr, queries)
+    lines = [table, *problems]
+    if counts:
+        lines += ["", receptors]
+    lines += ["", f"{len(queries)} queries running" + "".join(
+        f"\n  {q.id} at {q.root}: {' '.join(q.text.split())[:70]}"
+        + (f"\n    FAILED: {states[q.id][1]}" if states[q.id][1] else "") for q in queries)]
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    mdr = _mdr()
+    if not args.watch:
+        _say(status_report(mdr))
+        return 0
+    if args.interval <= 0:
+        raise CLIError(f"--interval must be positive (got {args.interval})")
+    from services.health import RateWindow
+
+    rates = RateWindow()
+    try:
+        while True:
+            report = status_report(mdr, rates)
+            # clear the screen and home the cursor, then redraw: a live view in any ANSI terminal
+            heading = time.strftime("%H:%M:%S  hifi status (Ctrl-C stops)")
+            sys.stdout.write(f"\x1b[2J\x1b[H{heading}\n\n{report}\n")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _placement_stub():
+    import grpc
+
+    from protos import hifi_pb2_grpc
+
+    address = os.environ.get("HIFI_PLACEMENT") or _mdr().r.get(_mdr().k("placement"))
+    if not address:
+        raise CLIError("no placement service found: start the hierarchy with `hifi up`, or set HIFI_PLACEMENT")
+    return hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(address))
+
+
+def _rpc_error(exc) -> CLIError:
+    return CLIError(exc.details() or str(exc.code()))
+
+
+def _cell(value: object) -> str:
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return value.strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "NULL" if value is None else str(value)
+
+
+def _json_cell(value: object) -> object:
+    import datetime as dt
+
+    return value.isoformat() if isinstance(value, dt.datetime) else value
+
+
+def _print_rows(columns: Sequence[str], rows, fmt: str, limit: int | None) -> int:
+    """Print rows as they come (a table, or JSON lines); returns how many were printed."""
+    widths = [max(len(c), 12) for c in columns]
+    if fmt == "table":
+        _say("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    printed = 0
+    for row in rows:
+        if fmt == "json":
+            _say(json.dumps({c: _json_cell(v) for c, v in zip(columns, row, strict=True)}))
+        else:
+            _say("  ".join(_cell(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        printed += 1
+        if limit is not None and printed >= limit:
+            break
+    return printed
+
+
+def _reference_rows(sql: str, principal: str):
+    """The centralized answer over the running hierarchy's recorded readings."""
+    import datetime as dt
+
+    from edge.agent import read_jsonl
+    from glue.analyzer import analyze
+    from glue.reference import Reference, rfid_readings
+    from services.placement import load_catalog
+
+    readings_path = _run_info().get("readings")
+    if not readings_path:
+        raise CLIError("--reference needs a running `hifi up` (its recorded readings)")
+    catalog = load_catalog(_mdr())
+    query = analyze(sql, catalog, principal)
+    rows = Reference(rfid_readings(read_jsonl(readings_path)), catalog).run(query)
+    columns = (["window_start", "window_end"] if query.is_aggregate else []) + [n for n, _ in query.outputs]
+    as_time = {"window_start", "window_end"}
+    return columns, [[dt.datetime.fromtimestamp(r[c] / 1000, tz=dt.UTC) if c in as_time else r[c]
+                      for c in columns] for r in rows]
+
+
+def _statement_text(args: argparse.Namespace) -> str:
+    """The statement of `hifi query`: the argument, or the text of --file (- for standard input)."""
+    if (args.sql is None) == (args.file is None):
+        raise CLIError("give the statement either as an argument or with --file FILE (- for standard input)")
+    if args.file is None:
+        return args.sql
+    try:
+        if args.file == "-":
+            return sys.stdin.read()
+        with open(args.file, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read the statement from {args.file}: {exc}") from None
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    import grpc
+
+    from protos import hifi_pb2
+    from wire.codec import from_value
+
+    args.sql = _statement_text(args)
+    if args.reference:
+        try:
+            columns, rows = _reference_rows(args.sql, args.principal)
+        except SqlError as exc:
+            raise CLIError(str(exc)) from None
+        _print_rows(columns, rows, args.format, args.limit)
+        return 0
+    stub = _placement_stub()
+    try:
+        reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal,
+                                                   explain_only=args.explain, replay=args.replay), timeout=120)
+    except grpc.RpcError as exc:
+        raise _rpc_error(exc) from None
+    if args.explain:
+        _say(reply.plan)
+        return 0
+    _progress(f"query {reply.query_id} placed at {reply.root_node}; results on {reply.result_topic}")
+    if args.detach:
+        _say(reply.query_id)
+        return 0
+    keep = args.keep or args.sql.lstrip().upper().startswith("CREATE")
+    stream = stub.Results(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=args.timeout)
+    try:
+        _print_rows(list(reply.columns), ([from_value(v) for v in r.row.values] for r in stream), args.format,
+                    args.limit)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise _rpc_error(exc) from None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stream.cancel()
+        if not keep:
+            stub.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
+            _progress(f"query {reply.query_id} cancelled")
+    return 0
+
+
+def cmd_queries(args: argparse.Namespace) -> int:
+    from services.placement import query_states
+
+    mdr = _mdr()
+    queries = mdr.queries()
+    states = query_states(mdr, queries)
+    _say(_table(["query", "root", "status", "submitted", "results", "text"],
+                [[q.id, q.root, states[q.id][0], time.strftime("%H:%M:%S", time.localtime(q.submitted_ms / 1000)),
+                  q.result_topic, " ".join(q.text.split())[:60]] for q in queries]))
+    for query_id, (_, cause) in states.items():
+        if cause:
+            _say(f"{query_id} FAILED: {cause}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    import grpc
+
+    from protos import hifi_pb2
+
+    try:
+        _placement_stub().Cancel(hifi_pb2.QueryRef(query_id=args.query_id), timeout=60)
+    except grpc.RpcError as exc:
+        raise _rpc_error(exc) from None
+    _say(f"cancelled {args.query_id}")
+    return 0
+
+
+def load_agent_scenario(args: argparse.Namespace, start_ms: int):
+    """The scenario `hifi agents` / `hifi bench agents` run: --scenario, else the topology's."""
+    from edge.scenario import load_scenario
+    from services.emulation import scenario_of
+
+    if args.scenario:
+        return load_scenario(args.scenario, start_ms, args.seed)
+    return scenario_of(load_topology(args.topology), start_ms, args.seed)
+
+
+def bench_agents(args: argparse.Namespace, duration_s: float) -> int:
+    """`hifi bench agents` and `hifi agents --benchmark`: one agent process, flat out and paced."""
+    from services.bench.agents import run_agents_bench
+
+    _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), duration_s, _progress))
+    return 0
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from edge.agent import ReceptorAgent
+    from services.hierarchy import next_whole_second
+
+    if args.benchmark:
+        return bench_agents(args, args.duration or 60.0)
+    bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        raise CLIError("hifi agents needs a broker: set HIFI_KAFKA_BOOTSTRAP (hifi up runs its own agents)")
+    if args.speed <= 0:
+        raise CLIError(f"--speed must be positive (got {args.speed}); `hifi bench agents` runs flat out")
+    scenario = load_agent_scenario(args, next_whole_second(int(time.time() * 1000)))
+    agent = ReceptorAgent(scenario, bootstrap, args.receptor_dir, args.speed)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())   # `docker stop`: finish the tick, close the logs
+    _progress(f"scenario {scenario.name!r}: {len(scenario.readers)} readers, {len(scenario.motes)} motes"
+              f"{', Intel Lab replay' if scenario.replay else ''} publishing to {bootstrap} at {args.speed:g}x"
+              + (f"; readings and truth in {args.receptor_dir}" if args.receptor_dir else ""))
+    stats = agent.run(args.duration)
+    _say(f"{stats.readings} tag reads in {stats.cycles} read cycles and {stats.samples} mote samples "
+         f"over {stats.wall_s:.1f} s ({stats.readings / max(stats.wall_s, 1e-9):.0f} tag reads/s)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "lag":
+        from services.bench.lag import run_lag_bench, table
+
+        topology = args.topology or DEEP_TOPOLOGY
+        _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
+        _stop_spark()
+        return 0
+    if args.which == "dashboard":
+        from services.bench.dashboard import run_dashboard_bench
+
+        topology = args.topology or SMALL_TOPOLOGY
+        _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
+        _stop_spark()
+        return 0
+    if args.which in ("idle", "sharing", "capacity"):
+        from services.bench.runtime import (
+            capacity_table,
+            run_capacity_bench,
+            run_idle_bench,
+            run_sharing_bench,
+            sharing_table,
+        )
+
+        if args.which == "capacity":
+            _say(capacity_table(run_capacity_bench(args.readings, _progress)))
+        elif args.which == "idle":
+            _say(f"cores used by one edge node and the core, standing views, no input: "
+                 f"{run_idle_bench(args.duration, _progress):.3f}")
+        else:
+            _say(sharing_table(run_sharing_bench(args.counts, args.duration, _progress)))
+        _stop_spark()
+        return 0
+    if args.which == "agents":
+        args.scenario = args.scenario or FAN_IN_SCENARIO
+        return bench_agents(args, args.duration)
+    if args.which == "cleaning":
+        from services.bench.cleaning import run_cleaning_bench
+
+        seed = args.seed if args.seed is not None else 7
+        _say(run_cleaning_bench(args.scenario or SUPPLY_CHAIN_SCENARIO, args.duration, seed, args.plot or None,
+                                _progress))
+        return 0
+    if args.which == "planning" and args.submit:
+        from services.bench.planning import run_submit_bench
+
+        topology = args.topology or DEEP_TOPOLOGY
+        _say(run_submit_bench(load_topology(topology), args.submit, args.fanout, args.levels, _progress).table())
+        _stop_spark()
+        return 0
+    if args.which == "planning":
+        from services.bench.planning import run_planning_bench
+
+        _say(run_planning_bench(args.queries, args.fanout, args.levels).table())
+        return 0
+    from services.bench.pipeline import run_pipeline_bench
+
+    topology = load_topology(args.topology or DEFAULT_TOPOLOGY)
+    _say(run_pipeline_bench(topology, args.duration, _progress, args.trigger_ms).table())
+    _stop_spark()
+    return 0
