@@ -26,7 +26,7 @@ from mdr.repository import MDR
 from services.dashboard import Dashboard
 from services.emulation import receptors_for, scenario_of
 from services.node import HiFiNode
-from services.placement import Placement, PlacementService, start_placement_service
+from services.placement import PlacementService, QueryPlacer, start_placement_service
 from wire import bus
 from wire.codec import readable_batches
 from wire.topics import view_topic
@@ -72,7 +72,7 @@ class Hierarchy:
     trigger_ms: int = 1000
     nodes: dict[str, HiFiNode] = field(default_factory=dict)
     agent: ReceptorAgent | None = None
-    placement: Placement | None = None
+    placement: QueryPlacer | None = None
     placement_address: str = ""
     dashboard: Dashboard | None = None
     _placement_service: PlacementService | None = None

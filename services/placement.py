@@ -75,7 +75,10 @@ FAILURES_ENDING_RESULTS = 3
 FAILURE_CHECK_S = 2.0
 
 
-class Placement:
+class QueryPlacer:
+    """Plans, places and deploys queries on the nodes (over gRPC) and cancels them: the placement
+    service's work, behind its gRPC servicer."""
+
     def __init__(self, mdr: MDR, bootstrap: str) -> None:
         self.mdr = mdr
         self.bootstrap = bootstrap
@@ -206,7 +209,7 @@ class QueryFailed(Exception):
 
 
 class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
-    def __init__(self, placement: Placement) -> None:
+    def __init__(self, placement: QueryPlacer) -> None:
         self.placement = placement
 
     def Submit(self, request, context):  # noqa: N802 - gRPC method names
@@ -255,7 +258,7 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
 class PlacementService:
     """A running placement service: its gRPC server, address (as others reach it) and metrics."""
 
-    placement: Placement
+    placement: QueryPlacer
     server: grpc.Server
     address: str
     metrics: ServiceMetrics
@@ -269,7 +272,7 @@ def start_placement_service(mdr: MDR, bootstrap: str, listen: str = "127.0.0.1:0
                             advertise_host: str = "") -> PlacementService:
     """Serve placement on `listen` and /metrics on `metrics_port`, and record both in the MDR
     (as reached at `advertise_host` when given: the service listens on all interfaces)."""
-    placement = Placement(mdr, bootstrap)
+    placement = QueryPlacer(mdr, bootstrap)
     metrics = ServiceMetrics("placement", mdr)
     server, address = serve(placement, listen, metrics)
     host, _, port = address.rpartition(":")
@@ -279,7 +282,7 @@ def start_placement_service(mdr: MDR, bootstrap: str, listen: str = "127.0.0.1:0
     return PlacementService(placement, server, address, metrics)
 
 
-def serve(placement: Placement, listen: str = "127.0.0.1:0",
+def serve(placement: QueryPlacer, listen: str = "127.0.0.1:0",
           metrics: ServiceMetrics | None = None) -> tuple[grpc.Server, str]:
     """Start the Placement gRPC server (its calls counted in `metrics`); returns it and its address."""
     return start_server(lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(PlacementServicer(placement),
