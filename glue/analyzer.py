@@ -22,7 +22,7 @@ Reading of the language (DESIGN §6):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
@@ -221,20 +221,42 @@ def _agg_name(call: ast.Call, column: str | None) -> str:
     return f"{call.name}_distinct_{column}" if call.distinct else f"{call.name}_{column}"
 
 
-def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str = "*",
-                      text: str = "") -> LogicalQuery:
-    view_name = statement.name if isinstance(statement, ast.CreateView) else None
-    select = statement.select if isinstance(statement, ast.CreateView) else statement
-    binder = _Binder(catalog, principal)
+@dataclass
+class _Scope:
+    """What binding has learned so far: each pass reads it and adds its part."""
+
+    select: ast.Select
+    facts: dict[str, Any]                       # source, source_kind, source_columns, event_time, source_window
+    columns: dict[str, str]                     # the names a row has at this point, with their types
+    qualifiers: set[str]
+    predicate: Expr | None = None
+    joins: tuple[RelationJoin, ...] = ()
+    window: Window | None = None
+    smoothing: Smoothing | None = None
+    derived: tuple[tuple[str, Expr], ...] = ()
+    keys: tuple[str, ...] = ()
+    aggregate_query: bool = False
+    aggregates: dict[str, AggCall] = field(default_factory=dict)
+    outputs: tuple[tuple[str, Expr], ...] = ()
+    having: Expr | None = None
+    arbitration: Arbitration | None = None
+
+
+def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
+    """The stream or view read (a definition-only view expanded: its predicate, its columns)."""
     facts, inner_predicate, exposed = binder.source(select.source)
     columns = dict(facts["source_columns"])
     if exposed is not None:
         columns = {name: kind for name, kind in columns.items() if name in exposed}
     qualifiers = {select.source.name, *([select.source.alias] if select.source.alias else [])}
+    return _Scope(select, facts, columns, qualifiers, inner_predicate)
 
+
+def _bind_joins(binder: _Binder, scope: _Scope) -> None:
+    """JOIN <static relation> USING (column): the relation's other columns join each row."""
     joins = []
-    for join in select.joins:
-        relation = catalog.relations.get(join.source.name)
+    for join in scope.select.joins:
+        relation = binder.catalog.relations.get(join.source.name)
         if relation is None:
             raise _err(f"unknown static relation {join.source.name!r} (joins are with static relations)",
                        join.source.pos)
@@ -242,126 +264,162 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
             raise _err("a join with a static relation needs USING (one column)", join.pos)
         on = join.using[0]
         rel_columns = dict(relation.columns)
-        if on not in columns or on not in rel_columns:
-            raise _err(f"join column {on!r} must be in both {select.source.name!r} and {relation.name!r}", join.pos)
-        taken = tuple((n, k) for n, k in relation.columns if n != on and n not in columns)
+        if on not in scope.columns or on not in rel_columns:
+            raise _err(f"join column {on!r} must be in both {scope.select.source.name!r} and {relation.name!r}",
+                       join.pos)
+        taken = tuple((n, k) for n, k in relation.columns if n != on and n not in scope.columns)
         joins.append(RelationJoin(relation.name, on, taken))
-        columns.update(dict(taken))
-        qualifiers |= {join.source.name, *([join.source.alias] if join.source.alias else [])}
+        scope.columns.update(dict(taken))
+        scope.qualifiers |= {join.source.name, *([join.source.alias] if join.source.alias else [])}
+    scope.joins = tuple(joins)
 
-    predicate = binder.scalar(select.where, columns, qualifiers) if select.where is not None else None
-    if inner_predicate is not None:
-        predicate = inner_predicate if predicate is None else BinOp("AND", inner_predicate, predicate)
 
-    window = binder.window(select.source.window)
-    smoothing = None
-    if select.source.window is not None and select.source.window.adaptive:
-        # WHERE filtered the readings; the rest of the query sees the smoothed stream, one row per
-        # receptor, tag and epoch in which the tag is present (like a windowed view's rows).
-        if facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(columns):
-            raise _err(f"adaptive smoothing reads RFID readings (rfid_stream, or a selection of it such as "
-                       f"cleaned_rfid_stream), not {select.source.name!r}", select.source.window.pos)
-        for join, clause in zip(joins, select.joins, strict=True):
-            if join.on not in dict(SMOOTH_COLUMNS):
-                raise _err(f"after adaptive smoothing a join can use {', '.join(dict(SMOOTH_COLUMNS))}, "
-                           f"not {join.on!r}", clause.pos)
-        smoothing = binder.smoothing(select.source.window)
-        columns = {**dict(SMOOTH_COLUMNS), **{name: kind for join in joins for name, kind in join.columns}}
-        facts = {**facts, "event_time": "window_start",
-                 "source_window": Window(smoothing.epoch_ms, smoothing.epoch_ms)}
-    source_window: Window | None = facts["source_window"]
-    # GROUP BY an alias of a scalar select item (GROUP BY product with product(tag_id) AS product):
-    # a column computed from each row before grouping
+def _bind_where(binder: _Binder, scope: _Scope) -> None:
+    """WHERE, after an expanded view's own predicate."""
+    if scope.select.where is not None:
+        where = binder.scalar(scope.select.where, scope.columns, scope.qualifiers)
+        scope.predicate = where if scope.predicate is None else BinOp("AND", scope.predicate, where)
+
+
+def _bind_window(binder: _Binder, scope: _Scope) -> None:
+    """The source's window, or adaptive smoothing: the rest of the query then sees the smoothed
+    stream, one row per receptor, tag and epoch in which the tag is present (like a view's rows)."""
+    select = scope.select
+    scope.window = binder.window(select.source.window)
+    if select.source.window is None or not select.source.window.adaptive:
+        return
+    if scope.facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(scope.columns):
+        raise _err(f"adaptive smoothing reads RFID readings (rfid_stream, or a selection of it such as "
+                   f"cleaned_rfid_stream), not {select.source.name!r}", select.source.window.pos)
+    for join, clause in zip(scope.joins, select.joins, strict=True):
+        if join.on not in dict(SMOOTH_COLUMNS):
+            raise _err(f"after adaptive smoothing a join can use {', '.join(dict(SMOOTH_COLUMNS))}, "
+                       f"not {join.on!r}", clause.pos)
+    scope.smoothing = binder.smoothing(select.source.window)
+    scope.columns = {**dict(SMOOTH_COLUMNS), **{name: kind for join in scope.joins for name, kind in join.columns}}
+    scope.facts = {**scope.facts, "event_time": "window_start",
+                   "source_window": Window(scope.smoothing.epoch_ms, scope.smoothing.epoch_ms)}
+
+
+def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
+    """GROUP BY (an alias of a scalar select item is a column computed from each row first), and
+    the window an aggregate groups in: its own, or that of the windowed view it reads."""
+    select = scope.select
     derived: list[tuple[str, Expr]] = []
     for name in select.group_by:
-        item = next((i for i in select.items if i.alias == name.name and name.name not in columns), None)
+        item = next((i for i in select.items if i.alias == name.name and name.name not in scope.columns), None)
         if item is not None and not _contains_aggregate(item.expr):
-            expr = binder.scalar(item.expr, columns, qualifiers)
+            expr = binder.scalar(item.expr, scope.columns, scope.qualifiers)
             derived.append((name.name, expr))
-            columns[name.name] = expr_type(expr, columns)
-    derived_exprs = [(i.alias, i.expr) for i in select.items if i.alias in dict(derived)]
-    keys = tuple(binder.scalar(name, columns, qualifiers).name for name in select.group_by)  # type: ignore[union-attr]
-    aggregate_query = bool(keys) or any(_contains_aggregate(i.expr) for i in select.items) or select.having is not None
-
-    if aggregate_query and window is None:
+            scope.columns[name.name] = expr_type(expr, scope.columns)
+    scope.derived = tuple(derived)
+    scope.keys = tuple(binder.scalar(name, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
+                       for name in select.group_by)
+    scope.aggregate_query = bool(scope.keys) or any(_contains_aggregate(i.expr) for i in select.items) or \
+        select.having is not None
+    source_window: Window | None = scope.facts["source_window"]
+    if scope.aggregate_query and scope.window is None:
         if source_window is None:
             raise _err(f"an aggregate over stream {select.source.name!r} needs a window: "
                        f"{select.source.name} [range by '5 seconds']", select.source.pos)
-        window = source_window
+        scope.window = source_window
+    window = scope.window
     if window is not None and source_window is not None and (
             window.range_ms % source_window.slide_ms or window.slide_ms % source_window.slide_ms):
         raise _err(f"window {window.describe()} cannot be derived from view {select.source.name!r}, whose "
                    f"rows are {source_window.describe()} windows (use multiples of "
                    f"{source_window.slide_ms / 1000:g}s)", select.source.window.pos if select.source.window
                    else select.source.pos)
-    if not aggregate_query:
-        window = None
+    if not scope.aggregate_query:
+        scope.window = None
 
-    aggregates: dict[str, AggCall] = {}
 
-    def bind_output(node: ast.Node) -> Expr:
-        """An expression over keys and aggregates (aggregate queries)."""
-        computed = next((alias for alias, expr in derived_exprs if expr == node), None)
-        if computed is not None:
-            return Col(computed)
-        if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-            return Func(node.name, (bind_output(node.arg),))
-        if isinstance(node, ast.Call):
-            column = None
-            if node.arg is not None:
-                if not isinstance(node.arg, ast.Name):
-                    raise _err(f"the argument of {node.name}() must be a column", node.pos)
-                column = binder.scalar(node.arg, columns, qualifiers).name  # type: ignore[union-attr]
-                if node.name in ("sum", "avg") and columns[column] not in ("int", "long", "double"):
-                    raise _err(f"{node.name}({column}) needs a numeric column ({column} is {columns[column]})",
-                               node.pos)
-            fn = "count_distinct" if node.distinct and node.name == "count" else node.name
-            if node.distinct and node.name != "count":
-                raise _err(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
-            call = AggCall(_agg_name(node, column), fn, column)
-            aggregates.setdefault(call.name, call)
-            return Col(call.name)
-        if isinstance(node, ast.Name):
-            bound = binder.scalar(node, columns, qualifiers)
-            if isinstance(bound, Col) and bound.name not in keys:
-                raise _err(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
-            return bound
-        if isinstance(node, ast.Binary):
-            return BinOp(node.op, bind_output(node.left), bind_output(node.right))
-        if isinstance(node, ast.Unary):
-            operand = bind_output(node.operand)
-            return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
-        if isinstance(node, ast.Literal):
-            return Lit(node.value)
-        return binder.scalar(node, columns, qualifiers)
+def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
+    """An expression of an aggregate query's select list or HAVING: over keys and aggregates
+    (each aggregate call collected once, by name)."""
+    computed = next((alias for alias, expr in ((i.alias, i.expr) for i in scope.select.items
+                                                 if i.alias in dict(scope.derived)) if expr == node), None)
+    if computed is not None:
+        return Col(computed)
+    if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
+        return Func(node.name, (_bind_output(binder, scope, node.arg),))
+    if isinstance(node, ast.Call):
+        column = None
+        if node.arg is not None:
+            if not isinstance(node.arg, ast.Name):
+                raise _err(f"the argument of {node.name}() must be a column", node.pos)
+            column = binder.scalar(node.arg, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
+            if node.name in ("sum", "avg") and scope.columns[column] not in ("int", "long", "double"):
+                raise _err(f"{node.name}({column}) needs a numeric column ({column} is {scope.columns[column]})",
+                           node.pos)
+        fn = "count_distinct" if node.distinct and node.name == "count" else node.name
+        if node.distinct and node.name != "count":
+            raise _err(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
+        call = AggCall(_agg_name(node, column), fn, column)
+        scope.aggregates.setdefault(call.name, call)
+        return Col(call.name)
+    if isinstance(node, ast.Name):
+        bound = binder.scalar(node, scope.columns, scope.qualifiers)
+        if isinstance(bound, Col) and bound.name not in scope.keys:
+            raise _err(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
+        return bound
+    if isinstance(node, ast.Binary):
+        return BinOp(node.op, _bind_output(binder, scope, node.left), _bind_output(binder, scope, node.right))
+    if isinstance(node, ast.Unary):
+        operand = _bind_output(binder, scope, node.operand)
+        return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+    if isinstance(node, ast.Literal):
+        return Lit(node.value)
+    return binder.scalar(node, scope.columns, scope.qualifiers)
 
+
+def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
+    """The select list (`*` when empty), each item named."""
+    select = scope.select
     outputs: list[tuple[str, Expr]] = []
     items = select.items or tuple(ast.SelectItem(ast.Name(n, None, select.pos), None, select.pos)
-                                  for n in columns if n not in ("window_start", "window_end") or not aggregate_query)
+                                  for n in scope.columns
+                                  if n not in ("window_start", "window_end") or not scope.aggregate_query)
     for item in items:
-        expr = bind_output(item.expr) if aggregate_query else binder.scalar(item.expr, columns, qualifiers)
+        expr = _bind_output(binder, scope, item.expr) if scope.aggregate_query else \
+            binder.scalar(item.expr, scope.columns, scope.qualifiers)
         name = item.alias or (expr.name if isinstance(expr, Col) else None)
         if name is None:
             raise _err("give this expression a name: <expression> AS name", item.pos)
         if any(name == existing for existing, _ in outputs):
             raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
         outputs.append((name, expr))
+    scope.outputs = tuple(outputs)
 
-    having = None
-    arbitration = None
-    if select.having is not None:
-        if isinstance(select.having, ast.CompareAll):
-            arbitration = _arbitration(select, select.having, keys, binder, columns, qualifiers)
-        else:
-            having = bind_output(select.having)
 
-    query = LogicalQuery(text=text, window=window, joins=tuple(joins), predicate=predicate, keys=keys,
-                         aggregates=tuple(aggregates.values()), having=having, outputs=tuple(outputs),
-                         arbitration=arbitration, view_name=view_name, smoothing=smoothing,
-                         derived=tuple(derived), **facts)
-    if arbitration is not None:
-        query = replace(query, keys=tuple(k for k in keys if k != arbitration.by))
-    return query
+def _bind_having(binder: _Binder, scope: _Scope) -> None:
+    """HAVING: a condition over keys and aggregates, or the arbitration form (ALL subquery)."""
+    select = scope.select
+    if select.having is None:
+        return
+    if isinstance(select.having, ast.CompareAll):
+        scope.arbitration = _arbitration(select, select.having, scope.keys, binder, scope.columns, scope.qualifiers)
+        scope.keys = tuple(k for k in scope.keys if k != scope.arbitration.by)
+    else:
+        scope.having = _bind_output(binder, scope, select.having)
+
+
+# The binding passes, in order: each one reads what the earlier ones bound.
+PASSES = (_bind_joins, _bind_where, _bind_window, _bind_grouping, _bind_select_list, _bind_having)
+
+
+def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str = "*",
+                      text: str = "") -> LogicalQuery:
+    view_name = statement.name if isinstance(statement, ast.CreateView) else None
+    select = statement.select if isinstance(statement, ast.CreateView) else statement
+    binder = _Binder(catalog, principal)
+    scope = _bind_source(binder, select)
+    for bind in PASSES:
+        bind(binder, scope)
+    return LogicalQuery(text=text, window=scope.window, joins=scope.joins, predicate=scope.predicate,
+                        keys=scope.keys, aggregates=tuple(scope.aggregates.values()), having=scope.having,
+                        outputs=scope.outputs, arbitration=scope.arbitration, view_name=view_name,
+                        smoothing=scope.smoothing, derived=scope.derived, **scope.facts)
 
 
 def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: _Binder,
