@@ -56,6 +56,7 @@ class RelationJoin:
 class Arbitration:
     by: str                 # the correlated column (each value assigned once per window)
     winner: str             # the subquery's grouping column (who wins it)
+    weight: str | None = None   # HAVING sum(weight) >= ALL (...): rows weigh this column; None: count(*)
 
 
 @dataclass(frozen=True)
@@ -426,11 +427,21 @@ def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ..
                  columns: dict[str, str], qualifiers: set[str]) -> Arbitration:
     sub = having.subquery
     shape = ("HAVING count(*) >= ALL (SELECT count(*) FROM <the same source> WHERE <column> = <alias>.<column> "
-             "GROUP BY <column>)")
-    if not (having.op == ">=" and isinstance(having.left, ast.Call) and having.left.name == "count"
-            and having.left.arg is None and sub.source.name == select.source.name and len(sub.group_by) == 1
+             "GROUP BY <column>), or sum(<numeric column>) on both sides")
+    measure = having.left
+    if not (having.op == ">=" and isinstance(measure, ast.Call) and not measure.distinct
+            and (measure.name, measure.arg is None) in (("count", True), ("sum", False))
+            and sub.source.name == select.source.name and len(sub.group_by) == 1
             and isinstance(sub.where, ast.Binary) and sub.where.op == "="):
         raise _err(f"the only ALL form supported is the arbitration form: {shape}", having.pos)
+    sub_measure = sub.items[0].expr if len(sub.items) == 1 else None
+    if not (isinstance(sub_measure, ast.Call) and sub_measure.name == measure.name
+            and _column_name(sub_measure.arg) == _column_name(measure.arg)):
+        raise _err(f"the arbitration subquery must select the same measure as HAVING: {shape}", sub.pos)
+    weight = _column_name(measure.arg)
+    if weight is not None and columns.get(weight) not in ("int", "long", "double"):
+        raise _err(f"arbitration weighs rows by a numeric column ({weight!r} is {columns.get(weight, 'unknown')})",
+                   measure.pos)
     sub_qualifiers = {sub.source.name, *([sub.source.alias] if sub.source.alias else [])}
     outer_names = {q: "" for q in qualifiers}
     sides = [binder.scalar(side, columns, sub_qualifiers, outer_names) for side in (sub.where.left, sub.where.right)]
@@ -444,7 +455,11 @@ def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ..
         raise _err(f"arbitration groups by ({winner}, {by}); GROUP BY must name exactly those", select.pos)
     if binder.window(sub.source.window) != binder.window(select.source.window):
         raise _err("the arbitration subquery must use the outer query's window", sub.source.pos)
-    return Arbitration(by, winner)
+    return Arbitration(by, winner, weight)
+
+
+def _column_name(node: ast.Node | None) -> str | None:
+    return node.name if isinstance(node, ast.Name) else None
 
 
 def analyze(text: str, catalog: Catalog, principal: str = "*") -> LogicalQuery:

@@ -122,7 +122,7 @@ class Reference:
             for start in window_starts(row[query.event_time], query.window):
                 groups[(start, *(row.get(k) for k in keys))].append(row)
         if query.arbitration is not None:
-            groups = _arbitrate(groups)
+            groups = _arbitrate(groups, query.arbitration.weight)
         results = []
         for group, members in sorted(groups.items(), key=lambda item: repr(item[0])):
             start = group[0]
@@ -136,12 +136,14 @@ class Reference:
         return results
 
 
-def _arbitrate(groups: dict[tuple, list[Row]]) -> dict[tuple, list[Row]]:
-    """(window, .., winner, by) groups -> (window, winner) groups of the rows each winner won."""
-    best: dict[tuple, tuple[int, Any]] = {}
+def _arbitrate(groups: dict[tuple, list[Row]], weight: str | None) -> dict[tuple, list[Row]]:
+    """(window, .., winner, by) groups -> (window, winner) groups of the rows each winner won: the
+    most rows (or the largest sum of `weight`), ties to the smallest winner."""
+    best: dict[tuple, tuple[Any, Any]] = {}
     for group, members in groups.items():
         start, winner, by = group[0], group[-2], group[-1]
-        contender = (-len(members), winner)
+        measure = len(members) if weight is None else sum(m[weight] or 0 for m in members)
+        contender = (-measure, winner)
         if (start, by) not in best or contender < best[(start, by)]:
             best[(start, by)] = contender
     won: dict[tuple, list[Row]] = defaultdict(list)

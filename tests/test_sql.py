@@ -65,6 +65,15 @@ def test_the_papers_views_bind_with_deployment_parameters(catalog):
     assert [name for name, _ in counts.outputs] == ["receptor_id", "count_distinct_tag_id"]
 
 
+WEIGHED = ("SELECT receptor_id, count(DISTINCT tag_id) AS tags FROM smoothed_rfid_stream rs [range by '2 seconds'] "
+           "GROUP BY receptor_id, tag_id HAVING sum(reads) >= ALL (SELECT sum(reads) FROM smoothed_rfid_stream "
+           "[range by '2 seconds'] WHERE tag_id = rs.tag_id GROUP BY receptor_id)")
+
+
+def test_arbitration_can_weigh_rows_by_a_column(catalog):
+    assert analyze(WEIGHED, catalog).arbitration == Arbitration(by="tag_id", winner="receptor_id", weight="reads")
+
+
 @pytest.mark.parametrize("text, message", [
     ("SELECT tag_id FROM rfid_streem", "line 1, column 20: unknown stream or view 'rfid_streem'"),
     ("SELECT colour FROM rfid_stream", "line 1, column 8: unknown column 'colour'"),
@@ -85,6 +94,8 @@ def test_the_papers_views_bind_with_deployment_parameters(catalog):
     ("SELECT tag_id, tag_id FROM rfid_stream", "two output columns are named 'tag_id'"),
     ("SELECT receptor_id, count(*) FROM rfid_stream r [range by '2 seconds'] GROUP BY receptor_id, tag_id "
      "HAVING count(*) >= ALL (SELECT max(read_strength) FROM rfid_stream)", "only ALL form supported"),
+    (WEIGHED.replace("SELECT sum(reads) FROM", "SELECT count(*) FROM"), "must select the same measure as HAVING"),
+    (WEIGHED.replace("sum(reads)", "sum(tag_id)"), "weighs rows by a numeric column ('tag_id' is string)"),
     ("SELECT tag_id FROM rfid_stream [adaptive '1 second']", "line 1, column 42: expected EPOCH"),
     ("SELECT tag_id FROM rfid_stream [adaptive epoch '1 second', delta 2]",
      "line 1, column 66: delta is the chance of missing a present tag: 0 < delta < 1"),

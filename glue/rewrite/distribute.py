@@ -167,8 +167,7 @@ class _Builder:
             outputs = [(name, expr) for name, expr in q.outputs]
             return Project(self.selection(node), (*outputs, (EVENT_TIME, Col(q.event_time))))
         keys, _ = self.merge_specs()
-        partials = (AggSpec("__rows", "count"),) if q.arbitration else split_all(q.aggregates)[0]
-        return Aggregate(self.selection(node), keys, partials, None, self.pane)
+        return Aggregate(self.selection(node), keys, self.partial_specs(), None, self.pane)
 
     # ------------------------------------------------------------ inner levels
 
@@ -189,6 +188,13 @@ class _Builder:
         if self.naive:
             return Aggregate(source, ("window_start", "window_end", *keys), merges)
         return Aggregate(source, keys, merges, None, window)
+
+    def partial_specs(self) -> tuple[AggSpec, ...]:
+        """What a producer computes per group (arbitration: each contender's rows, or their weight)."""
+        arb = self.q.arbitration
+        if arb is None:
+            return split_all(self.q.aggregates)[0]
+        return (AggSpec("__rows", "sum", arb.weight) if arb.weight else AggSpec("__rows", "count"),)
 
     def merge_specs(self) -> tuple[tuple[str, ...], tuple[AggSpec, ...]]:
         """Grouping keys and merge aggregates of the partial streams (arbitration: rows per contender)."""
@@ -218,8 +224,7 @@ class _Builder:
         if not q.is_aggregate:
             return Project(self.producer_plan(node), tuple((name, Col(name)) for name, _ in q.outputs))
         keys, _ = self.merge_specs()
-        partials = (AggSpec("__rows", "count"),) if q.arbitration else split_all(q.aggregates)[0]
-        return self.finish(Aggregate(self.selection(node), keys, partials, None, q.window))
+        return self.finish(Aggregate(self.selection(node), keys, self.partial_specs(), None, q.window))
 
     def finish(self, windowed: Aggregate) -> Plan:
         """Whole windows of partials -> the select list: finals, HAVING, output names."""
