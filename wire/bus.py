@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
@@ -55,7 +56,7 @@ def deliver(producer: KafkaProducer, futures: Sequence) -> None:
     producer.flush()
     failed = [f.exception for f in futures if f.failed()]
     if failed:
-        with _consumers_lock:   # a shared producer that lost messages is replaced, not trusted again
+        with _clients_lock:   # a shared producer that lost messages is replaced, not trusted again
             for key in [k for k, p in _producers.items() if p is producer]:
                 del _producers[key]
         producer.close(timeout=0)
@@ -68,29 +69,26 @@ def make_consumer(bootstrap: str) -> KafkaConsumer:
                          max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
 
 
+# One client of each kind per bootstrap per process: Spark reuses Python workers across tasks.
 _consumers: dict[str, KafkaConsumer] = {}
-_consumers_lock = threading.Lock()
+_producers: dict[str, KafkaProducer] = {}
+_clients_lock = threading.Lock()
+
+
+def _shared(clients: dict, bootstrap: str, make: Callable[[str], Any]) -> Any:
+    with _clients_lock:
+        client = clients.get(bootstrap)
+        if client is None:
+            client = clients[bootstrap] = make(bootstrap)
+        return client
 
 
 def shared_consumer(bootstrap: str) -> KafkaConsumer:
-    """One consumer per bootstrap per process (Spark reuses Python workers across tasks)."""
-    with _consumers_lock:
-        consumer = _consumers.get(bootstrap)
-        if consumer is None:
-            consumer = _consumers[bootstrap] = make_consumer(bootstrap)
-        return consumer
-
-
-_producers: dict[str, KafkaProducer] = {}
+    return _shared(_consumers, bootstrap, make_consumer)
 
 
 def shared_producer(bootstrap: str) -> KafkaProducer:
-    """One producer per bootstrap per process (for Spark's Python workers)."""
-    with _consumers_lock:
-        producer = _producers.get(bootstrap)
-        if producer is None:
-            producer = _producers[bootstrap] = make_producer(bootstrap)
-        return producer
+    return _shared(_producers, bootstrap, make_producer)
 
 
 def partitions_of(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
