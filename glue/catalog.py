@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import Column, Window
+from dsp.plan import Column, Plan, Window
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ExportedView:
     window: Window | None          # the view's own window (its rows carry window_start/window_end)
     definition: str
     readers: tuple[str, ...] = ("*",)
-    plan_key: str = ""             # normalized plan signature, for reuse by equality
+    plan: Plan | None = None       # what computes it: a query whose part it subsumes may read it (rewrite.reuse)
 
     def readable_by(self, principal: str) -> bool:
         return "*" in self.readers or principal in self.readers

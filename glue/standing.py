@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, expr_type, output_columns, sources
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, expr_type, output_columns, sources, window_of
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import NodeTask, distribute
@@ -75,13 +75,14 @@ def _plan(view: ViewSpec, node: str, query: LogicalQuery, catalog: Catalog) -> S
     plan = distribute(query, catalog, f"view.{view.name}", at=node)
     final = plan.tasks[-1]
     export = ExportedView(view.name, node, final.topic, tuple(output_columns(final.plan)),
-                          query.window or query.source_window, view.sql, view.readers)
+                          query.window or query.source_window, view.sql, view.readers, final.plan)
     return StandingView(view, node, query.source, export, tuple(t for t in plan.tasks if not t.reused))
 
 
 def _exports(standing: StandingView) -> list[ExportedView]:
     """The view, and the partial streams its tasks export (a later view with an equal part reuses it)."""
-    parts = [ExportedView(t.export_as, t.node, t.topic, tuple(output_columns(t.plan)), None, "")
+    parts = [ExportedView(t.export_as, t.node, t.topic, tuple(output_columns(t.plan)), window_of(t.plan), "",
+                          plan=t.plan)
              for t in standing.tasks[:-1] if t.export_as]
     return [*parts, standing.export]
 

@@ -44,13 +44,14 @@ def load_catalog(mdr: MDR) -> Catalog:
     """The MDR's catalog as plain data for the planner."""
     views = []
     for v in mdr.views():
-        window = None
+        plan = None
         if v.plan:
             try:
-                window = window_of(from_json(v.plan))
+                plan = from_json(v.plan)
             except PlanError:
-                window = None
-        views.append(ExportedView(v.name, v.node, v.topic, v.columns, window, v.definition, v.readers))
+                plan = None
+        views.append(ExportedView(v.name, v.node, v.topic, v.columns, window_of(plan) if plan else None, v.definition,
+                                  v.readers, plan))
     relations = {}
     for name in mdr.r.smembers(mdr.k("relations")):
         found = mdr.relation(name)
@@ -122,6 +123,8 @@ class QueryPlacer:
                     self._cancel_on(node, query_id)
                 raise
             remote: dict[str, list[str]] = {}
+            for node, query_id in plan.uses:   # views another query made, which this one reads: kept while it runs
+                remote.setdefault(node, []).append(query_id)
             for task in plan.tasks:
                 remote.setdefault(task.node, []).append(task.query_id)
             tasks = tuple({"node": t.node, "role": t.role, "query_id": t.query_id, "export_as": t.export_as,

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsp.engine import build, rows_of, view_batch
-from dsp.plan import Plan, output_columns, sources
+from dsp.plan import Plan, output_columns, sources, window_of
 from glue.analyzer import analyze
+from glue.catalog import ExportedView
 from glue.reference import Reference
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
@@ -208,3 +209,34 @@ def test_the_papers_chain_with_a_sliding_window_equals_its_sql_evaluated_central
     assert "HAVING count(*) >= ALL (SELECT count(*)" in arbitrate
     seen = _standing_rows_equal_central(topology, readings(3))
     assert {"smoothed_rfid_stream", "product_counts", "location_counts"} <= seen
+
+
+# ------------------------------------------------------------------ reuse by subsumption
+
+RUNNING = ("SELECT receptor_id, tag_id, count(*) AS n, max(read_strength) AS strongest, count(DISTINCT tag_id) AS t "
+           "FROM rfid_stream [range by '2 seconds'] WHERE read_strength >= 0.3 GROUP BY receptor_id, tag_id")
+
+
+@pytest.mark.parametrize("sql", [
+    # coarser grouping and windows, a residual filter on a key, partials the running view holds
+    "SELECT receptor_id, count(*) AS n, max(read_strength) AS m FROM rfid_stream [range by '4 seconds'] "
+    "WHERE read_strength >= 0.3 AND receptor_id IN ('door1-r1', 'door2-r2') GROUP BY receptor_id",
+    "SELECT count(DISTINCT tag_id) AS tags FROM rfid_stream [range by '6 seconds', slide by '2 seconds'] "
+    "WHERE read_strength >= 0.3",
+    "SELECT location, count(*) AS n FROM rfid_stream [range by '4 seconds'] "
+    "JOIN receptor_locations USING (receptor_id) WHERE read_strength >= 0.3 GROUP BY location",
+])
+def test_a_query_subsumed_by_a_running_view_rolls_it_up_and_equals_the_central_answer(sql):
+    running = distribute(analyze(RUNNING, CATALOG), CATALOG, "a")
+    catalog = replace(CATALOG, views=[*CATALOG.views, *(
+        ExportedView(t.export_as, t.node, t.topic, tuple(output_columns(t.plan)), window_of(t.plan), "", plan=t.plan)
+        for t in running.tasks if t.export_as)])
+    plan = distribute(analyze(sql, catalog), catalog, "b")
+    running_producers = {(t.node, f"view.{t.export_as}") for t in running.tasks if t.role == "producer"}
+    subsumes = "JOIN" not in sql   # the join runs before grouping: the running view has no location
+    assert (set(plan.uses) == running_producers) is subsumes and bool(plan.uses) is subsumes, plan.explain()
+    by_edge = readings(2)
+    tasks = standing_tasks() + [(t.topic, t.plan) for t in running.tasks] + [(t.topic, t.plan) for t in plan.tasks]
+    got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
+    want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
+    assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])

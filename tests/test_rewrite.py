@@ -3,7 +3,21 @@ and the reference evaluator the hierarchy is judged by."""
 
 import pytest
 
-from dsp.plan import SMOOTH_COLUMNS, Aggregate, AggSpec, Col, Filter, LookupJoin, Smooth, Source, Window, output_columns
+from dsp.plan import (
+    RAW_RFID_SOURCE_COLUMNS,
+    SMOOTH_COLUMNS,
+    Aggregate,
+    AggSpec,
+    BinOp,
+    Col,
+    Filter,
+    Lit,
+    LookupJoin,
+    Smooth,
+    Source,
+    Window,
+    output_columns,
+)
 from glue.analyzer import AggCall, analyze
 from glue.catalog import ExportedView, NodeInfo
 from glue.reference import Reference, adaptive_smoothed, evaluate_expr
@@ -225,3 +239,30 @@ def test_the_reference_smooths_each_receptor_from_its_first_reading_after_the_st
     assert rows[1]["reads"] == 3                                    # epochs 0 and 1 in a window of 2 or more
     later = adaptive_smoothed(readings, 1000, 0.25, from_ms=1001)  # smoothing begins at epoch 2
     assert min(r["window_start"] for r in later) == 2000
+
+
+def test_a_running_view_subsumes_a_producer_only_when_it_holds_all_it_needs():
+    from glue.catalog import ExportedView
+    from glue.rewrite.reuse import rollup_from
+
+    raw = Source(("hifi.raw.door1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+    strong = BinOp(">=", Col("read_strength"), Lit(0.3))
+    door = BinOp("=", Col("receptor_id"), Lit("door1-r1"))
+    running = Aggregate(Filter(raw, strong), ("receptor_id", "tag_id"),
+                        (AggSpec("n", "count"), AggSpec("top", "max", "read_strength")), None, Window(2000, 2000))
+    view = ExportedView("producer_x", "door1", "hifi.view.door1.producer_x", tuple(output_columns(running)),
+                        Window(2000, 2000), "", plan=running)
+
+    def wanted(predicate, keys=("receptor_id",), specs=None, pane=4000):
+        return Aggregate(Filter(raw, predicate), keys, specs or (AggSpec("c", "count"),), None, Window(pane, pane))
+
+    rolled = rollup_from(wanted(BinOp("AND", strong, door)), view)
+    assert rolled == Aggregate(Filter(Source((view.topic,), "rows", view.columns, "window_start", 0, True,
+                                             Window(2000, 2000)), door),
+                               ("receptor_id",), (AggSpec("c", "sum", "n"),), None, Window(4000, 4000))
+    assert rollup_from(wanted(strong, specs=(AggSpec("m", "max", "read_strength"),)), view) is not None
+    assert rollup_from(wanted(door), view) is None                                  # keeps rows the view dropped
+    assert rollup_from(wanted(BinOp("AND", strong, BinOp("<", Col("read_strength"), Lit(0.9)))), view) is None
+    assert rollup_from(wanted(strong, keys=("antenna",)), view) is None             # a coarser grouping only
+    assert rollup_from(wanted(strong, pane=3000), view) is None                     # panes must divide
+    assert rollup_from(wanted(strong, specs=(AggSpec("s", "sum", "read_strength"),)), view) is None  # not held

@@ -45,6 +45,7 @@ from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place
+from glue.rewrite.reuse import subsuming
 from glue.sql.lexer import SqlError
 from wire.topics import raw_topic, results_topic, view_topic
 from wire.windows import duration_ms, pane_of
@@ -71,6 +72,7 @@ class DistributedPlan:
     placement: Placement
     tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
     start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
+    uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
 
     @property
     def result_topic(self) -> str:
@@ -95,6 +97,8 @@ class DistributedPlan:
             what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
             target = task.export_as or task.topic
             lines.append(f"  {task.node:<12} {task.role:<8} {what} {target} -> {task.topic}")
+        for node, query_id in self.uses:
+            lines.append(f"  {node:<12} {'':<8} rolls up view {query_id.removeprefix('view.')}")
         return "\n".join(lines)
 
 
@@ -108,6 +112,7 @@ class _Builder:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.nodes = placement.path_nodes(catalog)
         self.tasks: list[NodeTask] = []
+        self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the tasks read
         self.smoothing: dict[str, NodeTask] = {}
         self.naive = naive
         self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
@@ -275,6 +280,11 @@ class _Builder:
             return self.root_task(node, self.local_plan(node))
         if node in self.placement.producers:
             produced = self.task(node, "producer", self.producer_plan(node))
+            found = None if produced.reused or self.naive else subsuming(produced.plan, node, self.catalog.views)
+            if found is not None:   # a running view holds these partials already: roll them up
+                rollup, view = found
+                produced = self.task(node, "producer", rollup)
+                self.uses.append((view.node, f"view.{view.name}"))
             self.tasks.append(produced)
             if not root:
                 return produced
@@ -330,7 +340,7 @@ def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool
         raise SqlError("the naive baseline does not plan arbitration")
     builder = _Builder(query, catalog, query_id, placement, naive)
     builder.build(placement.root)
-    plan = DistributedPlan(query_id, query, placement, builder.tasks)
+    plan = DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses)
     for task in plan.tasks:
         output_columns(task.plan)  # every plan type-checks before anything is deployed
     return plan
