@@ -12,14 +12,16 @@ import datetime as dt
 import os
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
 
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.judge import as_ms
 from services.paths import DEFAULT_TOPOLOGY
-from tests.conftest import running_hierarchy
+from tests.conftest import running_hierarchy, topic_rows, wait_for
 from tests.judge import assert_equal_to_reference
 
 
@@ -170,18 +172,32 @@ def test_the_papers_three_views_chained_through_create_view(hierarchy):
 
 def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(hierarchy):
     """A tumbling and a sliding query with the same panes: the second, submitted while the first
-    runs, reuses the first one's producers and still answers exactly."""
+    runs, reuses the first one's producers and still answers exactly. A third, coarser one is
+    subsumed by them: its producers roll the running partials up, and go on doing so after the
+    queries that made them are cancelled."""
     tumbling = hierarchy.placement.submit(
         "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY tag_id")
     sliding = hierarchy.placement.submit(
         "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '6 seconds', slide by '2 seconds'] GROUP BY tag_id")
+    coarse = hierarchy.placement.submit("SELECT count(*) AS n FROM rfid_stream [range by '4 seconds']")
     try:
         assert [t.reused for t in sliding.tasks if t.role == "producer"] == [True, True], sliding.explain()
+        made = {(t.node, t.query_id) for t in tumbling.tasks if t.role == "producer"}
+        assert set(coarse.uses) == made and "rolls up view" in coarse.explain(), coarse.explain()
         assert_equal_to_reference(hierarchy, sliding)
         assert_equal_to_reference(hierarchy, tumbling)
-    finally:
         hierarchy.placement.cancel(sliding.query_id)
-        hierarchy.placement.cancel(tumbling.query_id)
+        hierarchy.placement.cancel(tumbling.query_id)   # their producers stay: the coarse query reads them
+        cancelled_ms = int(time.time() * 1000)
+        assert made <= {(node, q.query_id) for node in ("door1", "door2") for q in hierarchy.nodes[node].dsp.queries()}
+        wait_for(lambda: any(as_ms(r["window_start"]) > cancelled_ms
+                             for r in topic_rows(hierarchy.bootstrap, coarse.result_topic)),
+                 60, "the coarse query's windows after the cancel")
+        assert_equal_to_reference(hierarchy, coarse)
+    finally:
+        for query in (coarse, sliding, tumbling):
+            if any(q.id == query.query_id for q in hierarchy.mdr.queries()):
+                hierarchy.placement.cancel(query.query_id)
 
 
 def _placement(hierarchy):
