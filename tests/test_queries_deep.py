@@ -33,9 +33,20 @@ QUERIES = {
 }
 
 
+@pytest.fixture(scope="module")
+def submitted(hierarchy):
+    """The queries submitted together: their windows accumulate side by side (tests/test_queries.py)."""
+    plans = {name: hierarchy.placement.submit(sql) for name, sql in QUERIES.items()}
+    yield plans
+    running = {q.id for q in hierarchy.mdr.queries()}
+    for plan in plans.values():
+        if plan.query_id in running:
+            hierarchy.placement.cancel(plan.query_id)
+
+
 @pytest.mark.parametrize("name", list(QUERIES))
-def test_four_level_answers_equal_the_reference(hierarchy, name):
-    plan = hierarchy.placement.submit(QUERIES[name])
+def test_four_level_answers_equal_the_reference(hierarchy, submitted, name):
+    plan = submitted[name]
     try:
         roles = {(t.node, t.role) for t in plan.tasks}
         assert plan.placement.root == "region", plan.explain()
