@@ -242,8 +242,8 @@ def _smooth_input(plan: Plan, ctx: CompileContext) -> DataFrame:
 def _smooth(plan: Smooth, ctx: CompileContext) -> DataFrame:
     """Reads per receptor, tag and epoch, emitted when the watermark closes the epoch; the epochs'
     heartbeats come out as rows with no tag and no reads. The smoothing itself runs on them in
-    the sink (dsp.smoothing), where its per-receptor state lives: its input is small, and this
-    Spark has no usable per-key state for Python on this pandas (applyInPandasWithState fails)."""
+    the sink (dsp.smoothing), where its per-receptor state lives: its input is small. (On PySpark
+    4.0.1 with pandas 3 applyInPandasWithState failed; on the pinned 4.3.0 it works, unused here.)"""
     return _per_epoch(_smooth_input(plan.child, ctx), event_time_column(plan.child), plan.epoch_ms,
                       ("receptor_id", "tag_id"), [F.count("tag_id").alias("reads")])
 
