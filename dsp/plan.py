@@ -97,6 +97,26 @@ LOGICAL = ("AND", "OR")
 ARITHMETIC = ("+", "-", "*", "/")
 
 
+def conjuncts(expr: Expr | None) -> list[Expr]:
+    """The terms of a conjunction (AND), top level; [] for no condition."""
+    if expr is None:
+        return []
+    if isinstance(expr, BinOp) and expr.op == "AND":
+        return conjuncts(expr.left) + conjuncts(expr.right)
+    return [expr]
+
+
+def expr_columns(expr: Expr) -> set[str]:
+    """The columns an expression reads."""
+    if isinstance(expr, Col):
+        return {expr.name}
+    if isinstance(expr, BinOp):
+        return expr_columns(expr.left) | expr_columns(expr.right)
+    if isinstance(expr, Func):
+        return set().union(*(expr_columns(a) for a in expr.args))
+    return set()
+
+
 def expr_type(expr: Expr, schema: dict[str, str]) -> str:
     if isinstance(expr, Col):
         if expr.name not in schema:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsp.plan import BinOp, Col, Expr, Lit
+from dsp.plan import BinOp, Col, Expr, Lit, conjuncts
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.sql.lexer import SqlError
@@ -36,14 +36,6 @@ class Placement:
         return nodes
 
 
-def _conjuncts(expr: Expr | None) -> list[Expr]:
-    if expr is None:
-        return []
-    if isinstance(expr, BinOp) and expr.op == "AND":
-        return _conjuncts(expr.left) + _conjuncts(expr.right)
-    return [expr]
-
-
 def _pinned(expr: Expr) -> tuple[str, set[str]] | None:
     """(column, values) when `expr` is column = constant, or an OR of those on one column."""
     if isinstance(expr, BinOp) and expr.op == "=":
@@ -59,7 +51,7 @@ def _pinned(expr: Expr) -> tuple[str, set[str]] | None:
 
 def scope_receptors(query: LogicalQuery, catalog: Catalog) -> list[str]:
     chosen = {r.id for r in catalog.receptors}
-    for conjunct in _conjuncts(query.predicate):
+    for conjunct in conjuncts(query.predicate):
         pinned = _pinned(conjunct)
         if pinned is not None:
             column, values = pinned

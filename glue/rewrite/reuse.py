@@ -23,28 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dsp.plan import Aggregate, AggSpec, BinOp, Col, Expr, Filter, Func, Plan, Source, output_columns
+from dsp.plan import Aggregate, AggSpec, BinOp, Expr, Filter, Plan, Source, conjuncts, expr_columns, output_columns
 from glue.catalog import ExportedView
 
 ROLLUP = {"count": "sum", "sum": "sum", "min": "min", "max": "max", "collect_set": "union_sets"}
-
-
-def conjuncts(expr: Expr | None) -> list[Expr]:
-    if expr is None:
-        return []
-    if isinstance(expr, BinOp) and expr.op == "AND":
-        return conjuncts(expr.left) + conjuncts(expr.right)
-    return [expr]
-
-
-def columns_of(expr: Expr) -> set[str]:
-    if isinstance(expr, Col):
-        return {expr.name}
-    if isinstance(expr, BinOp):
-        return columns_of(expr.left) | columns_of(expr.right)
-    if isinstance(expr, Func):
-        return set().union(*(columns_of(a) for a in expr.args)) if expr.args else set()
-    return set()
 
 
 def _selection(plan: Plan) -> tuple[Plan, list[Expr]]:
@@ -73,7 +55,7 @@ def rollup_from(wanted: Aggregate, view: ExportedView) -> Aggregate | None:
         return None
     residual = [term for term in wanted_terms if term not in running_terms]
     grouping = set(running.keys)
-    if not set(wanted.keys) <= grouping or any(not columns_of(term) <= grouping for term in residual):
+    if not set(wanted.keys) <= grouping or any(not expr_columns(term) <= grouping for term in residual):
         return None
     pane, running_pane = wanted.window, running.window
     if pane.range_ms != pane.slide_ms or running_pane.range_ms != running_pane.slide_ms \
