@@ -376,9 +376,9 @@ def shared_mdr(url: str) -> MDR:
 
 
 def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
-    columns = list(zip(*rows, strict=True))
-    arrays = [pa.array(col, type=field.type) for col, field in zip(columns, schema, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    # pyarrow converts the row tuples in C++: 40 ms per 100 k raw rows, against 167 ms for a
+    # Python transpose (zip) then a column at a time, which was a third of a reader's CPU (py-spy).
+    return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
 
 
 class KafkaDataSource(DataSource):
