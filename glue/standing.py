@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, expr_type, output_columns, sources, window_of
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import NodeTask, distribute
@@ -50,7 +50,7 @@ def standing_views(topology: Topology, catalog: Catalog | None = None) -> list[S
     for view in topology.views:
         if view.operator:
             continue
-        for node in (n for n in topology.nodes if n in topology_nodes_of(topology, view)):
+        for node in (n for n in topology.nodes if view in topology.views_at(n)):
             try:
                 standing = _plan(view, node, analyze(view.sql, catalog), catalog)
             except SqlError as exc:
@@ -58,10 +58,6 @@ def standing_views(topology: Topology, catalog: Catalog | None = None) -> list[S
             catalog.views.extend(_exports(standing))
             planned.append(standing)
     return planned
-
-
-def topology_nodes_of(topology: Topology, view: ViewSpec) -> list[str]:
-    return [n for n in topology.nodes if view in topology.views_at(n)]
 
 
 def _plan(view: ViewSpec, node: str, query: LogicalQuery, catalog: Catalog) -> StandingView:
@@ -73,18 +69,13 @@ def _plan(view: ViewSpec, node: str, query: LogicalQuery, catalog: Catalog) -> S
         return StandingView(view, node, query.source,
                             ExportedView(view.name, node, "", columns, None, view.sql, view.readers), ())
     plan = distribute(query, catalog, f"view.{view.name}", at=node)
-    final = plan.tasks[-1]
-    export = ExportedView(view.name, node, final.topic, tuple(output_columns(final.plan)),
-                          query.window or query.source_window, view.sql, view.readers, final.plan)
+    export = plan.tasks[-1].export(view.sql, view.readers)
     return StandingView(view, node, query.source, export, tuple(t for t in plan.tasks if not t.reused))
 
 
 def _exports(standing: StandingView) -> list[ExportedView]:
     """The view, and the partial streams its tasks export (a later view with an equal part reuses it)."""
-    parts = [ExportedView(t.export_as, t.node, t.topic, tuple(output_columns(t.plan)), window_of(t.plan), "",
-                          plan=t.plan)
-             for t in standing.tasks[:-1] if t.export_as]
-    return [*parts, standing.export]
+    return [*(t.export() for t in standing.tasks[:-1] if t.export_as), standing.export]
 
 
 def crossing_topics(standing: list[StandingView]) -> dict[str, str]:

@@ -173,9 +173,7 @@ class HiFiNode:
                                 standing.view.definition if last else "")
             if not standing.tasks and standing.node == self.id:   # exported as a definition only
                 export = standing.export
-                self.mdr.export_view(ViewRecord(name=export.name, node=self.id, topic="", window="",
-                                                definition=export.definition, plan="", columns=export.columns,
-                                                readers=export.readers, exported_ms=now_ms()))
+                self._export(export.name, None, "", export.readers, export.definition, export.columns)
         for view_plan in operator_plans(self.topology, self.id):
             self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name, view_plan.view.readers,
                         view_plan.view.definition)
@@ -277,12 +275,14 @@ class HiFiNode:
             self._export(export_as, plan, topic, readers, definition)
         return topic
 
-    def _export(self, name: str, plan, topic: str, readers: tuple[str, ...], definition: str) -> None:
-        window = window_of(plan)
+    def _export(self, name: str, plan, topic: str, readers: tuple[str, ...], definition: str,
+                columns: tuple[tuple[str, str], ...] | None = None) -> None:
+        """Record an exported view in the MDR; with no plan (a definition only), its `columns`."""
+        window = window_of(plan) if plan is not None else None
         self.mdr.export_view(ViewRecord(
             name=name, node=self.id, topic=topic, window=window.describe() if window else "",
-            definition=definition, plan=to_json(plan), columns=output_columns(plan), readers=readers,
-            exported_ms=now_ms()))
+            definition=definition, plan=to_json(plan) if plan is not None else "",
+            columns=output_columns(plan) if plan is not None else columns, readers=readers, exported_ms=now_ms()))
 
     def revoke(self, view: str) -> bool:
         query_id = f"view.{view}"

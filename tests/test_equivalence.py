@@ -20,9 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsp.engine import build, rows_of, view_batch
-from dsp.plan import Plan, output_columns, sources, window_of
+from dsp.plan import Plan, output_columns, sources
 from glue.analyzer import analyze
-from glue.catalog import ExportedView
 from glue.reference import Reference
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
@@ -240,9 +239,7 @@ RUNNING = ("SELECT receptor_id, tag_id, count(*) AS n, max(read_strength) AS str
 ])
 def test_a_query_subsumed_by_a_running_view_rolls_it_up_and_equals_the_central_answer(sql):
     running = distribute(analyze(RUNNING, CATALOG), CATALOG, "a")
-    catalog = replace(CATALOG, views=[*CATALOG.views, *(
-        ExportedView(t.export_as, t.node, t.topic, tuple(output_columns(t.plan)), window_of(t.plan), "", plan=t.plan)
-        for t in running.tasks if t.export_as)])
+    catalog = replace(CATALOG, views=[*CATALOG.views, *(t.export() for t in running.tasks if t.export_as)])
     plan = distribute(analyze(sql, catalog), catalog, "b")
     running_producers = {(t.node, f"view.{t.export_as}") for t in running.tasks if t.role == "producer"}
     subsumes = "JOIN" not in sql   # the join runs before grouping: the running view has no location

@@ -40,9 +40,10 @@ from dsp.plan import (
     output_columns,
     sources,
     to_json,
+    window_of,
 )
 from glue.analyzer import LogicalQuery
-from glue.catalog import Catalog
+from glue.catalog import Catalog, ExportedView
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place
 from glue.rewrite.reuse import subsuming
@@ -63,6 +64,11 @@ class NodeTask:
     topic: str
     export_as: str           # the view the output is exported as ("" for results)
     reused: bool = False     # an equal view already runs there
+
+    def export(self, definition: str = "", readers: tuple[str, ...] = ("*",)) -> ExportedView:
+        """What the catalog learns of this part once it runs (its output exported as a view)."""
+        return ExportedView(self.export_as, self.node, self.topic, tuple(output_columns(self.plan)),
+                            window_of(self.plan), definition, readers, self.plan)
 
 
 @dataclass
@@ -166,13 +172,14 @@ class _Builder:
             plan = Project(plan, kept + self.q.derived)
         return plan
 
-    def producer_plan(self, node: str) -> Plan:
+    def producer_plan(self, node: str, window: Window | None = None) -> Plan:
+        """The selection with its event time, or its partials per pane (per `window` if given)."""
         q = self.q
         if not q.is_aggregate:
             outputs = [(name, expr) for name, expr in q.outputs]
             return Project(self.selection(node), (*outputs, (EVENT_TIME, Col(q.event_time))))
         keys, _ = self.merge_specs()
-        return Aggregate(self.selection(node), keys, self.partial_specs(), None, self.pane)
+        return Aggregate(self.selection(node), keys, self.partial_specs(), None, window or self.pane)
 
     # ------------------------------------------------------------ inner levels
 
@@ -226,10 +233,11 @@ class _Builder:
         """The whole query on its only producer, in one part: the producer's plan over the query's
         own windows instead of panes, finished where it is read (no partial stream to send)."""
         q = self.q
+        produced = self.producer_plan(node, q.window)
         if not q.is_aggregate:
-            return Project(self.producer_plan(node), tuple((name, Col(name)) for name, _ in q.outputs))
-        keys, _ = self.merge_specs()
-        return self.finish(Aggregate(self.selection(node), keys, self.partial_specs(), None, q.window))
+            return Project(produced, tuple((name, Col(name)) for name, _ in q.outputs))
+        assert isinstance(produced, Aggregate)
+        return self.finish(produced)
 
     def finish(self, windowed: Aggregate) -> Plan:
         """Whole windows of partials -> the select list: finals, HAVING, output names."""
