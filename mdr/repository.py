@@ -23,6 +23,9 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    view already dead-lettered and counted (every reader refuses it)
   parts:<node>               HASH  query id -> JSON {status, error, restarts}: the node's query parts
                                    that are not running (failed, with the cause); rewritten each second
+  desired:<node>             HASH  query id -> JSON {plan, export_as, readers, definition, output_topic,
+                                   start_offsets}: the query parts the placement service deployed on
+                                   the node, which the node runs again after a restart (desired state)
   stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
   stats:<node>:receptors     HASH  "<receptor>:<reads|cycles|weak>" -> readings, read cycles and weak
@@ -50,9 +53,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 CHANGE_STREAM_MAXLEN = 10_000
 HISTORY_LENGTH = 900   # samples per node: 15 minutes at the nodes' one-second gauges
+# A call that finds Redis gone (restarting: it reloads its append-only file) reconnects with
+# backoff, 50 ms doubling to 1 s, for up to ~10 s before it raises.
+RECONNECT_TRIES = 14
 
 _FENCED_INCR = """
 local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
@@ -173,7 +181,10 @@ class MDR:
 
     @classmethod
     def connect(cls, url: str, prefix: str = "hifi:") -> MDR:
-        mdr = cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+        retry = Retry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT_TRIES)
+        client = redis.Redis.from_url(url, decode_responses=True, retry=retry,
+                                      retry_on_error=[redis.ConnectionError, redis.TimeoutError])
+        mdr = cls(client, prefix)
         mdr.url = url
         return mdr
 
@@ -197,8 +208,13 @@ class MDR:
             self._announce(pipe, "node", "register", node_id)
             pipe.execute()
 
-    def heartbeat(self, node_id: str, ttl_ms: int) -> None:
-        self.r.set(self.k("node", node_id, "alive"), now_ms(), px=ttl_ms)
+    def heartbeat(self, node_id: str, ttl_ms: int) -> bool:
+        """Mark the node alive for `ttl_ms`; whether the MDR still holds its registration (a
+        Redis that lost its data, or was cleared, does not: the node registers again)."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.set(self.k("node", node_id, "alive"), now_ms(), px=ttl_ms)
+            pipe.exists(self.k("node", node_id))
+            return bool(pipe.execute()[1])
 
     def mark_down(self, node_id: str) -> None:
         with self.r.pipeline(transaction=True) as pipe:
@@ -354,6 +370,28 @@ class MDR:
                                           tuple(json.loads(d.get("columns", "[]"))),
                                           tuple(json.loads(d.get("tasks", "[]")))))
         return result
+
+    # ------------------------------------------------------------ desired state
+
+    def put_desired(self, parts: dict[str, dict[str, dict[str, Any]]]) -> None:
+        """Record query parts that should run: {node: {query id: deploy spec}}."""
+        with self.r.pipeline(transaction=True) as pipe:
+            for node_id, specs in parts.items():
+                if specs:
+                    pipe.hset(self.k("desired", node_id), mapping={q: json.dumps(s) for q, s in specs.items()})
+                    self._announce(pipe, "desired", "put", node_id)
+            pipe.execute()
+
+    def drop_desired(self, node_id: str, query_ids: Sequence[str]) -> None:
+        if query_ids:
+            with self.r.pipeline(transaction=True) as pipe:
+                pipe.hdel(self.k("desired", node_id), *query_ids)
+                self._announce(pipe, "desired", "drop", node_id)
+                pipe.execute()
+
+    def desired(self, node_id: str) -> dict[str, dict[str, Any]]:
+        """The query parts that should run on the node: query id -> deploy spec."""
+        return {q: json.loads(spec) for q, spec in self.r.hgetall(self.k("desired", node_id)).items()}
 
     # ------------------------------------------------------------ runtime statistics
 

@@ -74,6 +74,17 @@ class EmbeddedServers:
         """The processes of the embedded servers (benchmarks leave their CPU out)."""
         return {proc.pid for proc in self._procs}
 
+    def restart_redis(self, down_s: float = 0.0) -> None:
+        """Kill the embedded Redis (SIGKILL, as a crash) and start it again on its port and
+        directory after `down_s`: it comes back from its append-only file (drills, tests)."""
+        old = next(proc for proc in self._procs if "redis-server" in str(proc.args[0]))
+        old.kill()
+        old.wait(timeout=5)
+        time.sleep(down_s)
+        port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
+        _, proc = start_redis(self.workdir, port)
+        self._procs[self._procs.index(old)] = proc
+
     def stop(self) -> None:
         for proc in reversed(self._procs):
             _stop(proc)
@@ -82,15 +93,18 @@ class EmbeddedServers:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_redis(workdir: str) -> tuple[str, subprocess.Popen]:
+def start_redis(workdir: str, port: int = 0) -> tuple[str, subprocess.Popen]:
+    """A Redis on `port` (a free one by default) keeping an append-only file in `workdir`, so a
+    Redis restarted on the same directory comes back with the metadata (fsync once a second:
+    a crash loses at most the last second's statistics, which the nodes write again)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise EmbeddedError("redis-server is not installed (Debian: apt-get install redis-server), "
                             "or set HIFI_REDIS_URL to an existing Redis")
-    port = free_port()
+    port = port or free_port()
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--protected-mode", "no"],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+         "--appendfsync", "everysec", "--dir", workdir, "--protected-mode", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     _wait_for_port(port, proc, "redis-server")

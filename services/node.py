@@ -4,6 +4,12 @@ Every tier runs this same class; the topology says what it does. On start it reg
 MDR, heartbeats (liveness with a TTL), starts its data listener on its raw topic (edge nodes),
 deploys and exports its views, and serves the Node API. Statistics reach the MDR from each
 micro-batch (counted once per batch id) and from a periodic gauge update.
+
+What should run on it is desired state in the MDR (`desired:<node>`, written by the placement
+service): on start, and every RECONCILE_INTERVAL_S after, the node deploys every desired part it
+does not run, so a node restarted on its state directory takes back the query parts it hosted
+(each resumes from its saved state and its readers' checkpoints). A heartbeat that finds the
+node's registration gone (a Redis that lost its data) registers it and its exports again.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ log = logging.getLogger("hifi.node")
 
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TTL_MS = 5_000
+RECONCILE_INTERVAL_S = 2.0   # one HGETALL per node: what a lost part waits at most to be deployed again
 HISTORY_FIELDS = ("rows_in", "rows_out", "dead", "input_rate", "lag_ms")   # sampled every second for the dashboard
 
 
@@ -131,6 +138,9 @@ class HiFiNode:
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._gauges: threading.Thread | None = None
+        self._reconciler: threading.Thread | None = None
+        self._exports: dict[str, ViewRecord] = {}   # what it exports, put again if the MDR lost it
+        self._endpoints: dict[str, str] = {}
 
     def intake_rules(self) -> IntakeRules:
         """What this node's readers check every record against (wire.intake): its receptors from
@@ -154,9 +164,8 @@ class HiFiNode:
                                          self._advertise_host)
         if self._advertise_host:
             self.address = f"{self._advertise_host}:{self.address.rsplit(':', 1)[1]}"
-        self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
-                               {"views": [v.name for v in self.topology.views_at(self.id)]})
-        self.mdr.put_endpoints(f"node:{self.id}", {"grpc": self.address, "metrics": metrics_url})
+        self._endpoints = {"grpc": self.address, "metrics": metrics_url}
+        self._register()
         self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
         self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"hb-{self.id}", daemon=True)
         self._heartbeat.start()
@@ -178,6 +187,35 @@ class HiFiNode:
             self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name, view_plan.view.readers,
                         view_plan.view.definition)
         self.dsp.ensure_ingest()
+        self.reconcile()
+        self._reconciler = threading.Thread(target=self._reconcile_loop, name=f"reconcile-{self.id}", daemon=True)
+        self._reconciler.start()
+
+    def _register(self) -> None:
+        spec = self.topology.nodes[self.id]
+        self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
+                               {"views": [v.name for v in self.topology.views_at(self.id)]})
+        self.mdr.put_endpoints(f"node:{self.id}", self._endpoints)
+
+    def reconcile(self) -> list[str]:
+        """Deploy every part the MDR says should run here and does not; the query ids deployed.
+        A part that cannot be deployed is logged and tried again on the next round."""
+        running = {q.query_id for q in self.dsp.queries()}
+        deployed = []
+        for query_id, spec in sorted(self.mdr.desired(self.id).items()):
+            if query_id in running:
+                continue
+            try:
+                self.deploy(query_id, spec["plan"], spec.get("export_as", ""), tuple(spec.get("readers", ("*",))),
+                            spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"))
+                deployed.append(query_id)
+            except QueryExists:
+                pass   # deployed over gRPC meanwhile
+            except Exception:  # noqa: BLE001 - one part that cannot run must not stop the others
+                log.exception("node %s: cannot deploy desired part %s", self.id, query_id)
+        if deployed:
+            log.info("node %s: deployed desired parts %s", self.id, ", ".join(deployed))
+        return deployed
 
     def wait_for_children(self, timeout_s: float, progress: Callable[[str], None] = lambda _: None) -> None:
         """Wait until every child exports the materialized views this node's views read (a node
@@ -203,7 +241,7 @@ class HiFiNode:
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in (self._heartbeat, self._gauges):
+        for thread in (self._heartbeat, self._gauges, self._reconciler):
             if thread is not None:
                 thread.join(timeout=5)
         self.dsp.stop_all()
@@ -226,9 +264,20 @@ class HiFiNode:
         """Liveness only: nothing here may wait on the DSP (a query stop can take seconds)."""
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
             try:
-                self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
+                if not self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS):
+                    log.warning("node %s: the MDR lost its registration; registering again", self.id)
+                    self._register()
+                    for view in list(self._exports.values()):
+                        self.mdr.export_view(view)
             except Exception:  # noqa: BLE001 - a missed heartbeat must not kill the node
                 log.exception("node %s: heartbeat failed", self.id)
+
+    def _reconcile_loop(self) -> None:
+        while not self._stop.wait(RECONCILE_INTERVAL_S):
+            try:
+                self.reconcile()
+            except Exception:  # noqa: BLE001 - the MDR unreachable: try again next round
+                log.exception("node %s: reconciling with the desired state failed", self.id)
 
     def _gauges_loop(self) -> None:
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
@@ -279,13 +328,16 @@ class HiFiNode:
                 columns: tuple[tuple[str, str], ...] | None = None) -> None:
         """Record an exported view in the MDR; with no plan (a definition only), its `columns`."""
         window = window_of(plan) if plan is not None else None
-        self.mdr.export_view(ViewRecord(
+        view = ViewRecord(
             name=name, node=self.id, topic=topic, window=window.describe() if window else "",
             definition=definition, plan=to_json(plan) if plan is not None else "",
-            columns=output_columns(plan) if plan is not None else columns, readers=readers, exported_ms=now_ms()))
+            columns=output_columns(plan) if plan is not None else columns, readers=readers, exported_ms=now_ms())
+        self._exports[name] = view
+        self.mdr.export_view(view)
 
     def revoke(self, view: str) -> bool:
         query_id = f"view.{view}"
         if any(q.query_id == query_id for q in self.dsp.queries()):
             self.dsp.cancel(query_id)
+        self._exports.pop(view, None)
         return self.mdr.revoke_view(self.id, view)

@@ -109,19 +109,25 @@ class QueryPlacer:
                 # after the ends were taken: anything stamped from here on is appended after them
                 plan = answering_from(plan, now_ms())
             deployed: list[tuple[str, str]] = []
+            desired: dict[str, dict[str, dict]] = {}
             try:
                 for task in plan.tasks:
                     if task.reused:
                         continue
                     # a CREATE VIEW's text defines the view it exports; shared partials have none
                     definition = sql if task.role == "final" and task.export_as else ""
-                    if self._deploy(task.node, task.query_id, task.plan, task.export_as, task.topic, definition,
-                                    start_offsets):
+                    spec = {"plan": to_json(task.plan), "export_as": task.export_as,
+                            "output_topic": "" if task.export_as else task.topic, "definition": definition,
+                            "start_offsets": start_offsets or {}}
+                    if self._deploy(task.node, task.query_id, spec):
                         deployed.append((task.node, task.query_id))
+                        desired.setdefault(task.node, {})[task.query_id] = spec
             except PlacementError:
                 for node, query_id in reversed(deployed):
                     self._cancel_on(node, query_id)
                 raise
+            # what a node runs again after a restart (services.node reconciles with it)
+            self.mdr.put_desired(desired)
             remote: dict[str, list[str]] = {}
             for node, query_id in plan.uses:   # views another query made, which this one reads: kept while it runs
                 remote.setdefault(node, []).append(query_id)
@@ -141,12 +147,12 @@ class QueryPlacer:
             self._channels[record.address] = grpc.insecure_channel(record.address)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
 
-    def _deploy(self, node: str, query_id: str, plan, export_as: str, topic: str, definition: str,
-                start_offsets: dict[str, int] | None) -> bool:
-        """Deploy on `node`; False when the node already runs it (a view another query created)."""
-        request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(plan)),
-                                         export_as=export_as, output_topic="" if export_as else topic,
-                                         definition=definition, start_offsets=start_offsets or {})
+    def _deploy(self, node: str, query_id: str, spec: dict) -> bool:
+        """Deploy `spec` (plan JSON, export_as, output_topic, definition, start_offsets) on `node`;
+        False when the node already runs it (a view another query created)."""
+        request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=spec["plan"]),
+                                         export_as=spec["export_as"], output_topic=spec["output_topic"],
+                                         definition=spec["definition"], start_offsets=spec["start_offsets"])
         try:
             self._stub(node).Deploy(request, timeout=60)
             return True
@@ -174,9 +180,10 @@ class QueryPlacer:
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
             for node, tasks in record.remote.items():
-                for task in reversed(tasks):
-                    if (node, task) not in in_use:
-                        self._cancel_on(node, task)
+                ending = [task for task in reversed(tasks) if (node, task) not in in_use]
+                self.mdr.drop_desired(node, ending)   # first: the node must not deploy them again
+                for task in ending:
+                    self._cancel_on(node, task)
             self.mdr.drop_query(query_id)
             return record
 
