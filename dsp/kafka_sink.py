@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,29 +23,49 @@ ROWS_PER_MESSAGE = 5_000
 
 
 def send_rows(producer, topic: str, producer_name: str, stream: str, columns: Sequence[str], rows: Sequence[tuple],
-              batch_id: int) -> list:
+              batch_id: int, run: str = "") -> list:
     """A batch's rows as RowBatch messages (not flushed: see bus.deliver), keyed
-    "<producer>:<batch>:<chunk>"; the sends' futures."""
+    "<producer>:<batch>:<chunk>", each with its identity (`run`: see the proto); the sends'
+    futures. Rows spread over several messages are put in one order first, so a batch sent
+    again after a crash is cut into the same chunks and a reader drops each one it has."""
     now_ms = int(time.time() * 1000)
+    if len(rows) > ROWS_PER_MESSAGE:
+        rows = sorted(rows, key=repr)
     futures = []
     for chunk, start in enumerate(range(0, len(rows), ROWS_PER_MESSAGE)):
-        value = encode_row_batch(producer_name, stream, columns, rows[start:start + ROWS_PER_MESSAGE], batch_id, now_ms)
+        value = encode_row_batch(producer_name, stream, columns, rows[start:start + ROWS_PER_MESSAGE], batch_id, now_ms,
+                                 run=run, chunk=chunk)
         futures.append(producer.send(topic, key=f"{producer_name}:{batch_id}:{chunk}".encode(), value=value))
     return futures
 
 
-def send_marker(producer, topic: str, producer_name: str, stream: str, batch_id: int, promise_ms: int):
+def send_marker(producer, topic: str, producer_name: str, stream: str, batch_id: int, promise_ms: int,
+                run: str = ""):
     """A progress marker (dsp.progress): every later row of the stream has window_start >= promise_ms.
     The send's future (not flushed: see bus.deliver)."""
-    value = encode_row_batch(producer_name, stream, [], [], batch_id, int(time.time() * 1000), promise_ms)
+    value = encode_row_batch(producer_name, stream, [], [], batch_id, int(time.time() * 1000), promise_ms, run=run)
     return producer.send(topic, key=f"{producer_name}:wm:{batch_id}".encode(), value=value)
 
 
+def new_run() -> str:
+    """A fresh incarnation name for a stream whose batch ids start over."""
+    return uuid.uuid4().hex[:12]
+
+
 class BatchFence:
-    """Remembers the last micro-batch id whose effects were completed, in a small file."""
+    """Remembers the last micro-batch id whose effects were completed, in a small file, and the
+    run those batch ids belong to (made with the fence; a new fence numbers from 0 again)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        try:
+            with open(path + ".run") as fh:
+                self.run = fh.read().strip()
+        except FileNotFoundError:
+            self.run = new_run()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".run", "w") as fh:
+                fh.write(self.run)
 
     def last(self) -> int:
         try:
@@ -104,7 +125,7 @@ class RowBatchSink:
                 self._producer = bus.make_producer(self.bootstrap)
             try:
                 bus.deliver(self._producer, send_rows(self._producer, self.topic, self.producer_name, self.stream,
-                                                      self.columns, rows, batch_id))
+                                                      self.columns, rows, batch_id, self.fence.run))
             except bus.DeliveryError:
                 self._producer = None   # closed by deliver; Spark replays the batch on a new one
                 raise

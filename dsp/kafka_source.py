@@ -68,6 +68,7 @@ from wire.codec import (
     RAW_RFID_COLUMNS,
     RAW_RFID_DDL,
     DecodedBatch,
+    batch_identity,
     cycle_key,
     datetime_ms,
     decode_read_cycle,
@@ -78,7 +79,15 @@ from wire.codec import (
     parse_row_batch,
     project_rows,
 )
-from wire.intake import DUPLICATE, DUPLICATE_LOOKBACK, IntakeRules, RecentCycles, arrival_ms, rows_problem
+from wire.intake import (
+    DUPLICATE,
+    DUPLICATE_BATCH,
+    DUPLICATE_LOOKBACK,
+    IntakeRules,
+    RecentCycles,
+    arrival_ms,
+    rows_problem,
+)
 from wire.topics import dead_topic
 
 if TYPE_CHECKING:
@@ -193,7 +202,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         consumer = bus.shared_consumer(self.bootstrap)
         tp = TopicPartition(partition.topic, partition.partition)
-        recent = _recent_cycles(consumer, tp, partition.start) if self.format == "rfid" else None
+        recent = _recent_keys(consumer, tp, partition.start, self.format)
         records = bus.read_range(consumer, tp, partition.start, partition.end)
         schema = arrow_schema(self.schema)
         names = self.schema.fieldNames()
@@ -223,7 +232,11 @@ class KafkaStreamReader(DataSourceStreamReader):
             else:
                 batch, problem = parse_row_batch(record.value)
                 if batch is not None:
-                    problem = self._batch_problem(batch, arrival)
+                    # a batch its producer sent again (it crashed before recording it) is dropped
+                    earlier = recent.seen(batch.identity, record.offset) if batch.identity and recent else None
+                    problem = (f"{DUPLICATE_BATCH} {batch.batch_id} (chunk {batch.chunk}) of {batch.producer}/"
+                               f"{batch.stream} (as at offset {earlier})" if earlier is not None
+                               else self._batch_problem(batch, arrival))
                 if problem:
                     refused.append(Refusal(record.offset, problem, record.value or b""))
                 elif batch.rows:
@@ -293,22 +306,33 @@ def dead_letter_once(bootstrap: str, mdr_url: str, node: str, topic: str, partit
         _send_dead_letters(bootstrap, node, topic, partition, fresh)
 
 
-# Each partition's recent read cycles in this worker process, shared by the queries reading it.
+# Each partition's recent read cycles (raw topics) or batch identities (views) in this worker
+# process, shared by the queries reading it.
 _recent: dict[tuple[str, int], RecentCycles] = {}
 
 
-def _recent_cycles(consumer, tp, start: int) -> RecentCycles:
-    """The partition's recent cycles, covering what deciding offsets from `start` on needs: what
-    this process has not read yet is read now (a range another worker took: a short gap; a cold
-    start or a query far behind the rest: the whole look-back, DUPLICATE_LOOKBACK records)."""
+def _record_key(record, format: str) -> tuple | None:
+    """What makes a record the same as an earlier one: a read cycle's (receptor, cycle, time), a
+    RowBatch's identity (wire.codec.DecodedBatch.identity)."""
+    if format == "rfid":
+        return None if is_sensor_batch(record.headers) else cycle_key(record.value)
+    return batch_identity(record.value)
+
+
+def _recent_keys(consumer, tp, start: int, format: str) -> RecentCycles | None:
+    """The partition's recent keys (_record_key), covering what deciding offsets from `start` on
+    needs: what this process has not read yet is read now (a range another worker took: a short
+    gap; a cold start or a query far behind the rest: the whole look-back, DUPLICATE_LOOKBACK
+    records). None for sensor samples, which have no duplicates to find."""
+    if format not in ("rfid", "rows"):
+        return None
     recent = _recent.get((tp.topic, tp.partition))
     if recent is None or not recent.serves(start):
         recent = _recent[(tp.topic, tp.partition)] = RecentCycles(max(0, start - DUPLICATE_LOOKBACK))
     for record in bus.read_range(consumer, tp, recent.hi, start):
-        if not is_sensor_batch(record.headers):
-            key = cycle_key(record.value)
-            if key is not None:
-                recent.seen(key, record.offset)
+        key = _record_key(record, format)
+        if key is not None:
+            recent.seen(key, record.offset)
     recent.reached(start)
     return recent
 

@@ -19,9 +19,18 @@ micro-batch: no reader, no Kafka round trip (the topic is still written for ever
 Recovery: the readers' offsets live in their Spark checkpoints; the parts' state (open
 windows, marker positions) is saved after every micro-batch with each reader's last batch id
 (a fence: a batch Spark replays after the save is skipped), and a part deployed again with the
-same plan takes its saved state back. Adaptive smoothing and mote quality, whose state lives in
-their sinks, still run as their own Spark queries (dsp.manager), which also restarts readers
-that die.
+same plan takes its saved state back.
+
+Exactly once across tiers: a part's output messages are identified by (node, query, run,
+sequence, chunk) (wire.codec), and readers drop an identity they have seen. A micro-batch that
+fails after some of its output went out (a crash between flush and fence) is replayed from the
+saved state and sends the same messages again, provided the parts see the same inputs in the
+same order: so the batch in flight is recorded before it starts (`shared.intent`), and after a
+failure the node's other readers hold their batches until that one has been replayed (a final
+part reads several children; their batches would otherwise interleave differently).
+
+Adaptive smoothing and mote quality, whose state lives in their sinks, still run as their own
+Spark queries (dsp.manager), which also restarts readers that die.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dsp.compiler import CompileContext, Ingest, topic_reader
 from dsp.engine import Operator, build, rows_of, supported, view_batch
-from dsp.kafka_sink import BatchHook, BatchReport, send_marker, send_rows
+from dsp.faults import AFTER_FLUSH, crash_point
+from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.plan import Plan, event_time_column, output_columns, sources, to_json
 from wire import bus
@@ -60,6 +70,21 @@ class Part:
     local_topics: frozenset[str] = frozenset()   # inputs written by parts of this node (handed in process)
     sequence: int = 0                  # RowBatch ids of its output (rows and markers)
     last_marker: int | None = None
+    run: str = field(default_factory=new_run)   # names its batch ids' numbering (saved with its state)
+
+    def saved(self) -> tuple:
+        return to_json(self.managed.plan), self.root, self.sequence, self.last_marker, self.run
+
+    def take_back(self, saved: tuple) -> None:
+        """Its state as `saved` gave it (a state saved before runs had names keeps a new one)."""
+        _, self.root, self.sequence, self.last_marker, *run = saved
+        self.run = run[0] if run else self.run
+
+    @property
+    def feeds(self) -> bool:
+        """Whether batches go through it: not suspended, not failed itself (a part shown failed
+        because its reader is down takes the reader's replay when it comes back)."""
+        return self.managed.status != "suspended" and self.managed.failed_at is None
 
     @property
     def publishes_markers(self) -> bool:
@@ -73,10 +98,15 @@ class Reader:
     columns: tuple[tuple[str, str], ...] = ()
 
 
+# How long another reader's batch waits for a failed batch to be replayed before it goes on
+# (its reader may have been cancelled meanwhile; going on risks a replay out of order).
+REPLAY_WAIT_S = 60.0
+
+
 @dataclass
 class _Saved:
     fences: dict[str, int] = field(default_factory=dict)
-    parts: dict[str, tuple[str, Operator, int, int | None]] = field(default_factory=dict)
+    parts: dict[str, tuple] = field(default_factory=dict)   # query id -> Part.saved()
 
 
 class SharedRuntime:
@@ -96,8 +126,13 @@ class SharedRuntime:
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}
         self._lock = threading.RLock()
+        self._replayed = threading.Condition(self._lock)
         self._snapshot = b""     # the last save's bytes (what _restore goes back to)
         self._saved = self._load()
+        os.makedirs(self.spark_queries.state_dir, exist_ok=True)
+        self.intent_path = os.path.join(self.spark_queries.state_dir, "shared.intent")
+        # (reader, batch id) that failed after it started: the next batch to run
+        self._pending: tuple[str, int] | None = self._unfinished()
 
     # ------------------------------------------------------------ deploying
 
@@ -115,7 +150,7 @@ class SharedRuntime:
                         columns, on_batch)
             saved = self._saved.parts.get(query_id)
             if saved is not None and saved[0] == to_json(plan):
-                _, part.root, part.sequence, part.last_marker = saved
+                part.take_back(saved)
             # inputs written by parts of this node are handed over in process (_feed)
             part.local_topics = part.topics & {p.managed.output_topic for p in self._parts.values()}
             self._parts[query_id] = part
@@ -165,21 +200,33 @@ class SharedRuntime:
             return   # a replay of a batch whose effects were saved
         table = batch.toArrow()
         with self._lock:
-            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics
-                     and p.managed.status == "running"]
+            if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
+                log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
+                            self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
+                self._pending = None
+            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds]
             producer, sent = self._producer_for(), []
-            for part in parts:
-                self._feed(part, topic, table, producer, sent)
+            self._intend(key, batch_id)
             try:
+                for part in parts:
+                    self._feed(part, topic, table, producer, sent)
                 bus.deliver(producer, sent)
-            except bus.DeliveryError:
-                # the parts took the batch in but its output is not all out: back to the saved
-                # state, and failing the reader makes Spark replay the batch (what was delivered
-                # goes out again: at least once)
+                if sent:
+                    crash_point(AFTER_FLUSH, self.node_id)
+            except BaseException:
+                # the parts took the batch in but did not record it: back to the saved state,
+                # and failing the reader makes Spark replay the batch. What was delivered goes out
+                # again alike (same run, batch ids and chunks) and every reader drops it: exactly
+                # once. A process that dies here does the same when it starts again.
+                log.warning("node %s: batch %s of %s failed with %d messages sent; it runs again from the saved "
+                            "state", self.node_id, batch_id, key, len(sent))
                 self._restore()
+                self._pending = (key, batch_id)
                 raise
             self._saved.fences[key] = batch_id
             self._save()
+            self._pending = None
+            self._replayed.notify_all()
 
     def _feed(self, part: Part, topic: str, table, producer, sent: list) -> None:
         started = time.monotonic()
@@ -192,15 +239,14 @@ class SharedRuntime:
             if rows:
                 part.sequence += 1
                 sent += send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
-                                  part.sequence)
+                                  part.sequence, part.run)
             bound, marker = part.root.bound(), None
             if part.publishes_markers and bound is not None and (part.last_marker is None or bound > part.last_marker):
                 part.sequence += 1
                 sent.append(send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence,
-                                        bound))
+                                        bound, part.run))
                 part.last_marker = marker = bound
-            readers_here = [p for p in self._parts.values() if managed.output_topic in p.local_topics
-                            and p.managed.status == "running"]
+            readers_here = [p for p in self._parts.values() if managed.output_topic in p.local_topics and p.feeds]
             if readers_here and (rows or marker is not None):
                 handed = view_batch(output_columns(managed.plan), out, marker)
                 for reader in readers_here:
@@ -242,9 +288,24 @@ class SharedRuntime:
             log.exception("node %s: saved runtime state unreadable; starting without it", self.node_id)
             return _Saved()
 
+    def _intend(self, key: str, batch_id: int) -> None:
+        """Record the batch about to run (a few bytes on the state directory's tmpfs)."""
+        tmp = self.intent_path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{batch_id} {key}")
+        os.replace(tmp, self.intent_path)
+
+    def _unfinished(self) -> tuple[str, int] | None:
+        """The batch that was running when the node last stopped, if its effects were not saved."""
+        try:
+            with open(self.intent_path) as fh:
+                batch_id, key = fh.read().split(" ", 1)
+        except (FileNotFoundError, ValueError):
+            return None
+        return (key, int(batch_id)) if int(batch_id) > self._saved.fences.get(key, -1) else None
+
     def _save(self) -> None:
-        self._saved.parts = {qid: (to_json(p.managed.plan), p.root, p.sequence, p.last_marker)
-                             for qid, p in self._parts.items() if p.managed.plan is not None}
+        self._saved.parts = {qid: p.saved() for qid, p in self._parts.items() if p.managed.plan is not None}
         self._snapshot = pickle.dumps(self._saved, protocol=pickle.HIGHEST_PROTOCOL)
         os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
         tmp = self.state_path + ".tmp"
@@ -260,7 +321,7 @@ class SharedRuntime:
                 continue
             kept = saved.parts.get(query_id)
             if kept is not None and kept[0] == to_json(part.managed.plan):
-                _, part.root, part.sequence, part.last_marker = kept
+                part.take_back(kept)
             else:
                 part.root, part.sequence, part.last_marker = build(part.managed.plan, self.relations()), 0, None
 
@@ -289,6 +350,9 @@ class SharedRuntime:
                     and not (self.ingest is not None and reader.topic == self.ingest.raw_topic)]
             for key in idle:
                 del self._readers[key]
+            if self._pending is not None and self._pending[0] in idle:   # no replay will come
+                self._pending = None
+                self._replayed.notify_all()
         for key in idle:   # outside the lock: a stop waits for the reader's batch in flight
             self.spark_queries.cancel(key, drop_state=True)
         with self._lock:

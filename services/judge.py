@@ -13,7 +13,7 @@ from glue.analyzer import analyze
 from glue.reference import Reference, rfid_readings
 from services.placement import load_catalog
 from wire import bus
-from wire.codec import decode_row_batch
+from wire.codec import readable_batches
 
 
 def topic_records(bootstrap: str, topic: str) -> list:
@@ -33,10 +33,10 @@ def topic_records(bootstrap: str, topic: str) -> list:
 
 
 def topic_rows(bootstrap: str, topic: str) -> list[dict]:
-    """The rows of every RowBatch message in `topic`, as dicts (plus `_emitted_ms`)."""
+    """The rows of every RowBatch in `topic`, as dicts (plus `_emitted_ms`), read as every reader
+    reads them: a batch its producer sent again after a crash counts once."""
     rows = []
-    for record in topic_records(bootstrap, topic):
-        batch = decode_row_batch(record.value)
+    for _, batch in readable_batches(topic_records(bootstrap, topic)):
         rows.extend({**dict(zip(batch.columns, r, strict=True)), "_emitted_ms": batch.emitted_ms} for r in batch.rows)
     return rows
 

@@ -4,11 +4,13 @@ from protos import hifi_pb2
 from wire.codec import (
     RAW_RFID_COLUMNS,
     TagObservation,
+    batch_identity,
     decode_read_cycle,
     decode_row_batch,
     encode_read_cycle,
     encode_row_batch,
     project_rows,
+    readable_batches,
 )
 from wire.intake import DUPLICATE, IntakeRules, RecentCycles
 
@@ -117,3 +119,40 @@ def test_row_batch_round_trip_and_projection():
     assert (batch.producer, batch.stream, batch.batch_id, batch.emitted_ms) == ("door1", "v", 7, 99)
     assert batch.rows == [(ts, "t1", 3, 0.5, None)]
     assert project_rows(batch, ["n", "missing", "tag"]) == [(3, None, "t1")]
+
+
+def test_a_batch_sent_again_is_read_once_and_a_new_run_is_new():
+    from types import SimpleNamespace
+
+    def record(batch_id: int, chunk: int = 0, run: str = "r1") -> SimpleNamespace:
+        return SimpleNamespace(value=encode_row_batch("door1", "q", ["n"], [(batch_id,)], batch_id, 1, run=run,
+                                                      chunk=chunk))
+
+    # a producer that crashed after sending batches 2 and 3 (chunk 0) sends them again
+    records = [record(1), record(2), record(3), record(2), record(3), record(3, chunk=1), record(4),
+               record(1, run="r2"), record(1, run="")]
+    read = [(b.run, b.batch_id, b.chunk) for _, b in readable_batches(records)]
+    assert read == [("r1", 1, 0), ("r1", 2, 0), ("r1", 3, 0), ("r1", 3, 1), ("r1", 4, 0), ("r2", 1, 0), ("", 1, 0)]
+    assert batch_identity(records[1].value) == ("door1", "q", "r1", 2, 0)
+    assert batch_identity(records[-1].value) is None, "a batch without a run gives no identity"
+    assert batch_identity(b"\xff\xff") is None
+
+
+def test_a_batch_in_several_messages_is_cut_alike_whatever_order_its_rows_came_in():
+    from dsp.kafka_sink import ROWS_PER_MESSAGE, send_rows
+
+    class Producer:
+        def __init__(self) -> None:
+            self.sent: list[bytes] = []
+
+        def send(self, topic, key, value):
+            self.sent.append(value)
+            return None
+
+    rows = [(f"tag{i}", i) for i in range(ROWS_PER_MESSAGE + 10)]
+    first, again = Producer(), Producer()
+    send_rows(first, "t", "door1", "q", ["tag", "n"], rows, 5, "r1")
+    send_rows(again, "t", "door1", "q", ["tag", "n"], list(reversed(rows)), 5, "r1")
+    chunks = [decode_row_batch(v) for v in first.sent]
+    assert [(b.chunk, len(b.rows)) for b in chunks] == [(0, ROWS_PER_MESSAGE), (1, 10)]
+    assert [decode_row_batch(v).rows for v in again.sent] == [b.rows for b in chunks]

@@ -206,10 +206,11 @@ def from_value(value: hifi_pb2.Value) -> Any:
 
 
 def encode_row_batch(producer: str, stream: str, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                     batch_id: int, emitted_ms: int, watermark_ms: int = 0) -> bytes:
-    """A RowBatch; with `watermark_ms` and no rows it is a progress marker."""
+                     batch_id: int, emitted_ms: int, watermark_ms: int = 0, run: str = "", chunk: int = 0) -> bytes:
+    """A RowBatch; with `watermark_ms` and no rows it is a progress marker. `run`, `chunk`: its
+    identity with producer, stream and batch_id (see the proto)."""
     msg = hifi_pb2.RowBatch(producer=producer, stream=stream, columns=list(columns), batch_id=batch_id,
-                            emitted_ms=emitted_ms, watermark_ms=watermark_ms)
+                            emitted_ms=emitted_ms, watermark_ms=watermark_ms, run=run, chunk=chunk)
     for row in rows:
         msg.rows.add(values=[to_value(v) for v in row])
     return msg.SerializeToString()
@@ -224,6 +225,13 @@ class DecodedBatch:
     batch_id: int
     emitted_ms: int
     watermark_ms: int = 0
+    run: str = ""
+    chunk: int = 0
+
+    @property
+    def identity(self) -> tuple[str, str, str, int, int] | None:
+        """What makes a message of this batch the same as another (None: no identity given)."""
+        return (self.producer, self.stream, self.run, self.batch_id, self.chunk) if self.run else None
 
 
 def decode_row_batch(value: bytes) -> DecodedBatch:
@@ -233,7 +241,18 @@ def decode_row_batch(value: bytes) -> DecodedBatch:
     msg.ParseFromString(value)
     rows = [tuple(from_value(v) for v in row.values) for row in msg.rows]
     return DecodedBatch(msg.producer, msg.stream, list(msg.columns), rows, msg.batch_id, msg.emitted_ms,
-                        msg.watermark_ms)
+                        msg.watermark_ms, msg.run, msg.chunk)
+
+
+def batch_identity(value: bytes | None) -> tuple[str, str, str, int, int] | None:
+    """A RowBatch record's identity without decoding its rows (None: not a RowBatch, or none
+    given): what a reader remembers of the records before the range it reads."""
+    msg = hifi_pb2.RowBatch()
+    try:
+        msg.ParseFromString(value or b"")
+    except _BAD_VALUES:
+        return None
+    return (msg.producer, msg.stream, msg.run, msg.batch_id, msg.chunk) if msg.run else None
 
 
 def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
@@ -251,13 +270,26 @@ def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
     return batch, ""
 
 
+SEEN_IDENTITIES = 100_000   # batches a follower remembers to drop a repeat of (a replay follows its original closely)
+
+
 def readable_batches(records: Iterable[Any]) -> Iterator[tuple[Any, DecodedBatch]]:
-    """(record, RowBatch) for each Kafka record that holds one; the others are passed over (the
-    nodes that read the topic dead-letter them): for tools that follow a topic."""
+    """(record, RowBatch) for each Kafka record that holds one, each batch once (a repeat of an
+    identity already seen is dropped); the others are passed over (the nodes that read the topic
+    dead-letter them): for tools that follow a topic."""
+    seen: dict[tuple, None] = {}
     for record in records:
         batch, _ = parse_row_batch(record.value)
-        if batch is not None:
-            yield record, batch
+        if batch is None:
+            continue
+        identity = batch.identity
+        if identity is not None:
+            if identity in seen:
+                continue
+            seen[identity] = None
+            if len(seen) > SEEN_IDENTITIES:
+                del seen[next(iter(seen))]
+        yield record, batch
 
 
 def project_rows(batch: DecodedBatch, wanted: Sequence[str]) -> list[tuple]:

@@ -26,6 +26,7 @@ from typing import Any
 
 # An error reason starting with this marks a duplicate read cycle: dropped and counted, not dead-lettered.
 DUPLICATE = "duplicate read cycle"
+DUPLICATE_BATCH = "duplicate batch"   # a RowBatch whose identity a reader has seen (wire.codec)
 DUPLICATE_LOOKBACK = 10_000      # records of a partition a duplicate is looked for in
 DEFAULT_MAX_AHEAD_MS = 500       # clock skew allowed between a receptor and its record's arrival
 DEFAULT_MAX_BEHIND_MS = 600_000  # older readings are dead-lettered, not silently dropped as late
