@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity"],
+                                         "sharing", "capacity", "chaos"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -197,12 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "input; sharing: CPU-seconds per minute of that hierarchy with 1, 10, 50 user "
                             "queries over the edge's stream, each query's answers against the reference; "
                             "capacity: readings/s that edge node takes in with its standing views, beside "
-                            "kafka-python's rate over the same topic")
+                            "kafka-python's rate over the same topic; chaos: nodes as processes under a "
+                            "supervisor, one query running, faults one after another (kill -9 of an edge and of "
+                            "an aggregation node, a crash between flush and fence, Redis restarted): seconds "
+                            "until results flow again, readings published vs counted, duplicates, windows "
+                            "equal to the fault-free answer")
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
                             "dashboard, supply-chain.yaml otherwise)")
     bench.add_argument("--duration", type=float, default=60.0,
                        help="seconds the agents run (lag: per query; default 60)")
+    bench.add_argument("--settle", type=float, default=20.0,
+                       help="chaos: seconds of normal running after each fault (default 20)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")

@@ -586,6 +586,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _say(sharing_table(run_sharing_bench(args.counts, args.duration, _progress)))
         _stop_spark()
         return 0
+    if args.which == "chaos":
+        from services.bench.chaos import chaos_table, run_chaos_bench
+
+        _say(chaos_table(run_chaos_bench(args.settle, _progress)))
+        return 0
     if args.which == "agents":
         args.scenario = args.scenario or FAN_IN_SCENARIO
         return bench_agents(args, args.duration)

@@ -1,0 +1,113 @@
+"""Nodes as processes under a supervisor: each node of a topology is a `hifi node` process (what a
+compose container runs), and one that dies (a crash, `kill -9`) is started again on its state
+directory after RESTART_DELAY_S, as compose's `restart: unless-stopped` does for containers.
+Used by `hifi bench chaos`; the node takes back what it ran from its checkpoints and the MDR's
+desired state (services.node)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+log = logging.getLogger("hifi.supervisor")
+
+RESTART_DELAY_S = 1.0
+HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
+
+
+@dataclass
+class NodeProcess:
+    node_id: str
+    env: dict[str, str]
+    log_path: str
+    process: subprocess.Popen | None = None
+    starts: list[float] = field(default_factory=list)   # wall-clock times it was started
+    exits: list[int] = field(default_factory=list)      # the exit codes of the processes that ended
+    exited_at: float | None = None                      # when the last one was found ended
+
+
+class Supervisor:
+    """Starts a topology's nodes as processes and restarts those that die until stopped."""
+
+    def __init__(self, topology_path: str, redis_url: str, bootstrap: str, workdir: str,
+                 progress: Callable[[str], None] = lambda _: None) -> None:
+        self.topology_path, self.redis_url, self.bootstrap, self.workdir = topology_path, redis_url, bootstrap, workdir
+        self.progress = progress
+        self.nodes: dict[str, NodeProcess] = {}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._watcher = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+
+    def start(self, node_id: str, extra_env: dict[str, str] | None = None) -> NodeProcess:
+        state_dir = os.path.join(self.workdir, node_id)
+        os.makedirs(state_dir, exist_ok=True)
+        env = {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
+               "HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
+               "HIFI_LISTEN": "127.0.0.1:0",
+               "HIFI_SPARK_DRIVER_MEMORY": "1g", **(extra_env or {})}
+        with self._lock:
+            node = self.nodes.get(node_id) or NodeProcess(node_id, env, os.path.join(self.workdir, f"{node_id}.log"))
+            node.env = env
+            self.nodes[node_id] = node
+            self._launch(node)
+        if not self._watcher.is_alive():
+            self._watcher.start()
+        return node
+
+    def _launch(self, node: NodeProcess) -> None:
+        with open(node.log_path, "ab") as out:
+            node.process = subprocess.Popen([HIFI, "node", "--topology", self.topology_path], env=node.env,
+                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        node.starts.append(time.time())
+
+    def kill(self, node_id: str) -> None:
+        """SIGKILL the node's process (the supervisor starts it again)."""
+        process = self.nodes[node_id].process
+        if process is not None and process.poll() is None:
+            process.kill()
+
+    def replace(self, node_id: str, extra_env: dict[str, str]) -> NodeProcess:
+        """Stop the node cleanly and start it with `extra_env` added (a fault to inject)."""
+        with self._lock:
+            node = self.nodes[node_id]
+            process, node.process = node.process, None
+        if process is not None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=90)
+        return self.start(node_id, extra_env)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.2):
+            with self._lock:
+                for node in self.nodes.values():
+                    if node.process is None or node.process.poll() is None:
+                        continue
+                    if node.exited_at is None:
+                        node.exited_at = time.time()
+                        node.exits.append(node.process.returncode)
+                        self.progress(f"node {node.node_id} exited with {node.process.returncode}")
+                    elif time.time() - node.exited_at >= RESTART_DELAY_S:
+                        self.progress(f"node {node.node_id}: starting it again")
+                        node.exited_at = None
+                        self._launch(node)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            processes = [n.process for n in self.nodes.values() if n.process is not None]
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
