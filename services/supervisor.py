@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger("hifi.supervisor")
 
-RESTART_DELAY_S = 1.0
+RESTART_DELAY_S = 0.25
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
 
 

@@ -12,16 +12,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections import Counter
 
+import grpc
 import pytest
 
 from glue.topology import load_topology
+from protos import hifi_pb2, hifi_pb2_grpc
 from services.compose import compose_model, node_service
 from services.embedded import free_port
 from services.paths import SMALL_TOPOLOGY
-from tests.conftest import wait_for
+from tests.conftest import topic_rows, wait_for
 from wire.codec import datetime_ms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,6 +115,12 @@ def deployment(servers, mdr, tmp_path):
     running.stop()
 
 
+def window_rows(deployment, topic: str) -> list[tuple[int, str, int]]:
+    """(window start ms, receptor, count) of every row in a result topic, as readers take them."""
+    return [(datetime_ms(r["window_start"]), r["receptor_id"], r["n"])
+            for r in topic_rows(deployment.servers.bootstrap, topic)]
+
+
 def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, mdr):
     topology = load_topology(SMALL)
     deployment.start_healthy("placement", 60)
@@ -131,6 +140,19 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(rows) == 6, f"{len(rows)} rows in 240 s; the nodes said:\n{deployment.trouble()}\n{done.stderr}"
+
+    # kill -9 of an edge node mid-stream, started again on its state directory (compose's
+    # restart policy): a query running through it goes on, its windows all equal to the log's
+    placement = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(env["HIFI_PLACEMENT"]))
+    running = placement.Submit(hifi_pb2.SubmitRequest(sql=QUERY.replace("AS reads", "AS n")), timeout=60)
+    wait_for(lambda: len(window_rows(deployment, running.result_topic)) >= 2, 120, "the running query's windows")
+    deployment.processes["node-dock-a"].kill()
+    killed_ms = int(time.time() * 1000)
+    deployment.processes["node-dock-a"].wait(timeout=30)
+    deployment.start("node-dock-a")
+    wait_for(lambda: any(start >= killed_ms + 2000 for start, _, _ in window_rows(deployment, running.result_topic)),
+             180, f"windows after dock-a's restart:\n{deployment.log('node-dock-a')}")
+
     # each window's count equals the agents' log of what they published (complete once they stop)
     agents = deployment.processes["agents"]
     agents.send_signal(signal.SIGTERM)
@@ -145,6 +167,12 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     for row in rows:
         start = datetime_ms(dt.datetime.fromisoformat(row["window_start"]))
         assert row["reads"] == central[(start, row["receptor_id"])], row
+    # across the kill: every window of the running query, none missing, none twice
+    emitted = window_rows(deployment, running.result_topic)
+    first, last = min(s for s, _, _ in emitted), max(s for s, _, _ in emitted)
+    want = [(start, receptor, n) for (start, receptor), n in central.items() if first <= start <= last and n]
+    missing, extra = Counter(want) - Counter(emitted), Counter(emitted) - Counter(want)
+    assert not missing and not extra, f"across dock-a's restart: missing {list(missing)}, not in the log {list(extra)}"
 
     # Prometheus finds every service through the dashboard, labelled with its tier
     dashboard = f"http://127.0.0.1:{deployment.ports['dashboard:8470']}"
