@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--receptor-dir", default=None,
                     help="where the agents write readings.jsonl and truth.jsonl (default: <state dir>/receptors)")
     up.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    up.add_argument("--processes", action="store_true",
+                    help="run each node as a `hifi node` process of its own (its own Spark) under a supervisor "
+                         "that starts a node process that dies again; default: every node in this process")
     up.add_argument("--dashboard", default="127.0.0.1:8470", metavar="HOST:PORT",
                     help="where the operations dashboard listens (default 127.0.0.1:8470; a free port if taken)")
     up.set_defaults(func=cmd_up)

@@ -67,14 +67,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     with embedded_or_external() as servers:
         _progress(f"MDR at {servers.redis_url}, broker at {servers.bootstrap}")
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=args.state_dir or "",
-                              trigger_ms=args.trigger_ms)
+                              trigger_ms=args.trigger_ms, processes=args.processes)
         try:
             hierarchy.start(_progress)
             hierarchy.start_agents(args.receptor_dir)
             dashboard_url = _start_dashboard(hierarchy, args.dashboard)
             hierarchy.write_run_file()
             _progress(f"dashboard at {dashboard_url}")
-            _progress(f"hierarchy {topology.name!r} is up: {len(hierarchy.nodes)} nodes, "
+            _progress(f"hierarchy {topology.name!r} is up: {len(topology.nodes)} nodes"
+                      f"{' (processes)' if args.processes else ''}, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
                       f"faulty motes) follow (Ctrl-C stops)")
             first: list[float] = []

@@ -1,7 +1,9 @@
-"""Bring up a whole topology in one process: MDR contents, every node, the receptor agents.
+"""Bring up a whole topology: MDR contents, every node, the placement service, the receptor agents.
 
 The embedded default hosts every node's DSP in one Spark application (jobs FIFO, see dsp.session);
-each node is still its own gRPC service with its own queries, checkpoints and topics.
+each node is still its own gRPC service with its own queries, checkpoints and topics. With
+`processes`, each node is a `hifi node` process of its own (its own Spark) under a supervisor
+(services.supervisor) that starts one that dies again, as compose does with containers.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from services.dashboard import Dashboard
 from services.emulation import receptors_for, scenario_of
 from services.node import HiFiNode
 from services.placement import PlacementService, QueryPlacer, start_placement_service
+from services.supervisor import Supervisor
 from wire import bus
 from wire.codec import readable_batches
 from wire.topics import view_topic
@@ -75,6 +78,8 @@ class Hierarchy:
     placement: QueryPlacer | None = None
     placement_address: str = ""
     dashboard: Dashboard | None = None
+    processes: bool = False
+    supervisor: Supervisor | None = None
     _placement_service: PlacementService | None = None
 
     def __post_init__(self) -> None:
@@ -87,19 +92,37 @@ class Hierarchy:
     def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
         self.mdr.clear()
         load_metadata(self.mdr, self.topology)
-        progress("starting Spark")
-        spark = spark_session()
-        for spec in self.topology.bottom_up():
-            progress(f"starting node {spec.id} ({spec.tier})")
-            node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
-                            self.state_dir, self.trigger_ms)
-            node.start()
-            self.nodes[spec.id] = node
+        if self.processes:
+            self._start_processes(progress)
+        else:
+            progress("starting Spark")
+            spark = spark_session()
+            for spec in self.topology.bottom_up():
+                progress(f"starting node {spec.id} ({spec.tier})")
+                node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
+                                self.state_dir, self.trigger_ms)
+                node.start()
+                self.nodes[spec.id] = node
         # its own MDR client: its MDR operations are its own metrics
         self._placement_service = start_placement_service(MDR.connect(self.redis_url), self.bootstrap)
         self.placement = self._placement_service.placement
         self.placement_address = self._placement_service.address
         progress(f"placement service at {self.placement_address}")
+
+    def _start_processes(self, progress: Callable[[str], None], timeout_s: float = 900.0) -> None:
+        """Every node as a process under the supervisor (each waits for its children's exports
+        itself); returns once all are alive."""
+        self.supervisor = Supervisor(self.topology.source, self.redis_url, self.bootstrap, self.state_dir, progress,
+                                     self.trigger_ms)
+        progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
+        for spec in self.topology.bottom_up():
+            self.supervisor.start(spec.id)
+        deadline = time.monotonic() + timeout_s
+        while len([n for n in self.mdr.nodes() if n.alive]) < len(self.topology.nodes):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the node processes did not all come up within {timeout_s:.0f} s "
+                                   f"(logs in {self.state_dir})")
+            time.sleep(0.5)
 
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
         """Serve the operations dashboard (services.dashboard); returns its URL."""
@@ -144,6 +167,9 @@ class Hierarchy:
             with ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix="stop-node") as pool:
                 list(pool.map(HiFiNode.stop, self.nodes.values()))
         self.nodes.clear()
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
 
     def write_run_file(self) -> None:
         os.makedirs(hifi_home(), exist_ok=True)

@@ -1,8 +1,8 @@
 """Nodes as processes under a supervisor: each node of a topology is a `hifi node` process (what a
 compose container runs), and one that dies (a crash, `kill -9`) is started again on its state
 directory after RESTART_DELAY_S, as compose's `restart: unless-stopped` does for containers.
-Used by `hifi bench chaos`; the node takes back what it ran from its checkpoints and the MDR's
-desired state (services.node)."""
+Used by `hifi up --processes` and `hifi bench chaos`; the node takes back what it ran from its
+checkpoints and the MDR's desired state (services.node)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,12 @@ class Supervisor:
     """Starts a topology's nodes as processes and restarts those that die until stopped."""
 
     def __init__(self, topology_path: str, redis_url: str, bootstrap: str, workdir: str,
-                 progress: Callable[[str], None] = lambda _: None) -> None:
-        self.topology_path, self.redis_url, self.bootstrap, self.workdir = topology_path, redis_url, bootstrap, workdir
+                 progress: Callable[[str], None] = lambda _: None, trigger_ms: int = 1000,
+                 command: list[str] | None = None) -> None:
+        """`command`: what runs a node (default `hifi node` on the topology; its id and state
+        directory are in its environment)."""
+        self.redis_url, self.bootstrap, self.workdir = redis_url, bootstrap, workdir
+        self.command = command or [HIFI, "node", "--topology", topology_path, "--trigger-ms", str(trigger_ms)]
         self.progress = progress
         self.nodes: dict[str, NodeProcess] = {}
         self._stopping = threading.Event()
@@ -63,8 +67,8 @@ class Supervisor:
 
     def _launch(self, node: NodeProcess) -> None:
         with open(node.log_path, "ab") as out:
-            node.process = subprocess.Popen([HIFI, "node", "--topology", self.topology_path], env=node.env,
-                                            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            node.process = subprocess.Popen(self.command, env=node.env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         node.starts.append(time.time())
 
     def kill(self, node_id: str) -> None:
