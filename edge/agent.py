@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -32,7 +33,9 @@ from typing import IO, Any
 
 from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, replay
 from edge.motes import MoteReading
+from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
 from edge.scenario import Scenario
+from edge.spool import Spool, SpooledRecord
 from edge.supply_chain import AWAY, SupplyChainWorld
 from wire import bus
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
@@ -65,6 +68,9 @@ class AgentStats:
     wall_s: float = 0.0
     max_late_ms: int = 0   # paced runs: the latest a tick started after its due time
     late_ticks: int = 0    # paced runs: ticks that started more than a tick late
+    spooled: int = 0       # messages kept on disk while the broker did not take them (edge.outbox)
+    forwarded: int = 0     # of those, sent since
+    spool_dropped: int = 0   # messages a full spool refused
 
 
 @dataclass
@@ -85,13 +91,18 @@ class ReceptorAgent:
     waits for the anchor on the wall clock.
     """
 
-    def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0) -> None:
+    def __init__(self, scenario: Scenario, bootstrap: str, out_dir: str | None = None, speed: float = 1.0,
+                 spool_bytes: int = DEFAULT_SPOOL_BYTES) -> None:
+        """`spool_bytes`: the bound of the spool on disk (`<out_dir>/spool`, else a temporary
+        directory) that holds what the broker does not take while it is unreachable."""
         if speed < 0:
             raise ValueError(f"speed must be positive, or 0 for as fast as possible (got {speed})")
         self.scenario = scenario
         self.bootstrap = bootstrap
         self.speed = speed
         self.out_dir = out_dir
+        self.spool_dir = os.path.join(out_dir, "spool") if out_dir else tempfile.mkdtemp(prefix="hifi-spool-")
+        self.spool_bytes = spool_bytes
         self.stats = AgentStats()
         self.world = SupplyChainWorld(scenario.world)
         self.tick_ms = tick_ms(scenario)
@@ -151,7 +162,8 @@ class ReceptorAgent:
 
     def run(self, duration_s: float | None = None) -> AgentStats:
         bus.ensure_topics(self.bootstrap, [raw_topic(n) for n in self.nodes()])
-        producer = bus.make_producer(self.bootstrap)
+        producer = bus.make_producer(self.bootstrap, **PRODUCER_TIMEOUTS)
+        outbox = Outbox(producer, Spool(self.spool_dir, self.spool_bytes))
         rng = random.Random(self.scenario.seed)
         readings_out: IO[str] | None = None
         truth_out: IO[str] | None = None
@@ -180,10 +192,12 @@ class ReceptorAgent:
                 if wall_start is None:
                     wall_start = time.time()
                 tick = self._tick(t, rng)
-                for topic, key, value, headers in tick.messages:
-                    producer.send(topic, key=key, value=value, headers=headers)
-                    self.stats.messages += 1
-                    self.stats.payload_bytes += len(key) + len(value)
+                sent_ms = int(time.time() * 1000)
+                outbox.send([SpooledRecord(topic, key, value, headers, sent_ms)
+                             for topic, key, value, headers in tick.messages])
+                self.stats.messages += len(tick.messages)
+                self.stats.payload_bytes += sum(len(key) + len(value) for _, key, value, _ in tick.messages)
+                self._count(outbox)
                 if readings_out is not None and truth_out is not None:
                     for line in tick.readings:
                         readings_out.write(json.dumps(line) + "\n")
@@ -195,7 +209,8 @@ class ReceptorAgent:
                 self.stats.ticks += 1
                 t += self.tick_ms
         finally:
-            producer.flush()
+            outbox.forward()   # what is still spooled then is taken up by the next agent on the directory
+            self._count(outbox)
             producer.close(timeout=5)
             for out in (readings_out, truth_out):
                 if out is not None:
@@ -203,6 +218,10 @@ class ReceptorAgent:
             self.stats.stopped_ms = t
             self.stats.wall_s = time.time() - wall_start if wall_start is not None else 0.0
         return self.stats
+
+    def _count(self, outbox: Outbox) -> None:
+        self.stats.spooled, self.stats.forwarded = outbox.stats.spooled, outbox.stats.forwarded
+        self.stats.spool_dropped = outbox.stats.dropped
 
     def offline_readings(self, duration_s: float) -> Iterator[dict[str, Any]]:
         """The readings.jsonl lines a run of `duration_s` publishes (the same draws for the seed),

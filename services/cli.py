@@ -178,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="scenario seconds to run (default: until Ctrl-C)")
     agents.add_argument("--receptor-dir", default=os.environ.get("HIFI_RECEPTOR_DIR"),
                         help="write readings.jsonl and truth.jsonl here (default $HIFI_RECEPTOR_DIR)")
+    agents.add_argument("--spool-mb", type=float, default=_int_env("HIFI_SPOOL_MB") or 256,
+                        help="bound of the spool on disk (<receptor dir>/spool) that keeps what the broker does "
+                             "not take while it is unreachable, forwarded in order when it is back; past it the "
+                             "newest messages are dropped and counted (default $HIFI_SPOOL_MB, else 256)")
     agents.add_argument("--benchmark", action="store_true",
                         help="instead, measure: the same as `hifi bench agents` for this scenario (default "
                              "duration 60 s; the embedded broker unless HIFI_KAFKA_BOOTSTRAP is set)")

@@ -543,7 +543,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.speed <= 0:
         raise CLIError(f"--speed must be positive (got {args.speed}); `hifi bench agents` runs flat out")
     scenario = load_agent_scenario(args, next_whole_second(int(time.time() * 1000)))
-    agent = ReceptorAgent(scenario, bootstrap, args.receptor_dir, args.speed)
+    agent = ReceptorAgent(scenario, bootstrap, args.receptor_dir, args.speed, int(args.spool_mb * 1024 * 1024))
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())   # `docker stop`: finish the tick, close the logs
     _progress(f"scenario {scenario.name!r}: {len(scenario.readers)} readers, {len(scenario.motes)} motes"
               f"{', Intel Lab replay' if scenario.replay else ''} publishing to {bootstrap} at {args.speed:g}x"
@@ -551,6 +551,9 @@ def cmd_agents(args: argparse.Namespace) -> int:
     stats = agent.run(args.duration)
     _say(f"{stats.readings} tag reads in {stats.cycles} read cycles and {stats.samples} mote samples "
          f"over {stats.wall_s:.1f} s ({stats.readings / max(stats.wall_s, 1e-9):.0f} tag reads/s)")
+    if stats.spooled:
+        _say(f"{stats.spooled} messages spooled while the broker was unreachable, {stats.forwarded} forwarded, "
+             f"{stats.spool_dropped} dropped by a full spool")
     return 0
 
 

@@ -85,6 +85,17 @@ class EmbeddedServers:
         _, proc = start_redis(self.workdir, port)
         self._procs[self._procs.index(old)] = proc
 
+    def _broker(self) -> subprocess.Popen:
+        return next(proc for proc in self._procs if "tansu" in str(proc.args[0]))
+
+    def freeze_broker(self) -> None:
+        """Stop the embedded broker where it stands (SIGSTOP): to every client it is unreachable,
+        and it keeps what it holds (it keeps it in memory only: a restart would lose it)."""
+        self._broker().send_signal(signal.SIGSTOP)
+
+    def thaw_broker(self) -> None:
+        self._broker().send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         for proc in reversed(self._procs):
             _stop(proc)

@@ -13,7 +13,7 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:
@@ -61,6 +61,21 @@ def deliver(producer: KafkaProducer, futures: Sequence) -> None:
                 del _producers[key]
         producer.close(timeout=0)
         raise DeliveryError(f"{len(failed)} of {len(futures)} messages not delivered: {failed[0]}")
+
+
+def send_and_wait(producer: KafkaProducer, messages: Sequence[tuple[str, bytes, bytes, list, int]]) -> list[bool]:
+    """Send (topic, key, value, headers, timestamp ms) messages in order and wait for the broker;
+    for each, whether it took it. A broker that does not answer fails them within the producer's
+    timeouts (max_block_ms for metadata, delivery_timeout_ms for the rest)."""
+    futures = []
+    for topic, key, value, headers, timestamp_ms in messages:
+        try:
+            futures.append(producer.send(topic, key=key, value=value, headers=headers, timestamp_ms=timestamp_ms))
+        except KafkaError:   # no metadata within max_block_ms: the rest would wait as long
+            break
+    producer.flush()
+    taken = [f.succeeded() for f in futures]
+    return taken + [False] * (len(messages) - len(taken))
 
 
 def make_consumer(bootstrap: str) -> KafkaConsumer:
