@@ -183,7 +183,7 @@ def run_chaos_bench(settle_s: float, progress: Callable[[str], None]) -> list[Fa
                     back_from = at
                 emitted = _wait(lambda at=at: results.first_after(int(at * 1000)), 300, "results after the fault")
                 figures.append(FaultFigures(fault, int(at * 1000), emitted / 1000 - back_from))
-                progress(f"{fault}: results again {figures[-1].back_s:.1f} s after the restart")
+                progress(f"{fault}: results again {figures[-1].back_s:.1f} s after it was back")
                 time.sleep(settle_s)
             agent.stop()
             time.sleep(10)   # the last windows close and come up
@@ -233,7 +233,7 @@ def chaos_table(figures: list[FaultFigures]) -> str:
     rows = []
     for f in figures:
         back = f"{f.back_s:.1f} s" if f.back_s is not None else "never"
-        rows.append((f.fault, f"results again {back} after the restart; readings published {f.published:,}, "
+        rows.append((f.fault, f"results again {back} after it was back; readings published {f.published:,}, "
                               f"counted {f.counted:,}; duplicated windows {f.duplicates}; windows equal to the "
                               f"fault-free answer {f.equal}/{f.windows}"))
     rows += [(fault, "not run: not built yet (issue 18)") for fault in NOT_BUILT]
