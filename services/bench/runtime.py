@@ -166,6 +166,7 @@ class CapacityFigures:
     client_rate: float      # readings/s kafka-python consumes the raw topic at (records decoded by nothing)
     node_rate: float        # readings/s the edge node's standing views took the same backlog in at
     drain_s: float
+    decoding_rate: float = 0.0   # readings/s kafka-python consumes it at, each record parsed into readings
 
 
 READS_PER_CYCLE = 10
@@ -187,20 +188,29 @@ def publish_backlog(bootstrap: str, topic: str, receptors: Sequence[str], readin
     producer.close()
 
 
-def client_rate(bootstrap: str, topic: str) -> float:
-    """Readings/s kafka-python fetches `topic` at (every record, nothing decoded): the floor a
-    Python reader of the topic stands on."""
+def client_rate(bootstrap: str, topic: str, decode: bool = False) -> float:
+    """Readings/s kafka-python fetches `topic` at: every record, nothing decoded (the floor a
+    Python reader of the topic stands on), or with `decode` each record parsed and its readings
+    made Python values (what any Python consumer of the readings does at least)."""
     from kafka import TopicPartition
 
+    from protos import hifi_pb2
     from wire import bus
 
     consumer = bus.make_consumer(bootstrap)
+    cycle = hifi_pb2.RfidReadCycle()
     try:
-        records, started = 0, time.monotonic()
+        readings, started = 0, time.monotonic()
         for tp in bus.partitions_of(consumer, [topic]):
             end = bus.end_offsets(consumer, [tp])[tp]
-            records += sum(1 for _ in bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, end))
-        return records * READS_PER_CYCLE / (time.monotonic() - started)
+            for record in bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, end):
+                if decode:
+                    cycle.ParseFromString(record.value)
+                    readings += len([(cycle.receptor_id, r.tag_id, r.antenna, r.read_strength, cycle.timestamp_ms)
+                                     for r in cycle.reads])
+                else:
+                    readings += READS_PER_CYCLE
+        return readings / (time.monotonic() - started)
     finally:
         consumer.close()
 
@@ -238,12 +248,15 @@ def run_capacity_bench(readings: int, progress: Callable[[str], None]) -> Capaci
         finally:
             hierarchy.stop()
         floor = client_rate(servers.bootstrap, topic)
-    return CapacityFigures(readings, floor, readings / drain, drain)
+        decoding = client_rate(servers.bootstrap, topic, decode=True)
+    return CapacityFigures(readings, floor, readings / drain, drain, decoding)
 
 
 def capacity_table(f: CapacityFigures) -> str:
     return "\n".join([
         f"backlog                                  {f.readings:,} readings",
         f"kafka-python consume rate (the floor)    {f.client_rate:,.0f} readings/s",
+        f"kafka-python consuming, records decoded  {f.decoding_rate:,.0f} readings/s",
         f"edge node with its standing views        {f.node_rate:,.0f} readings/s ({f.drain_s:.1f} s)",
-        f"node / client                            {f.node_rate / f.client_rate:.0%}"])
+        f"node / client                            {f.node_rate / f.client_rate:.0%}",
+        f"node / decoding client                   {f.node_rate / f.decoding_rate:.0%}"])
