@@ -4,7 +4,7 @@ and the operations dashboard. Pure: no I/O, every input passed in.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from mdr.repository import NodeRecord
@@ -56,12 +56,20 @@ def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[
 
 
 def query_health(remote: Mapping[str, Sequence[str]], parts: Mapping[str, Mapping[str, Mapping]],
-                 status: str) -> tuple[str, str]:
+                 status: str, dead: Collection[str] = ()) -> tuple[str, str]:
     """A query's status and cause: FAILED when any of its parts (`remote`: node -> part ids)
-    is among its node's failed `parts` (node -> part id -> {error, restarts}), else `status`."""
+    is among its node's failed `parts` (node -> part id -> {error, restarts}); WAITING when a
+    node it runs on is `dead` (its parts run again when the node is back: services.node); else
+    `status`."""
     failed = [f"{node}/{part}: {parts[node][part].get('error', '')}" for node, ids in remote.items()
               for part in ids if part in parts.get(node, {})]
-    return ("FAILED", "; ".join(failed)) if failed else (status, "")
+    if failed:
+        return "FAILED", "; ".join(failed)
+    down = sorted(node for node in remote if node in dead)
+    if down:
+        verb = "is" if len(down) == 1 else "are"
+        return "WAITING", f"{', '.join(down)} {verb} dead; its parts run again when it is back"
+    return status, ""
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def load_catalog(mdr: MDR) -> Catalog:
 def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
     """query id -> (status, cause): FAILED with the cause when a part of it failed on a node."""
     parts = mdr.part_states({node for q in queries for node in q.remote})
-    return {q.id: query_health(q.remote, parts, q.status) for q in queries}
+    dead = {n.id for n in mdr.nodes() if not n.alive}
+    return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}
 
 
 # A results stream ends with an error once a part of its query has died this many times in a row

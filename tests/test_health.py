@@ -49,6 +49,14 @@ def test_a_query_is_failed_with_the_cause_of_each_failed_part_it_has():
     assert query_health(remote, {"door1": {"other": {"error": "x"}}}, "running") == ("running", "")
 
 
+def test_a_query_on_a_dead_node_waits_for_it_unless_a_part_failed():
+    remote = {"door1": ["view.p1"], "hq": ["q1.final"]}
+    assert query_health(remote, {}, "running", dead={"door1", "door9"}) == (
+        "WAITING", "door1 is dead; its parts run again when it is back")
+    failed = {"hq": {"q1.final": {"error": "boom"}}}
+    assert query_health(remote, failed, "running", dead={"door1"})[0] == "FAILED", "a failure says more"
+
+
 def test_receptor_rates_are_count_differences_over_the_span():
     earlier = CountsSample(0, {"r1": {"reads": 100, "cycles": 10, "weak": 5}, "r2": {"reads": 50, "cycles": 5}})
     later = CountsSample(5000, {"r1": {"reads": 600, "cycles": 35, "weak": 30}, "r2": {"reads": 50, "cycles": 5},

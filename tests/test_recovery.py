@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 
@@ -18,6 +19,7 @@ from glue.topology import load_topology
 from services.judge import as_ms
 from services.node import HiFiNode
 from services.paths import SMALL_TOPOLOGY
+from services.placement import query_states
 from tests.conftest import running_hierarchy, topic_records, topic_rows, wait_for
 from tests.judge import assert_equal_to_reference
 from wire.codec import readable_batches
@@ -35,10 +37,11 @@ def windows_after(hierarchy, plan, since_ms: int) -> int:
                 if as_ms(r["window_start"]) >= since_ms})
 
 
-def restart_node(hierarchy, node_id: str) -> HiFiNode:
+def restart_node(hierarchy, node_id: str, while_down: Callable[[], None] = lambda: None) -> HiFiNode:
     """Stop the node and start a new one on the same state directory, as its supervisor would."""
     old = hierarchy.nodes[node_id]
     old.stop()
+    while_down()
     node = HiFiNode(node_id, hierarchy.topology, old.mdr, old.dsp.spark, hierarchy.bootstrap, hierarchy.state_dir,
                     hierarchy.trigger_ms)
     node.start()
@@ -52,7 +55,10 @@ def test_a_restarted_node_takes_back_its_query_parts_and_nothing_is_lost_or_doub
     assert part in hierarchy.mdr.desired("dock-a"), "the placement records what should run on dock-a"
     wait_for(lambda: windows_after(hierarchy, plan, 0) >= 2, 120, "the query's first windows")
 
-    node = restart_node(hierarchy, "dock-a")
+    def waiting() -> None:   # while dock-a is down, the query says what it waits for
+        state = query_states(hierarchy.mdr, [q for q in hierarchy.mdr.queries() if q.id == plan.query_id])
+        assert state[plan.query_id] == ("WAITING", "dock-a is dead; its parts run again when it is back")
+    node = restart_node(hierarchy, "dock-a", waiting)
     assert part in {q.query_id for q in node.dsp.queries()}, "the restarted node runs its part again"
     back_ms = int(time.time() * 1000)
     wait_for(lambda: windows_after(hierarchy, plan, back_ms + 2000) >= 2, 120, "windows after the restart")

@@ -121,7 +121,7 @@ function renderQueries(s) {
     const cancel = el("button", { class: "cancel", "data-query": q.id }, "Cancel");
     cancel.onclick = (e) => { e.stopPropagation(); cancelQuery(q.id); };
     li.append(cancel, el("code", {}, q.text));
-    if (q.error) li.append(el("div", { class: "query-error" }, `FAILED: ${q.error}`));
+    if (q.error) li.append(el("div", { class: "query-error" }, `${q.status}: ${q.error}`));
     li.onclick = () => { select({ query: q.id }); showPlan(q.explain); };
     list.append(li);
   });
