@@ -7,10 +7,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTO_OUT := protos/hifi_pb2.py protos/hifi_pb2_grpc.py
+# The JVM's class-data archive of Spark's classes: a node's Spark starts ~3 s sooner (dsp/session.py)
+CLASS_ARCHIVE := $(VENV)/hifi-spark.jsa
 
 .PHONY: setup run test lint bench clean system-deps proto
 
-setup: system-deps $(STAMP) $(PROTO_OUT)
+setup: system-deps $(STAMP) $(PROTO_OUT) $(CLASS_ARCHIVE)
 
 system-deps:
 	@bash deploy/install-system-deps.sh
@@ -25,6 +27,9 @@ proto: $(PROTO_OUT)
 
 $(PROTO_OUT): protos/hifi.proto $(STAMP)
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. protos/hifi.proto
+
+$(CLASS_ARCHIVE): $(STAMP) $(PROTO_OUT)
+	$(PY) -m dsp.session --archive || echo "no class-data archive: Spark starts without it, ~3 s slower"
 
 run: setup
 	$(VENV)/bin/hifi up
