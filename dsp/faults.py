@@ -18,7 +18,8 @@ AFTER_FLUSH = "after-flush"   # a micro-batch's rows delivered to Kafka, its fen
 FAULT_EXIT = 86
 
 _STARTED_MS = int(time.time() * 1000)
-_ENV_POINT, _, _ENV_AT = os.environ.get("HIFI_FAULT", "").partition("@")
+_ENV_POINT, _, _env_at = os.environ.get("HIFI_FAULT", "").partition("@")
+_ENV_AT_MS = int(_env_at) if _env_at.isdigit() else 0   # malformed: no fault
 _armed: dict[str, int] = {}
 _where: dict[str, str] = {}
 _lock = threading.Lock()
@@ -48,5 +49,5 @@ def crash_point(point: str, site: str = "") -> None:
         with _lock:
             _armed[point] -= 1
         raise InjectedFault(f"fault injected at {point} ({site})")
-    if _ENV_POINT == point and _STARTED_MS < int(_ENV_AT or 0) <= int(time.time() * 1000):
+    if _ENV_POINT == point and _STARTED_MS < _ENV_AT_MS <= int(time.time() * 1000):
         os._exit(FAULT_EXIT)
