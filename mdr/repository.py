@@ -3,7 +3,8 @@
 Key layout (all keys under the prefix, default "hifi:"):
 
   nodes                      SET   node ids
-  node:<id>                  HASH  tier, parent, alternates (JSON list), address, capabilities (JSON)
+  node:<id>                  HASH  tier, parent, alternates (JSON list), address, capabilities (JSON),
+                                   started_ms (when its process started), starts (how many it has had)
   node:<id>:alive            STR   last heartbeat (epoch ms); expires after the heartbeat TTL,
                                    so a node that stops heartbeating turns dead by itself
   streams                    HASH  stream name -> JSON [[attribute, type], ...] (mediated schema)
@@ -113,6 +114,8 @@ class NodeRecord:
     alive: bool
     last_heartbeat_ms: int | None
     capabilities: dict[str, Any] = field(default_factory=dict)
+    started_ms: int | None = None   # when the node's current process started
+    starts: int = 0                 # how many processes have registered as it (a restart adds one)
 
 
 @dataclass(frozen=True)
@@ -198,13 +201,19 @@ class MDR:
     # ------------------------------------------------------------ nodes
 
     def register_node(self, node_id: str, tier: str, parent: str, alternates: Sequence[str], address: str,
-                      capabilities: dict[str, Any] | None = None) -> None:
+                      capabilities: dict[str, Any] | None = None, started_ms: int | None = None) -> None:
+        """Record a node; `started_ms`: when its process started (a new value counts a start; the
+        same process registering again, after the MDR lost its data, does not)."""
+        started_ms = started_ms or now_ms()
+        known = self.r.hget(self.k("node", node_id), "started_ms")
         with self.r.pipeline(transaction=True) as pipe:
             pipe.sadd(self.k("nodes"), node_id)
             pipe.hset(self.k("node", node_id), mapping={
                 "tier": tier, "parent": parent or "", "alternates": json.dumps(list(alternates)),
-                "address": address, "capabilities": json.dumps(capabilities or {}),
+                "address": address, "capabilities": json.dumps(capabilities or {}), "started_ms": started_ms,
             })
+            if known != str(started_ms):
+                pipe.hincrby(self.k("node", node_id), "starts", 1)
             self._announce(pipe, "node", "register", node_id)
             pipe.execute()
 
@@ -236,6 +245,8 @@ class MDR:
                 alternates=tuple(json.loads(data.get("alternates", "[]"))), address=data.get("address", ""),
                 alive=beat is not None, last_heartbeat_ms=int(beat) if beat else None,
                 capabilities=json.loads(data.get("capabilities", "{}")),
+                started_ms=int(data["started_ms"]) if data.get("started_ms") else None,
+                starts=int(data.get("starts", 0)),
             ))
         return records
 

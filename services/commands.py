@@ -282,11 +282,13 @@ def _stop_spark() -> None:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
+    def clock(ms: int | None) -> str:
+        return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
     nodes = _mdr().nodes()
-    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat"],
-                [[n.id, n.tier, n.parent or "-", n.address, "alive" if n.alive else "DEAD",
-                  time.strftime("%H:%M:%S", time.localtime(n.last_heartbeat_ms / 1000)) if n.last_heartbeat_ms
-                  else "-"] for n in nodes]))
+    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts"],
+                [[n.id, n.tier, n.parent or "-", n.address, "alive" if n.alive else "DEAD", clock(n.last_heartbeat_ms),
+                  clock(n.started_ms), str(n.starts)] for n in nodes]))
     return 0
 
 

@@ -194,7 +194,8 @@ class HiFiNode:
     def _register(self) -> None:
         spec = self.topology.nodes[self.id]
         self.mdr.register_node(self.id, spec.tier, spec.parent, spec.alternates, self.address,
-                               {"views": [v.name for v in self.topology.views_at(self.id)]})
+                               {"views": [v.name for v in self.topology.views_at(self.id)]},
+                               int(self.started_s * 1000))
         self.mdr.put_endpoints(f"node:{self.id}", self._endpoints)
 
     def reconcile(self) -> list[str]:

@@ -17,6 +17,14 @@ def test_node_liveness_expires_when_heartbeats_stop(mdr):
     assert mdr.node("door1").alive
 
 
+def test_a_node_started_again_counts_a_start_and_one_registering_again_does_not(mdr):
+    mdr.register_node("door1", "edge", "warehouse", [], "a", started_ms=1_000)
+    mdr.register_node("door1", "edge", "warehouse", [], "a", started_ms=1_000)   # the MDR lost it: again
+    assert (mdr.node("door1").started_ms, mdr.node("door1").starts) == (1_000, 1)
+    mdr.register_node("door1", "edge", "warehouse", [], "b", started_ms=2_000)   # a new process
+    assert (mdr.node("door1").started_ms, mdr.node("door1").starts, mdr.node("door1").address) == (2_000, 2, "b")
+
+
 def test_views_export_list_and_revoke(mdr):
     view = ViewRecord("smoothed", "door1", "hifi.view.door1.smoothed", "tumbling 2s", "SELECT ...", "{}",
                       (("tag_id", "string"),), ("warehouse",), now_ms())
