@@ -65,7 +65,8 @@ def load_catalog(mdr: MDR) -> Catalog:
 
 
 def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
-    """query id -> (status, cause): FAILED with the cause when a part of it failed on a node."""
+    """query id -> (status, cause): FAILED with the cause when a part of it failed on a node,
+    WAITING when a node it runs on is dead (services.health.query_health)."""
     parts = mdr.part_states({node for q in queries for node in q.remote})
     dead = {n.id for n in mdr.nodes() if not n.alive}
     return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}
