@@ -206,10 +206,11 @@ class SharedRuntime:
                 self._pending = None
             parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds]
             producer, sent = self._producer_for(), []
+            reports: list[tuple[BatchHook, BatchReport]] = []
             self._intend(key, batch_id)
             try:
                 for part in parts:
-                    self._feed(part, topic, table, producer, sent)
+                    self._feed(part, topic, table, producer, sent, reports)
                 bus.deliver(producer, sent)
                 if sent:
                     crash_point(AFTER_FLUSH, self.node_id)
@@ -227,8 +228,17 @@ class SharedRuntime:
             self._save()
             self._pending = None
             self._replayed.notify_all()
+        # statistics once the batch is recorded: a batch that failed and runs again counts once
+        for hook, report in reports:
+            try:
+                hook(report)
+            except Exception:  # noqa: BLE001 - statistics must not fail the batch
+                log.exception("node %s: a batch report failed", self.node_id)
 
-    def _feed(self, part: Part, topic: str, table, producer, sent: list) -> None:
+    def _feed(self, part: Part, topic: str, table, producer, sent: list,
+              reports: list[tuple[BatchHook, BatchReport]]) -> None:
+        """Push the batch through `part` (and the parts here that read its output), adding the
+        messages to send to `sent` and its report for the node's statistics to `reports`."""
         started = time.monotonic()
         managed = part.managed
         try:
@@ -250,9 +260,9 @@ class SharedRuntime:
             if readers_here and (rows or marker is not None):
                 handed = view_batch(output_columns(managed.plan), out, marker)
                 for reader in readers_here:
-                    self._feed(reader, managed.output_topic, handed, producer, sent)
+                    self._feed(reader, managed.output_topic, handed, producer, sent, reports)
             if part.on_batch is not None and rows:
-                part.on_batch(self._report(part, rows, started))
+                reports.append((part.on_batch, self._report(part, rows, started)))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
             log.exception("node %s: part %s failed", self.node_id, managed.query_id)
             managed.status, managed.error, managed.failed_at = "failed", failure_cause(str(exc)), time.monotonic()

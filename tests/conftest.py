@@ -81,6 +81,22 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str, inter
         time.sleep(interval_s)
 
 
+def scrape_metrics(url: str) -> dict[tuple[str, tuple], float]:
+    """A service's Prometheus /metrics: (sample name, sorted labels) -> value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric(samples: dict, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
 # ------------------------------------------------------------------ test groups
 
 GROUPS = ("unit", "integration", "e2e")

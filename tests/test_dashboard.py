@@ -12,16 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from glue.topology import load_topology
 from protos import hifi_pb2
 from services.paths import SMALL_TOPOLOGY
-from tests.conftest import running_hierarchy, topic_rows, wait_for
+from tests.conftest import metric, running_hierarchy, scrape_metrics, topic_rows, wait_for
 from wire import bus
 from wire.topics import raw_topic, view_topic
 
@@ -160,17 +158,6 @@ def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarch
     assert float(rates["dock-a-r1"][0]) > 0 and rates["dock-a-r1"][2] == "reading", last
 
 
-def _scrape(url: str) -> dict[tuple[str, tuple], float]:
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        text = answer.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def _metric(samples: dict, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
 def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     from edge.agent import read_jsonl
     from wire.codec import encode_read_cycle
@@ -195,42 +182,42 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     cycles = Counter(c["receptor"] for c in logged)
 
     def settled():   # the two bad records may lie past the agent's last one: a range read after it
-        samples = _scrape(node_metrics)
-        return samples if _metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) and \
-            _metric(samples, "hifi_dead_lettered_total", node=node) >= 2 else None
+        samples = scrape_metrics(node_metrics)
+        return samples if metric(samples, "hifi_readings_in_total", node=node) == sum(reads.values()) and \
+            metric(samples, "hifi_dead_lettered_total", node=node) >= 2 else None
 
     samples = wait_for(settled, 90, "dock-a's readings-in counter to reach what the agent published, and its "
                                     "dead-letter counter the two bad records")
-    assert _metric(samples, "hifi_dead_lettered_total", node=node) == 2
+    assert metric(samples, "hifi_dead_lettered_total", node=node) == 2
     for receptor in reads:
-        assert _metric(samples, "hifi_receptor_reads_total", node=node, receptor=receptor) == reads[receptor]
-        assert _metric(samples, "hifi_receptor_cycles_total", node=node, receptor=receptor) == cycles[receptor]
+        assert metric(samples, "hifi_receptor_reads_total", node=node, receptor=receptor) == reads[receptor]
+        assert metric(samples, "hifi_receptor_cycles_total", node=node, receptor=receptor) == cycles[receptor]
     weak = sum(1 for c in logged for _, _, strength in c["reads"] if strength < 0.2)
-    assert _metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="dock-a-r1") == weak
-    assert _metric(samples, "hifi_node_up", node=node) == 1.0
+    assert metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="dock-a-r1") == weak
+    assert metric(samples, "hifi_node_up", node=node) == 1.0
 
     # rows per view: what this process emitted equals what the view's topic holds
     smoothed_topic = view_topic(node, "smoothed_rfid_stream")
-    wait_for(lambda: _metric(_scrape(node_metrics), "hifi_view_rows_total", node=node,
+    wait_for(lambda: metric(scrape_metrics(node_metrics), "hifi_view_rows_total", node=node,
                              query="view.smoothed_rfid_stream") == len(topic_rows(hierarchy.bootstrap, smoothed_topic)),
              30, "view rows counted = rows in the view's topic")
-    batches = _metric(_scrape(node_metrics), "hifi_microbatch_duration_seconds_count", node=node,
+    batches = metric(scrape_metrics(node_metrics), "hifi_microbatch_duration_seconds_count", node=node,
                       query="view.smoothed_rfid_stream")
     assert batches >= 1
 
     # the placement service counted the page's calls: a refused query, an explain and a submit, a cancel
-    placement = _scrape(endpoints["placement"]["metrics"])
+    placement = scrape_metrics(endpoints["placement"]["metrics"])
     submit = "/hifi.Placement/Submit"
-    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method=submit, code="OK") == 2
-    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method=submit,
+    assert metric(placement, "hifi_grpc_calls_total", service="placement", method=submit, code="OK") == 2
+    assert metric(placement, "hifi_grpc_calls_total", service="placement", method=submit,
                    code="INVALID_ARGUMENT") == 1
-    assert _metric(placement, "hifi_grpc_calls_total", service="placement", method="/hifi.Placement/Cancel",
+    assert metric(placement, "hifi_grpc_calls_total", service="placement", method="/hifi.Placement/Cancel",
                    code="OK") == 1
-    assert _metric(placement, "hifi_mdr_operations_total", service="placement", operation="put_query") == 1
+    assert metric(placement, "hifi_mdr_operations_total", service="placement", operation="put_query") == 1
 
     # the dashboard's own metrics, and its events: the two dead letters with their reasons
-    dashboard = _scrape(endpoints["dashboard"]["metrics"])
-    assert _metric(dashboard, "hifi_mdr_operations_total", service="dashboard", operation="nodes") > 0
+    dashboard = scrape_metrics(endpoints["dashboard"]["metrics"])
+    assert metric(dashboard, "hifi_mdr_operations_total", service="dashboard", operation="nodes") > 0
     snapshot = wait_for(lambda: (s := hierarchy.dashboard.snapshot())["event_counts"].get("dead") == 2 and s, 30,
                         "the dead letters among the dashboard's events")
     reasons = [e["text"] for e in snapshot["events"] if e["kind"] == "dead"]

@@ -20,7 +20,7 @@ from services.judge import as_ms
 from services.node import HiFiNode
 from services.paths import SMALL_TOPOLOGY
 from services.placement import query_states
-from tests.conftest import running_hierarchy, topic_records, topic_rows, wait_for
+from tests.conftest import metric, running_hierarchy, scrape_metrics, topic_records, topic_rows, wait_for
 from tests.judge import assert_equal_to_reference
 from wire.codec import readable_batches
 
@@ -99,6 +99,11 @@ def test_a_batch_sent_again_after_a_failure_between_flush_and_fence_counts_once(
     wait_for(lambda: any(as_ms(r["ts"]) > since + 3000 for r in topic_rows(hierarchy.bootstrap, plan.result_topic)),
              120, "rows after the faults")
     assert assert_equal_to_reference(hierarchy, plan, timeout_s=60) > 0
+    # the node's statistics count each batch once too: rows counted = rows its readers take
+    part = next(task for task in plan.tasks if task.node == "dock-a")
+    url = hierarchy.mdr.endpoints()["node:dock-a"]["metrics"]
+    wait_for(lambda: metric(scrape_metrics(url), "hifi_view_rows_total", node="dock-a", query=part.query_id)
+             == len(topic_rows(hierarchy.bootstrap, part.topic)), 30, "dock-a's rows counted = rows in its topic")
     hierarchy.placement.cancel(plan.query_id)
 
 
