@@ -206,7 +206,7 @@ class SharedRuntime:
                 self._pending = None
             parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds]
             producer, sent = self._producer_for(), []
-            reports: list[tuple[BatchHook, BatchReport]] = []
+            reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
             try:
                 for part in parts:
@@ -228,15 +228,16 @@ class SharedRuntime:
             self._save()
             self._pending = None
             self._replayed.notify_all()
-        # statistics once the batch is recorded: a batch that failed and runs again counts once
-        for hook, report in reports:
+        # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
+        # failed and runs again counts once; a hook that fails fails its part, as its sink would
+        for part, report in reports:
             try:
-                hook(report)
-            except Exception:  # noqa: BLE001 - statistics must not fail the batch
-                log.exception("node %s: a batch report failed", self.node_id)
+                part.on_batch(report)
+            except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
+                self._fail(part, exc)
 
     def _feed(self, part: Part, topic: str, table, producer, sent: list,
-              reports: list[tuple[BatchHook, BatchReport]]) -> None:
+              reports: list[tuple[Part, BatchReport]]) -> None:
         """Push the batch through `part` (and the parts here that read its output), adding the
         messages to send to `sent` and its report for the node's statistics to `reports`."""
         started = time.monotonic()
@@ -262,10 +263,15 @@ class SharedRuntime:
                 for reader in readers_here:
                     self._feed(reader, managed.output_topic, handed, producer, sent, reports)
             if part.on_batch is not None and rows:
-                reports.append((part.on_batch, self._report(part, rows, started)))
+                reports.append((part, self._report(part, rows, started)))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
-            log.exception("node %s: part %s failed", self.node_id, managed.query_id)
-            managed.status, managed.error, managed.failed_at = "failed", failure_cause(str(exc)), time.monotonic()
+            self._fail(part, exc)
+
+    def _fail(self, part: Part, exc: Exception) -> None:
+        """The part failed: shown with its cause, rebuilt after a wait (see queries)."""
+        log.exception("node %s: part %s failed", self.node_id, part.managed.query_id, exc_info=exc)
+        part.managed.status, part.managed.error = "failed", failure_cause(str(exc))
+        part.managed.failed_at = time.monotonic()
 
     @staticmethod
     def _report(part: Part, rows: list[tuple], started: float) -> BatchReport:
