@@ -1,10 +1,10 @@
 """`hifi bench chaos`: faults injected into a hierarchy of node processes, and what each costs.
 
-The topology (CHAOS: core <- agg <- edge-a, edge-b; one reader per edge) runs as `hifi node`
-processes under services.supervisor, which starts a node that dies again; the placement service
-and the receptor agents run in this process. One query (reads per receptor per 2 s windows,
-answered at agg, the two edges' lowest common ancestor) runs throughout, and the faults come one
-after another, each followed by `settle_s` of normal running:
+The topology (CHAOS: core <- agg <- edge-a, edge-b; one reader per edge) runs as `hifi up
+--processes` runs it: `hifi node` processes under services.supervisor, which starts a node that
+dies again; the placement service and the receptor agents run in this process. One query
+(reads per receptor per 2 s windows, answered at agg, the two edges' lowest common ancestor)
+runs throughout, and the faults come one after another, each followed by `settle_s` of normal running:
 
   kill -9 of an edge           SIGKILL of edge-a
   kill -9 of an aggregation    SIGKILL of agg, the query's root
@@ -111,14 +111,9 @@ def _published(readings_path: str) -> Counter:
 
 
 def run_chaos_bench(settle_s: float, progress: Callable[[str], None]) -> list[FaultFigures]:
-    from edge.agent import ReceptorAgent
     from glue.topology import parse_topology
-    from mdr.repository import MDR
     from services.embedded import embedded_or_external
-    from services.emulation import scenario_of
-    from services.hierarchy import follow_results, load_metadata, next_whole_second
-    from services.placement import start_placement_service
-    from services.supervisor import Supervisor
+    from services.hierarchy import Hierarchy, follow_results
 
     workdir = tempfile.mkdtemp(prefix="hifi-chaos-")
     path = os.path.join(workdir, "chaos.yaml")
@@ -130,21 +125,14 @@ def run_chaos_bench(settle_s: float, progress: Callable[[str], None]) -> list[Fa
         if len(servers.pids) < 2:
             raise RuntimeError("hifi bench chaos kills and freezes its Redis and broker: run it without "
                                "HIFI_REDIS_URL and HIFI_KAFKA_BOOTSTRAP (it starts its own)")
-        mdr = MDR.connect(servers.redis_url)
-        mdr.clear()
-        load_metadata(mdr, topology)
-        service = start_placement_service(MDR.connect(servers.redis_url), servers.bootstrap)
-        supervisor = Supervisor(path, servers.redis_url, servers.bootstrap, workdir, progress)
-        agent = None
+        # the nodes as processes under the supervisor, as `hifi up --processes` runs them
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=workdir, processes=True)
         try:
-            progress(f"starting {len(topology.nodes)} node processes (logs in {workdir})")
-            for spec in topology.bottom_up():
-                supervisor.start(spec.id)
-            _wait(lambda: len([n for n in mdr.nodes() if n.alive]) == len(topology.nodes), 600, "every node up")
-            agent = ReceptorAgent(scenario_of(topology, next_whole_second(int(time.time() * 1000))),
-                                  servers.bootstrap, os.path.join(workdir, "receptors"))
-            agent.start()
-            plan = service.placement.submit(QUERY)
+            hierarchy.start(progress)
+            supervisor = hierarchy.supervisor
+            assert supervisor is not None
+            agent = hierarchy.start_agents()
+            plan = hierarchy.placement.submit(QUERY)
             results = Results()
             threading.Thread(target=follow_results, args=(servers.bootstrap, [plan.result_topic], stop, results.add),
                              daemon=True).start()
@@ -191,10 +179,7 @@ def run_chaos_bench(settle_s: float, progress: Callable[[str], None]) -> list[Fa
             return figures
         finally:
             stop.set()
-            if agent is not None:
-                agent.stop()
-            supervisor.stop()
-            service.close()
+            hierarchy.stop()
 
 
 def _judge(figures: list[FaultFigures], results: Results, published: Counter, start_ms: int) -> None:
