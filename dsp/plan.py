@@ -41,6 +41,7 @@ PLAN_FORMAT = "hifi-plan/1"
 # A progress marker's flag in a view reader's rows (dsp.kafka_source: the marker's time in the
 # event-time columns, every other column null).
 PROGRESS_COLUMN = "__progress"
+EVENT_TIME = "__ts"          # the event time carried by a selection's rows up the tree
 
 COLUMN_TYPES = ("string", "int", "long", "double", "timestamp", "boolean", "binary")
 Column = tuple[str, str]  # (name, type)

@@ -45,12 +45,13 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
+from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, topic_reader
 from dsp.engine import Operator, build, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
-from dsp.plan import Plan, event_time_column, output_columns, sources, to_json
+from dsp.plan import Plan, PlanError, event_time_column, output_columns, sources, to_json
 from wire import bus
 from wire.intake import IntakeRules
 
@@ -71,6 +72,8 @@ class Part:
     sequence: int = 0                  # RowBatch ids of its output (rows and markers)
     last_marker: int | None = None
     run: str = field(default_factory=new_run)   # names its batch ids' numbering (saved with its state)
+    owner: str = ""                    # the dead node it runs for (adopted: its own readers), else ""
+    bounds: OutputBounds | None = None  # what of its output goes out while another node shares its topic
 
     def saved(self) -> tuple:
         return to_json(self.managed.plan), self.root, self.sequence, self.last_marker, self.run
@@ -96,6 +99,11 @@ class Reader:
     topic: str
     format: str
     columns: tuple[tuple[str, str], ...] = ()
+    owner: str = ""   # feeds only the parts adopted from this node, from their own position
+
+    @property
+    def key(self) -> str:
+        return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{self.topic}"
 
 
 # How long another reader's batch waits for a failed batch to be replayed before it goes on
@@ -137,8 +145,14 @@ class SharedRuntime:
     # ------------------------------------------------------------ deploying
 
     def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
-               start_offsets: Mapping[str, int] | None = None) -> None:
+               start_offsets: Mapping[str, int] | None = None, owner: str = "",
+               bounds: OutputBounds | None = None) -> None:
+        """`owner`: the dead node the part is adopted from (glue.adoption): it gets readers of
+        its own, which start where `start_offsets` say whatever this node already reads; `bounds`:
+        what of its output goes out (dsp.bounds)."""
         if not supported(plan):
+            if owner or bounds is not None:
+                raise PlanError(f"part {query_id} runs as a Spark query of its own: it cannot be adopted or bounded")
             self.spark_queries.deploy(query_id, plan, output_topic, on_batch, start_offsets)
             return
         with self._lock:
@@ -147,19 +161,25 @@ class SharedRuntime:
             columns = [name for name, _ in output_columns(plan)]
             part = Part(ManagedQuery(query_id, plan, output_topic, started_at=time.monotonic()),
                         build(plan, self.relations()), frozenset(t for s in sources(plan) for t in s.topics),
-                        columns, on_batch)
+                        columns, on_batch, owner=owner, bounds=bounds)
             saved = self._saved.parts.get(query_id)
             if saved is not None and saved[0] == to_json(plan):
                 part.take_back(saved)
-            # inputs written by parts of this node are handed over in process (_feed)
-            part.local_topics = part.topics & {p.managed.output_topic for p in self._parts.values()}
+            # inputs written by parts of this node are handed over in process (_feed); not an
+            # adopted part's, nor a bounded one's (what it hands must be what goes out)
+            part.local_topics = frozenset() if owner else part.topics & {
+                p.managed.output_topic for p in self._parts.values() if not p.owner and p.bounds is None}
             self._parts[query_id] = part
             for source in sources(plan):
                 for topic in source.topics:
                     if topic in part.local_topics:
                         continue
-                    self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else ()),
-                                        start_offsets)
+                    self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else (),
+                                               owner), start_offsets)
+
+    def set_bounds(self, query_id: str, bounds: OutputBounds | None) -> None:
+        with self._lock:
+            self.part(query_id).bounds = bounds
 
     def ensure_ingest(self) -> None:
         """An edge node's raw topic is always read (its reader is the node's data listener)."""
@@ -168,7 +188,7 @@ class SharedRuntime:
                 self._ensure_reader(Reader(self.ingest.raw_topic, "rfid"), None)
 
     def _ensure_reader(self, reader: Reader, start_offsets: Mapping[str, int] | None) -> None:
-        key = f"{READER_PREFIX}{reader.format}:{reader.topic}"
+        key = reader.key
         if key in self._readers:
             return
         ingest = self.ingest if reader.format == "rfid" else None
@@ -204,7 +224,9 @@ class SharedRuntime:
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
                 self._pending = None
-            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds]
+            owner = self._readers[key].owner if key in self._readers else ""
+            parts = [p for p in self._parts.values()
+                     if topic in p.topics - p.local_topics and p.feeds and p.owner == owner]
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
@@ -247,11 +269,15 @@ class SharedRuntime:
             if out is None:
                 return
             rows: list[tuple] = rows_of(out) if out.num_rows else []
+            if rows and part.bounds is not None:
+                rows = part.bounds.keep(rows, part.columns)
             if rows:
                 part.sequence += 1
                 sent += send_rows(producer, managed.output_topic, self.node_id, managed.query_id, part.columns, rows,
                                   part.sequence, part.run)
             bound, marker = part.root.bound(), None
+            if bound is not None and part.bounds is not None:
+                bound = part.bounds.cap(bound)
             if part.publishes_markers and bound is not None and (part.last_marker is None or bound > part.last_marker):
                 part.sequence += 1
                 sent.append(send_marker(producer, managed.output_topic, self.node_id, managed.query_id, part.sequence,
@@ -361,8 +387,8 @@ class SharedRuntime:
             if part is None:
                 return self.spark_queries.cancel(query_id, drop_state)
             part.managed.status = "stopped"
-            still_read = {t for p in self._parts.values() for t in p.topics - p.local_topics}
-            idle = [key for key, reader in self._readers.items() if reader.topic not in still_read
+            still_read = {(p.owner, t) for p in self._parts.values() for t in p.topics - p.local_topics}
+            idle = [key for key, reader in self._readers.items() if (reader.owner, reader.topic) not in still_read
                     and not (self.ingest is not None and reader.topic == self.ingest.raw_topic)]
             for key in idle:
                 del self._readers[key]
@@ -396,7 +422,7 @@ class SharedRuntime:
         now = time.monotonic()
         # no lock (status fields only): a batch in flight holds it while it writes
         readers_now = dict(self._readers)
-        down = {readers_now[key].topic: q.error for key, q in readers.items()
+        down = {(readers_now[key].owner, readers_now[key].topic): q.error for key, q in readers.items()
                 if q.status == "failed" and key in readers_now}
         for part in list(self._parts.values()):
             managed = part.managed
@@ -407,7 +433,7 @@ class SharedRuntime:
                     part.root, managed.failed_at = build(managed.plan, self.relations()), None
                     managed.status, managed.error, managed.started_at = "running", "", now
                 continue
-            reader_error = next((down[t] for t in part.topics if t in down), None)
+            reader_error = next((down[part.owner, t] for t in part.topics if (part.owner, t) in down), None)
             if reader_error is not None:
                 managed.status, managed.error = "failed", reader_error
             elif managed.status == "failed":

@@ -27,6 +27,11 @@ Key layout (all keys under the prefix, default "hifi:"):
   desired:<node>             HASH  query id -> JSON {plan, export_as, readers, definition, output_topic,
                                    start_offsets}: the query parts the placement service deployed on
                                    the node, which the node runs again after a restart (desired state)
+  adoptions                  SET   nodes whose parts run at another node (glue.adoption)
+  adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
+                                   parts (JSON {query id: first window start it emits}), handback_ms
+                                   (where the node takes its parts back), drained_ms (when the
+                                   adopter had emitted everything before it)
   stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
   stats:<node>:receptors     HASH  "<receptor>:<reads|cycles|weak>" -> readings, read cycles and weak
@@ -151,6 +156,17 @@ class QueryRecord:
     columns: tuple[str, ...] = ()
     # the placement drawn: [{node, role, query_id, export_as, reused}], leaves first
     tasks: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Adoption:
+    node: str                      # the dead (or returning) node
+    adopter: str                   # where its parts run meanwhile
+    since_ms: int
+    children: tuple[str, ...]      # the nodes that moved to the adopter
+    parts: dict[str, int]          # query id -> the first window start the adopter emits of it
+    handback_ms: int | None = None  # the node emits windows from here on, the adopter before
+    drained_ms: int | None = None   # when the adopter had emitted everything before the hand-back
 
 
 def _counting(name: str, method):
@@ -403,6 +419,55 @@ class MDR:
     def desired(self, node_id: str) -> dict[str, dict[str, Any]]:
         """The query parts that should run on the node: query id -> deploy spec."""
         return {q: json.loads(spec) for q, spec in self.r.hgetall(self.k("desired", node_id)).items()}
+
+    # ------------------------------------------------------------ adoption (re-parenting)
+
+    def claim_adoption(self, node_id: str, adopter: str, children: Sequence[str]) -> bool:
+        """Record that `adopter` runs the dead node's parts; False when another node claimed them."""
+        if not self.r.hsetnx(self.k("adoption", node_id), "adopter", adopter):
+            return False
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.sadd(self.k("adoptions"), node_id)
+            pipe.hset(self.k("adoption", node_id),
+                      mapping={"since_ms": now_ms(), "children": json.dumps(list(children)), "parts": "{}"})
+            self._announce(pipe, "adoption", "claim", node_id)
+            pipe.execute()
+        return True
+
+    def update_adoption(self, node_id: str, parts: dict[str, int] | None = None, handback_ms: int | None = None,
+                        drained_ms: int | None = None) -> None:
+        fields: dict[str, Any] = {}
+        if parts is not None:
+            fields["parts"] = json.dumps(parts)
+        if handback_ms is not None:
+            fields["handback_ms"] = handback_ms
+        if drained_ms is not None:
+            fields["drained_ms"] = drained_ms
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(self.k("adoption", node_id), mapping=fields)
+            self._announce(pipe, "adoption", "update", node_id)
+            pipe.execute()
+
+    def end_adoption(self, node_id: str) -> None:
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.delete(self.k("adoption", node_id))
+            pipe.srem(self.k("adoptions"), node_id)
+            self._announce(pipe, "adoption", "end", node_id)
+            pipe.execute()
+
+    def adoptions(self) -> dict[str, Adoption]:
+        """Node -> its adoption, for every node whose parts run (or ran until a hand-back) elsewhere."""
+        ids = sorted(self.r.smembers(self.k("adoptions")))
+        with self.r.pipeline(transaction=False) as pipe:
+            for node_id in ids:
+                pipe.hgetall(self.k("adoption", node_id))
+            answers = pipe.execute()
+        return {node_id: Adoption(node_id, d["adopter"], int(d.get("since_ms", 0)),
+                                  tuple(json.loads(d.get("children", "[]"))),
+                                  {q: int(ms) for q, ms in json.loads(d.get("parts", "{}")).items()},
+                                  int(d["handback_ms"]) if d.get("handback_ms") else None,
+                                  int(d["drained_ms"]) if d.get("drained_ms") else None)
+                for node_id, d in zip(ids, answers, strict=True) if d.get("adopter")}
 
     # ------------------------------------------------------------ runtime statistics
 

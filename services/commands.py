@@ -282,13 +282,17 @@ def _stop_spark() -> None:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
+    from services.health import moves
+
     def clock(ms: int | None) -> str:
         return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
-    nodes = _mdr().nodes()
-    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts"],
+    mdr = _mdr()
+    nodes = mdr.nodes()
+    moved = moves(mdr.adoptions(), clock)
+    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts", "moved"],
                 [[n.id, n.tier, n.parent or "-", n.address, "alive" if n.alive else "DEAD", clock(n.last_heartbeat_ms),
-                  clock(n.started_ms), str(n.starts)] for n in nodes]))
+                  clock(n.started_ms), str(n.starts), moved.get(n.id, ("", "-"))[1]] for n in nodes]))
     return 0
 
 

@@ -46,7 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
-from services.health import CountsSample, RateWindow, node_health, tier_series
+from services.health import CountsSample, RateWindow, moves, node_health, tier_series
 from services.metrics import ServiceMetrics
 from services.placement import query_states
 from wire import bus
@@ -212,10 +212,12 @@ class Dashboard:
         metrics_urls = [endpoints.get(f"node:{r.id}", {}).get("metrics", "") if r.alive else "" for r in records]
         scraped = list(self._scrapers.map(_scrape, metrics_urls))   # side by side: each waits on its node
         nodes = []
+        moved = moves(self.mdr.adoptions(), lambda ms: time.strftime("%H:%M:%S", time.localtime(ms / 1000)))
         for record, url, figures in zip(records, metrics_urls, scraped, strict=True):
             health = node_health(record, self.mdr.stats(record.id), [v.name for v in views if v.node == record.id],
                                  now)
-            nodes.append({**health.as_dict(), **figures, "metrics": url})
+            moved_to, move = moved.get(record.id, ("", ""))
+            nodes.append({**health.as_dict(), **figures, "metrics": url, "moved_to": moved_to, "move": move})
         events, event_counts = self.events.recent()
         queries = self.mdr.queries()
         states = query_states(self.mdr, queries)

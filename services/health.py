@@ -4,10 +4,10 @@ and the operations dashboard. Pure: no I/O, every input passed in.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from mdr.repository import NodeRecord
+from mdr.repository import Adoption, NodeRecord
 
 LAGGING_S = 120.0        # a node whose newest processed event is older than this is lagging
 STALE_GAUGES_S = 10.0    # ... as is one whose heartbeat lives but whose statistics stopped
@@ -146,3 +146,21 @@ def tier_series(histories: Mapping[str, Sequence[Mapping[str, float]]], tiers: M
 def tiers_top_down(nodes: Sequence[NodeHealth]) -> list[NodeHealth]:
     """Core first, edges last; within a tier by id."""
     return sorted(nodes, key=lambda n: (TIER_ORDER.index(n.tier) if n.tier in TIER_ORDER else 9, n.id))
+
+
+def moves(adoptions: Mapping[str, Adoption], clock: Callable[[int], str]) -> dict[str, tuple[str, str]]:
+    """Node -> (the node it now reports to or runs at, a note) for every node a re-parenting moved
+    (services.adoption): the children of an adopted node, and the adopted node itself."""
+    found: dict[str, tuple[str, str]] = {}
+    for node, adoption in adoptions.items():
+        if adoption.drained_ms:
+            note = f"taking its parts back from {adoption.adopter}"
+        elif adoption.handback_ms:
+            note = f"parts at {adoption.adopter}; takes them back from {clock(adoption.handback_ms)}"
+        else:
+            note = f"parts at {adoption.adopter} since {clock(adoption.since_ms)}"
+        found[node] = (adoption.adopter, note)
+        for child in adoption.children:
+            if not adoption.drained_ms:
+                found[child] = (adoption.adopter, f"moved to {adoption.adopter} ({node} dead)")
+    return found

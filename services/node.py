@@ -22,6 +22,7 @@ from collections.abc import Callable
 import grpc
 from pyspark.sql import SparkSession
 
+from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
@@ -33,6 +34,7 @@ from glue.standing import standing_views
 from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.adoption import Adoptions
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
 from wire import bus
@@ -141,6 +143,7 @@ class HiFiNode:
         self._reconciler: threading.Thread | None = None
         self._exports: dict[str, ViewRecord] = {}   # what it exports, put again if the MDR lost it
         self._endpoints: dict[str, str] = {}
+        self.adoptions = Adoptions(self)   # re-parenting: a dead parent's parts, and its own taken back
 
     def intake_rules(self) -> IntakeRules:
         """What this node's readers check every record against (wire.intake): its receptors from
@@ -174,6 +177,7 @@ class HiFiNode:
         bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
             bus.ensure_topics(self.bootstrap, [raw_topic(self.id)])
+        self.adoptions.returning()   # before any part: a node whose parts another ran takes them back bounded
         for standing in self.standing:
             for task in standing.tasks:
                 if task.node == self.id:
@@ -277,6 +281,7 @@ class HiFiNode:
         while not self._stop.wait(RECONCILE_INTERVAL_S):
             try:
                 self.reconcile()
+                self.adoptions.round()
             except Exception:  # noqa: BLE001 - the MDR unreachable: try again next round
                 log.exception("node %s: reconciling with the desired state failed", self.id)
 
@@ -308,19 +313,26 @@ class HiFiNode:
         return on_batch
 
     def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
-               definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None) -> str:
+               definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None,
+               owner: str = "", bounds: OutputBounds | None = None) -> str:
         """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
         Without, it goes to `output_topic`, or to the remote query's own topic. `start_offsets`:
-        where its sources are read from (see dsp.manager.DSPManager.deploy)."""
+        where its sources are read from (see dsp.manager.DSPManager.deploy). `owner`, `bounds`: a
+        part adopted from a dead node (services.adoption), writing that node's topic."""
         if isinstance(plan, str):
             plan = from_json(plan)
+        if not owner and bounds is None:
+            bounds = self.adoptions.bounds([name for name, _ in output_columns(plan)])
         if export_as:
             check_name(export_as, "view")
             topic = view_topic(self.id, export_as)
         else:
             topic = output_topic or rqs_topic(query_id, self.id)
         bus.ensure_topics(self.bootstrap, [topic])
-        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets)
+        if owner or bounds is not None:
+            self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
+        else:   # (a plan the shared runtime cannot run goes on being deployable)
+            self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets)
         if export_as:
             self._export(export_as, plan, topic, readers, definition)
         return topic

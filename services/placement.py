@@ -68,7 +68,11 @@ def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, s
     """query id -> (status, cause): FAILED with the cause when a part of it failed on a node,
     WAITING when a node it runs on is dead (services.health.query_health)."""
     parts = mdr.part_states({node for q in queries for node in q.remote})
-    dead = {n.id for n in mdr.nodes() if not n.alive}
+    records = mdr.nodes()
+    alive = {n.id for n in records if n.alive}
+    # a dead node whose parts a live node adopted (services.adoption) holds nothing up
+    adopted = {node for node, found in mdr.adoptions().items() if found.adopter in alive and not found.drained_ms}
+    dead = {n.id for n in records if not n.alive} - adopted
     return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}
 
 

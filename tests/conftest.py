@@ -69,6 +69,28 @@ def running_hierarchy(topology, servers, state_dir: str) -> Iterator:
     running.stop()
 
 
+def restart_node(hierarchy, node_id: str, while_down: Callable[[], None] = lambda: None):
+    """Stop the node and start a new one on the same state directory, as its supervisor would."""
+    from services.node import HiFiNode
+
+    old = hierarchy.nodes[node_id]
+    old.stop()
+    while_down()
+    node = HiFiNode(node_id, hierarchy.topology, old.mdr, old.dsp.spark, hierarchy.bootstrap, hierarchy.state_dir,
+                    hierarchy.trigger_ms)
+    node.start()
+    hierarchy.nodes[node_id] = node
+    return node
+
+
+def windows_after(hierarchy, plan, since_ms: int) -> int:
+    """How many windows starting at or after `since_ms` the query has emitted."""
+    from services.judge import as_ms
+
+    return len({as_ms(r["window_start"]) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)
+                if as_ms(r["window_start"]) >= since_ms})
+
+
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5):
     """Poll until `condition()` is truthy; fail naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s

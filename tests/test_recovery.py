@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
 
 from dsp import faults
 from glue.topology import load_topology
 from services.judge import as_ms
-from services.node import HiFiNode
 from services.paths import SMALL_TOPOLOGY
 from services.placement import query_states
-from tests.conftest import metric, running_hierarchy, scrape_metrics, topic_records, topic_rows, wait_for
+from tests.conftest import (
+    metric,
+    restart_node,
+    running_hierarchy,
+    scrape_metrics,
+    topic_records,
+    topic_rows,
+    wait_for,
+    windows_after,
+)
 from tests.judge import assert_equal_to_reference
 from wire.codec import readable_batches
 
@@ -30,23 +37,6 @@ QUERY = "SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by '2 sec
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
     yield from running_hierarchy(load_topology(SMALL_TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
-
-
-def windows_after(hierarchy, plan, since_ms: int) -> int:
-    return len({as_ms(r["window_start"]) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)
-                if as_ms(r["window_start"]) >= since_ms})
-
-
-def restart_node(hierarchy, node_id: str, while_down: Callable[[], None] = lambda: None) -> HiFiNode:
-    """Stop the node and start a new one on the same state directory, as its supervisor would."""
-    old = hierarchy.nodes[node_id]
-    old.stop()
-    while_down()
-    node = HiFiNode(node_id, hierarchy.topology, old.mdr, old.dsp.spark, hierarchy.bootstrap, hierarchy.state_dir,
-                    hierarchy.trigger_ms)
-    node.start()
-    hierarchy.nodes[node_id] = node
-    return node
 
 
 def test_a_restarted_node_takes_back_its_query_parts_and_nothing_is_lost_or_doubled(hierarchy):

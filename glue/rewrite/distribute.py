@@ -22,6 +22,7 @@ import hashlib
 from dataclasses import dataclass, field, replace
 
 from dsp.plan import (
+    EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
     SMOOTH_COLUMNS,
     Aggregate,
@@ -51,7 +52,6 @@ from glue.sql.lexer import SqlError
 from wire.topics import raw_topic, results_topic, view_topic
 from wire.windows import duration_ms, pane_of
 
-EVENT_TIME = "__ts"          # the event time carried by a selection's rows up the tree
 WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
 
 

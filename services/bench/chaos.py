@@ -37,7 +37,7 @@ from services.bench.report import figures_table
 
 CHAOS = """
 name: chaos
-parameters: {strength_T: 0.2, level_lateness: 2 seconds}
+parameters: {strength_T: 0.2, level_lateness: 2 seconds, adopt_after: 5 seconds}
 nodes:
   - {id: chaos-core, tier: core}
   - {id: chaos-agg, tier: aggregation, parent: chaos-core}

@@ -73,6 +73,14 @@ function renderTree(s) {
     const a = at(n.id), b = at(n.parent);
     svg.append(el("svg:line", { class: "edge-line", x1: a.x + W / 2, y1: a.y, x2: b.x + W / 2, y2: b.y + H }));
   });
+  // a re-parented node: a dashed line to the node that adopted its dead parent's parts
+  s.nodes.forEach((n) => {
+    if (!n.move || !n.move.startsWith("moved to") || !pos[n.id] || !pos[n.moved_to]) return;
+    const a = at(n.id), b = at(n.moved_to);
+    const line = el("svg:line", { class: "edge-moved", "data-moved": `${n.id}->${n.moved_to}`, x1: a.x + W / 2, y1: a.y, x2: b.x + W / 2, y2: b.y + H });
+    line.append(el("svg:title", {}, `${n.id}: ${n.move}`));
+    svg.append(line);
+  });
   const placed = placementOf(s);
   s.nodes.forEach((n) => {
     if (!pos[n.id]) return;
@@ -90,6 +98,7 @@ function renderTree(s) {
     viewsText.append(el("svg:title", {}, views));
     g.append(viewsText);
     if (placed[n.id]) g.append(el("svg:text", { class: "task", x: 8, y: 82 }, placed[n.id].join(", ")));
+    else if (n.move) g.append(el("svg:text", { class: "task moved", x: 8, y: 82 }, n.move.length > 34 ? n.move.slice(0, 33) + "…" : n.move));
     svg.append(g);
   });
 }

@@ -1,0 +1,217 @@
+"""A node's side of re-parenting (glue.adoption): adopting a dead parent's parts, draining them
+at the hand-back, and taking its own parts back when it returns.
+
+Runs in the node's reconcile round (every 2 s): one SMEMBERS + HGETALL per adoption, and the
+node list the round reads anyway. Who adopts is decided by every node alike from the topology
+and the live set; the MDR's HSETNX lets only one claim a dead node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dsp.bounds import OutputBounds, bounded_column
+from dsp.plan import Plan, from_json, output_columns
+from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
+from glue.operators import operator_plans
+from mdr.repository import Adoption, now_ms
+from wire import bus
+from wire.codec import datetime_ms, parse_row_batch
+from wire.topics import rqs_topic, view_topic
+
+if TYPE_CHECKING:
+    from services.node import HiFiNode
+
+log = logging.getLogger("hifi.adoption")
+
+TAIL_MESSAGES = 200   # read back from an output topic's end for its resume point (a marker goes out
+                      # with every batch that moves it: the last few messages hold the newest)
+MARKERLESS_DRAIN_MS = 15_000   # a part without progress markers (a selection's rows) stops this long after
+                               # the boundary: the time its last rows before it take to come through
+
+
+@dataclass(frozen=True)
+class OwnedPart:
+    """One part of a node, as another node would deploy it for it."""
+
+    query_id: str
+    plan: Plan
+    topic: str
+    start_offsets: dict[str, int] | None
+
+
+def parts_of(node: HiFiNode, owner: str) -> list[OwnedPart]:
+    """The parts `owner` runs: its standing views' tasks (from the topology, as it plans them) and
+    the query parts the placement service deployed on it (the MDR's desired state)."""
+    parts = [OwnedPart(task.query_id, task.plan, task.topic, None)
+             for standing in node.standing for task in standing.tasks if task.node == owner]
+    parts += [OwnedPart(f"view.{p.view.name}", p.plan, view_topic(owner, p.view.name), None)
+              for p in operator_plans(node.topology, owner)]
+    for query_id, spec in sorted(node.mdr.desired(owner).items()):
+        topic = (view_topic(owner, spec["export_as"]) if spec.get("export_as")
+                 else spec.get("output_topic") or rqs_topic(query_id, owner))
+        parts.append(OwnedPart(query_id, from_json(spec["plan"]), topic, spec.get("start_offsets") or None))
+    return parts
+
+
+def tail_of(bootstrap: str, topic: str, column: str) -> list[TailBatch]:
+    """The last TAIL_MESSAGES RowBatches of `topic` as resume_point reads them."""
+    consumer = bus.make_consumer(bootstrap)
+    try:
+        found = []
+        for tp in bus.partitions_of(consumer, [topic]):
+            end = bus.end_offsets(consumer, [tp])[tp]
+            for record in bus.read_range(consumer, tp, max(0, end - TAIL_MESSAGES), end):
+                batch, _ = parse_row_batch(record.value)
+                if batch is None:
+                    continue
+                at = batch.columns.index(column) if column in batch.columns else None
+                times = tuple(datetime_ms(r[at]) for r in batch.rows if at is not None and r[at] is not None)
+                found.append(TailBatch(batch.watermark_ms, times))
+        return found
+    finally:
+        consumer.close()
+
+
+def adopted_id(owner: str, query_id: str) -> str:
+    return f"{owner}:{query_id}"
+
+
+class Adoptions:
+    """What one node does about dead and returning parents, each reconcile round."""
+
+    def __init__(self, node: HiFiNode) -> None:
+        self.node = node
+        self.grace_ms = adopt_after_ms(node.topology)
+        self._dead_since: dict[str, float] = {}   # node -> when this node first saw it dead (monotonic)
+        self.handback: Adoption | None = None      # this node's parts being taken back from an adopter
+
+    # ------------------------------------------------------------ the returning node
+
+    def returning(self) -> None:
+        """On start, before any part is deployed: if this node's parts were adopted, fix where it
+        takes them back (every part it deploys from now on is bounded by it, `bounds`)."""
+        found = self.node.mdr.adoptions().get(self.node.id)
+        if found is None:
+            return
+        if found.handback_ms is None:
+            self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
+            found = self.node.mdr.adoptions()[found.node]
+        self.handback = found
+        log.info("node %s: back; %s ran its parts since %s; it emits windows from %s on", self.node.id,
+                 found.adopter, found.since_ms, found.handback_ms)
+
+    def bounds(self, columns: list[str]) -> OutputBounds | None:
+        """A part of this node deployed during a hand-back: windows from the boundary on, markers
+        held there until the adopter has drained."""
+        found = self.handback
+        column = bounded_column(columns)
+        if found is None or found.handback_ms is None or column is None:
+            return None
+        return OutputBounds(column, found.handback_ms, None, None if found.drained_ms else found.handback_ms)
+
+    def _take_back(self, found: Adoption) -> None:
+        """Each round while this node's parts are being taken back: markers free once the adopter
+        has drained; the bounds gone and the adoption ended once every part has passed the boundary."""
+        if found.handback_ms is None:   # thought dead (frozen, cut off) while it ran on: bounded from now
+            self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
+            found = self.node.mdr.adoptions()[found.node]
+        self.handback = found
+        dsp = self.node.dsp
+        parts = [dsp.part(q.query_id) for q in dsp.queries() if self._shared(q.query_id)]
+        for part in parts:
+            if part.bounds is None:
+                dsp.set_bounds(part.managed.query_id, self.bounds(part.columns))
+            elif found.drained_ms:
+                part.bounds.marker_cap_ms = None
+        boundary = found.handback_ms or 0
+        if found.drained_ms and all(p.last_marker is not None and p.last_marker >= boundary
+                                    for p in parts if p.publishes_markers):
+            for part in parts:   # nothing before the boundary can come from this node any more
+                dsp.set_bounds(part.managed.query_id, None)
+            self.node.mdr.end_adoption(self.node.id)
+            self.handback = None
+            log.info("node %s: took its parts back from %s", self.node.id, found.adopter)
+
+    def _shared(self, query_id: str) -> bool:
+        try:
+            self.node.dsp.part(query_id)
+            return True
+        except KeyError:
+            return False
+
+    # ------------------------------------------------------------ the adopter
+
+    def round(self) -> None:
+        node, mdr = self.node, self.node.mdr
+        adoptions = mdr.adoptions()
+        if node.id in adoptions:
+            self._take_back(adoptions[node.id])
+        records = mdr.nodes()
+        alive = {n.id for n in records if n.alive}
+        clock = time.monotonic()
+        for record in records:
+            if record.alive or record.id not in node.topology.nodes:
+                self._dead_since.pop(record.id, None)
+                continue
+            since = self._dead_since.setdefault(record.id, clock)
+            if (record.id not in adoptions and (clock - since) * 1000 >= self.grace_ms
+                    and adopter(node.topology, record.id, alive) == node.id):
+                children = node.topology.children(record.id)
+                if mdr.claim_adoption(record.id, node.id, children):
+                    log.warning("node %s: %s is dead; adopting its parts (%s move here)", node.id, record.id,
+                                ", ".join(children))
+                    adoptions = mdr.adoptions()
+        for found in adoptions.values():
+            if found.adopter == node.id:
+                self._keep(found, found.node in alive)
+
+    def _keep(self, found: Adoption, owner_alive: bool) -> None:
+        """Run the parts adopted from `found.node` until the hand-back has drained them."""
+        node = self.node
+        if found.drained_ms:
+            return
+        running = {q.query_id for q in node.dsp.queries()}
+        parts = dict(found.parts)
+        for part in parts_of(node, found.node):
+            query_id = adopted_id(found.node, part.query_id)
+            column = bounded_column([name for name, _ in output_columns(part.plan)])
+            if query_id in running or column is None:
+                if column is None and query_id not in parts:
+                    log.warning("node %s: part %s of %s carries no window or event time to resume at; not adopted",
+                                node.id, part.query_id, found.node)
+                    parts[query_id] = -1
+                continue
+            if parts.get(query_id, 0) < 0:
+                continue
+            if query_id not in parts:   # first adoption: from where the dead node stopped
+                parts[query_id] = resume_point(tail_of(node.bootstrap, part.topic, column))
+            bounds = OutputBounds(column, parts[query_id], found.handback_ms)
+            if found.handback_ms is not None and parts[query_id] >= found.handback_ms:
+                continue   # the node came back before anything here was owed
+            node.deploy(query_id, part.plan, output_topic=part.topic, start_offsets=part.start_offsets,
+                        owner=found.node, bounds=bounds)
+            running.add(query_id)
+            log.info("node %s: runs %s for %s from %s", node.id, part.query_id, found.node, parts[query_id])
+        if parts != found.parts:
+            node.mdr.update_adoption(found.node, parts=parts)
+        ours = [q for q in parts if q in running]
+        if found.handback_ms is None or not owner_alive:
+            return
+        drained = True
+        for query_id in ours:
+            part = node.dsp.part(query_id)
+            if part.bounds is not None and part.bounds.until_ms is None:
+                part.bounds.until_ms = found.handback_ms
+            if part.publishes_markers:
+                drained &= part.bounds is None or part.bounds.drained(part.last_marker)
+            else:   # rows without markers: allowed the lateness of a reading to arrive
+                drained &= now_ms() >= found.handback_ms + MARKERLESS_DRAIN_MS
+        if drained:
+            for query_id in ours:
+                node.dsp.cancel(query_id)
+            node.mdr.update_adoption(found.node, drained_ms=now_ms())
+            log.info("node %s: handed %s's parts back at %s", node.id, found.node, found.handback_ms)
