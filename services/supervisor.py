@@ -31,6 +31,7 @@ class NodeProcess:
     starts: list[float] = field(default_factory=list)   # wall-clock times it was started
     exits: list[int] = field(default_factory=list)      # the exit codes of the processes that ended
     exited_at: float | None = None                      # when the last one was found ended
+    held_until: float = 0.0                             # not started again before this (a node kept down)
 
 
 class Supervisor:
@@ -71,9 +72,13 @@ class Supervisor:
                                             start_new_session=True)
         node.starts.append(time.time())
 
-    def kill(self, node_id: str) -> None:
-        """SIGKILL the node's process (the supervisor starts it again)."""
-        process = self.nodes[node_id].process
+    def kill(self, node_id: str, down_s: float = 0.0) -> None:
+        """SIGKILL the node's process; the supervisor starts it again, after `down_s` (a node that
+        stays dead that long: its parent's re-parenting, services.adoption)."""
+        with self._lock:
+            node = self.nodes[node_id]
+            node.held_until = time.time() + down_s
+            process = node.process
         if process is not None and process.poll() is None:
             process.kill()
 
@@ -97,7 +102,7 @@ class Supervisor:
                         node.exited_at = time.time()
                         node.exits.append(node.process.returncode)
                         self.progress(f"node {node.node_id} exited with {node.process.returncode}")
-                    elif time.time() - node.exited_at >= RESTART_DELAY_S:
+                    elif time.time() >= max(node.exited_at + RESTART_DELAY_S, node.held_until):
                         self.progress(f"node {node.node_id}: starting it again")
                         node.exited_at = None
                         self._launch(node)

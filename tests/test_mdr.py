@@ -25,6 +25,21 @@ def test_a_node_started_again_counts_a_start_and_one_registering_again_does_not(
     assert (mdr.node("door1").started_ms, mdr.node("door1").starts, mdr.node("door1").address) == (2_000, 2, "b")
 
 
+def test_one_node_claims_a_dead_nodes_parts_and_the_adoption_ends_when_they_are_back(mdr):
+    assert mdr.claim_adoption("w1", "w2", ["d1", "d2"])
+    assert not mdr.claim_adoption("w1", "hq", ["d1", "d2"]), "a second claimant loses"
+    mdr.update_adoption("w1", parts={"w1:view.x": 12_000})
+    mdr.update_adoption("w1", handback_ms=30_000)
+    found = mdr.adoptions()["w1"]
+    assert (found.adopter, found.children, found.parts, found.handback_ms, found.drained_ms) == (
+        "w2", ("d1", "d2"), {"w1:view.x": 12_000}, 30_000, None)
+    mdr.update_adoption("w1", drained_ms=31_000)
+    assert mdr.adoptions()["w1"].drained_ms == 31_000
+    mdr.end_adoption("w1")
+    assert mdr.adoptions() == {}
+    assert mdr.claim_adoption("w1", "hq", ["d1"]), "a node that dies again can be adopted again"
+
+
 def test_views_export_list_and_revoke(mdr):
     view = ViewRecord("smoothed", "door1", "hifi.view.door1.smoothed", "tumbling 2s", "SELECT ...", "{}",
                       (("tag_id", "string"),), ("warehouse",), now_ms())
