@@ -17,9 +17,20 @@ import time
 AFTER_FLUSH = "after-flush"   # a micro-batch's rows delivered to Kafka, its fence not yet written
 FAULT_EXIT = 86
 
-_STARTED_MS = int(time.time() * 1000)
-_ENV_POINT, _, _env_at = os.environ.get("HIFI_FAULT", "").partition("@")
-_ENV_AT_MS = int(_env_at) if _env_at.isdigit() else 0   # malformed: no fault
+_STARTED_MS = 0
+_ENV_POINT, _ENV_AT_MS = "", 0
+
+
+def from_environment() -> None:
+    """Read HIFI_FAULT, this process counting as started now: at import, and again when a warm
+    spare process is given the node it becomes (services.supervisor)."""
+    global _STARTED_MS, _ENV_POINT, _ENV_AT_MS
+    _STARTED_MS = int(time.time() * 1000)
+    _ENV_POINT, _, at = os.environ.get("HIFI_FAULT", "").partition("@")
+    _ENV_AT_MS = int(at) if at.isdigit() else 0   # malformed: no fault
+
+
+from_environment()
 _armed: dict[str, int] = {}
 _where: dict[str, str] = {}
 _lock = threading.Lock()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dsp.bounds import OutputBounds, bounded_column
-from dsp.plan import Plan, from_json, output_columns
+from dsp.plan import Plan, PlanError, from_json, output_columns
 from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.operators import operator_plans
 from mdr.repository import Adoption, now_ms
@@ -119,6 +119,12 @@ class Adoptions:
         if found.handback_ms is None:   # thought dead (frozen, cut off) while it ran on: bounded from now
             self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
             found = self.node.mdr.adoptions()[found.node]
+        since = self._dead_since.get(found.adopter)
+        if not found.drained_ms and since is not None and (time.monotonic() - since) * 1000 >= self.grace_ms:
+            log.error("node %s: its adopter %s is dead; the windows before %s it had still to emit are lost",
+                      self.node.id, found.adopter, found.handback_ms)
+            self.node.mdr.update_adoption(found.node, drained_ms=now_ms())   # waiting for it would stop the parent
+            found = self.node.mdr.adoptions()[found.node]
         self.handback = found
         dsp = self.node.dsp
         parts = [dsp.part(q.query_id) for q in dsp.queries() if self._shared(q.query_id)]
@@ -143,22 +149,26 @@ class Adoptions:
         except KeyError:
             return False
 
-    # ------------------------------------------------------------ the adopter
+    # ------------------------------------------------------------ each round
 
     def round(self) -> None:
+        """Note who is dead; take this node's parts back if they were adopted; adopt a dead node
+        this node is the adopter of; run (or drain) what it adopted."""
         node, mdr = self.node, self.node.mdr
         adoptions = mdr.adoptions()
-        if node.id in adoptions:
-            self._take_back(adoptions[node.id])
         records = mdr.nodes()
         alive = {n.id for n in records if n.alive}
         clock = time.monotonic()
         for record in records:
             if record.alive or record.id not in node.topology.nodes:
                 self._dead_since.pop(record.id, None)
-                continue
-            since = self._dead_since.setdefault(record.id, clock)
-            if (record.id not in adoptions and (clock - since) * 1000 >= self.grace_ms
+            else:
+                self._dead_since.setdefault(record.id, clock)
+        if node.id in adoptions:
+            self._take_back(adoptions[node.id])
+        for record in records:
+            since = self._dead_since.get(record.id)
+            if (since is not None and record.id not in adoptions and (clock - since) * 1000 >= self.grace_ms
                     and adopter(node.topology, record.id, alive) == node.id):
                 children = node.topology.children(record.id)
                 if mdr.claim_adoption(record.id, node.id, children):
@@ -192,8 +202,13 @@ class Adoptions:
             bounds = OutputBounds(column, parts[query_id], found.handback_ms)
             if found.handback_ms is not None and parts[query_id] >= found.handback_ms:
                 continue   # the node came back before anything here was owed
-            node.deploy(query_id, part.plan, output_topic=part.topic, start_offsets=part.start_offsets,
-                        owner=found.node, bounds=bounds)
+            try:
+                node.deploy(query_id, part.plan, output_topic=part.topic, start_offsets=part.start_offsets,
+                            owner=found.node, bounds=bounds)
+            except PlanError as exc:   # a part run as a Spark query of its own (adaptive smoothing, mote quality)
+                log.warning("node %s: part %s of %s not adopted: %s", node.id, part.query_id, found.node, exc)
+                parts[query_id] = -1
+                continue
             running.add(query_id)
             log.info("node %s: runs %s for %s from %s", node.id, part.query_id, found.node, parts[query_id])
         if parts != found.parts:

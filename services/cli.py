@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
     up.add_argument("--processes", action="store_true",
                     help="run each node as a `hifi node` process of its own (its own Spark) under a supervisor "
-                         "that starts a node process that dies again; default: every node in this process")
+                         "that starts a node process that dies again (from a warm spare process, which it keeps "
+                         "one of); default: every node in this process")
     up.add_argument("--dashboard", default="127.0.0.1:8470", metavar="HOST:PORT",
                     help="where the operations dashboard listens (default 127.0.0.1:8470; a free port if taken)")
     up.set_defaults(func=cmd_up)
@@ -111,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
     node.add_argument("--wait", type=float, default=600.0,
                       help="seconds to wait for the children's views before giving up (default 600)")
+    node.add_argument("--standby", action="store_true",
+                      help="start Spark, then wait on stdin for the node to become (one JSON line: "
+                           '{"env": {...}, "log": FILE}): the warm spare of a supervisor (hifi up --processes)')
     node.set_defaults(func=cmd_node)
 
     placement = sub.add_parser("placement", help="run the placement service alone (loads the topology's schema, "

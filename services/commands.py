@@ -151,6 +151,31 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _standby() -> argparse.Namespace:
+    """A warm spare: the node's modules loaded, Spark and a Python worker started; then the node it
+    becomes is read from stdin (one JSON line: {"env": {...}, "log": FILE}), its environment set,
+    the output sent to its log; the `hifi node` arguments parsed again under that environment."""
+    from dsp import faults
+    from dsp.session import spark_session
+    from services.cli import build_parser
+
+    spark = spark_session("hifi-standby")
+    spark.sparkContext.parallelize([0], 1).map(lambda x: x + 1).collect()   # the Python worker daemon up
+    _progress("standby: warm, waiting for the node to become")
+    line = sys.stdin.readline()
+    if not line.strip():
+        raise SystemExit(0)   # its supervisor stopped without needing it
+    assignment = json.loads(line)
+    os.environ.update(assignment.get("env", {}))
+    if assignment.get("log"):
+        out = os.open(assignment["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+    faults.from_environment()   # a fault set for this node counts from now, when it becomes it
+    return build_parser().parse_args([a for a in sys.argv[1:] if a != "--standby"])
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     """One node of a topology in this process (its own Spark session): what a container runs."""
     import tempfile
@@ -158,6 +183,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     from dsp.session import spark_session
     from services.node import HiFiNode
 
+    if args.standby:
+        args = _standby()
     topology = load_topology(args.topology)
     if not args.id:
         raise CLIError("name the node to run: --id or HIFI_NODE_ID")

@@ -113,7 +113,7 @@ class Hierarchy:
         """Every node as a process under the supervisor (each waits for its children's exports
         itself); returns once all are alive."""
         self.supervisor = Supervisor(self.topology.source, self.redis_url, self.bootstrap, self.state_dir, progress,
-                                     self.trigger_ms)
+                                     self.trigger_ms, spare=True)
         progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
         for spec in self.topology.bottom_up():
             self.supervisor.start(spec.id)

@@ -2,10 +2,17 @@
 compose container runs), and one that dies (a crash, `kill -9`) is started again on its state
 directory after RESTART_DELAY_S, as compose's `restart: unless-stopped` does for containers.
 Used by `hifi up --processes` and `hifi bench chaos`; the node takes back what it ran from its
-checkpoints and the MDR's desired state (services.node)."""
+checkpoints and the MDR's desired state (services.node).
+
+With `spare`, one warm process waits beside the nodes (`hifi node --standby`: its Python modules
+loaded, its Spark session and Python worker started) and the next node that dies becomes it: a
+restart then skips the ~5 s a node process spends before it can register (imports, the JVM,
+Spark). A new spare starts SPARE_AFTER_S later, so its start does not take the CPU from the node
+coming back."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("hifi.supervisor")
 
 RESTART_DELAY_S = 0.25
+SPARE_AFTER_S = 30.0
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
 
 
@@ -39,9 +47,9 @@ class Supervisor:
 
     def __init__(self, topology_path: str, redis_url: str, bootstrap: str, workdir: str,
                  progress: Callable[[str], None] = lambda _: None, trigger_ms: int = 1000,
-                 command: list[str] | None = None) -> None:
+                 command: list[str] | None = None, spare: bool = False) -> None:
         """`command`: what runs a node (default `hifi node` on the topology; its id and state
-        directory are in its environment)."""
+        directory are in its environment); `spare`: keep a warm spare process (the module's doc)."""
         self.redis_url, self.bootstrap, self.workdir = redis_url, bootstrap, workdir
         self.command = command or [HIFI, "node", "--topology", topology_path, "--trigger-ms", str(trigger_ms)]
         self.progress = progress
@@ -49,6 +57,10 @@ class Supervisor:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._watcher = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+        self.spare = spare
+        self._spare: subprocess.Popen | None = None
+        self._spare_due = time.time() + SPARE_AFTER_S   # after the nodes' own start
+        self.spares_used = 0
 
     def start(self, node_id: str, extra_env: dict[str, str] | None = None) -> NodeProcess:
         state_dir = os.path.join(self.workdir, node_id)
@@ -67,10 +79,35 @@ class Supervisor:
         return node
 
     def _launch(self, node: NodeProcess) -> None:
+        if self._become_spare(node):
+            return
         with open(node.log_path, "ab") as out:
             node.process = subprocess.Popen(self.command, env=node.env, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         node.starts.append(time.time())
+
+    def _become_spare(self, node: NodeProcess) -> bool:
+        """Hand the node to the warm spare, if one waits (its environment, its log)."""
+        spare, self._spare = self._spare, None
+        if spare is None or spare.poll() is not None or spare.stdin is None:
+            return False
+        try:
+            spare.stdin.write((json.dumps({"env": node.env, "log": node.log_path}) + "\n").encode())
+            spare.stdin.close()
+        except OSError:
+            return False
+        node.process = spare
+        node.starts.append(time.time())
+        self.spares_used += 1
+        self._spare_due = time.time() + SPARE_AFTER_S
+        return True
+
+    def _start_spare(self) -> None:
+        env = {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
+               "HIFI_SPARK_DRIVER_MEMORY": "1g"}
+        with open(os.path.join(self.workdir, "spare.log"), "ab") as out:
+            self._spare = subprocess.Popen([*self.command, "--standby"], env=env, stdin=subprocess.PIPE, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
 
     def kill(self, node_id: str, down_s: float = 0.0) -> None:
         """SIGKILL the node's process; the supervisor starts it again, after `down_s` (a node that
@@ -95,6 +132,8 @@ class Supervisor:
     def _watch(self) -> None:
         while not self._stopping.wait(0.2):
             with self._lock:
+                if self.spare and self._spare is None and time.time() >= self._spare_due:
+                    self._start_spare()
                 for node in self.nodes.values():
                     if node.process is None or node.process.poll() is None:
                         continue
@@ -111,6 +150,10 @@ class Supervisor:
         self._stopping.set()
         with self._lock:
             processes = [n.process for n in self.nodes.values() if n.process is not None]
+            spare, self._spare = self._spare, None
+        if spare is not None and spare.stdin is not None:
+            spare.stdin.close()   # no node for it: it ends
+            processes.append(spare)
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

@@ -30,3 +30,57 @@ def test_a_killed_node_process_is_started_again_and_a_stopped_one_is_not(tmp_pat
     finally:
         supervisor.stop()
     assert node.process.poll() is not None and len(node.starts) == 3, "stopped for good"
+
+
+STANDBY = [sys.executable, "-c", (
+    "import json, os, sys, time\n"
+    "if '--standby' in sys.argv:\n"
+    "    line = sys.stdin.readline()\n"
+    "    if not line:\n"
+    "        sys.exit(0)\n"
+    "    given = json.loads(line)\n"
+    "    os.environ.update(given['env'])\n"
+    "    sys.stdout = open(given['log'], 'a')\n"
+    "print(os.environ['HIFI_NODE_ID'], 'spare' if '--standby' in sys.argv else 'fresh', flush=True)\n"
+    "time.sleep(120)\n")]
+
+
+def test_a_node_that_dies_becomes_the_warm_spare_and_a_new_spare_follows(tmp_path, monkeypatch):
+    import services.supervisor as supervision
+
+    monkeypatch.setattr(supervision, "SPARE_AFTER_S", 0.5)
+    supervisor = Supervisor("unused.yaml", "redis://unused", "unused:9092", str(tmp_path), command=STANDBY,
+                            spare=True)
+    try:
+        node = supervisor.start("agg")
+        wait_for(lambda: supervisor._spare is not None, 10, "the spare to be started")
+        spare = supervisor._spare
+        supervisor.kill("agg")
+        wait_for(lambda: len(node.starts) == 2, 10, "the node started again")
+        assert node.process is spare and supervisor.spares_used == 1, "the spare became the node"
+        log = tmp_path / "agg.log"
+        wait_for(lambda: "agg spare" in log.read_text(), 10, "the spare writing to the node's log as the node")
+        wait_for(lambda: supervisor._spare is not None and supervisor._spare is not spare, 10, "a new spare")
+    finally:
+        supervisor.stop()
+    assert node.process.poll() is not None
+
+
+def test_a_standby_node_process_becomes_the_node_its_supervisor_names(spark, monkeypatch):
+    import io
+    import json
+
+    from dsp import faults
+    from services.commands import _standby
+
+    monkeypatch.setenv("HIFI_NODE_ID", "")
+    monkeypatch.delenv("HIFI_FAULT", raising=False)
+    monkeypatch.setattr("sys.argv", ["hifi", "node", "--topology", "deploy/topologies/small.yaml", "--standby"])
+    at = int(time.time() * 1000) + 60_000
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
+        {"env": {"HIFI_NODE_ID": "dock-a", "HIFI_FAULT": f"after-flush@{at}"}}) + "\n"))
+    args = _standby()
+    assert (args.id, args.standby, args.topology) == ("dock-a", False, "deploy/topologies/small.yaml")
+    assert (faults._ENV_POINT, faults._ENV_AT_MS) == (faults.AFTER_FLUSH, at), "its fault, read as it became it"
+    monkeypatch.delenv("HIFI_FAULT")
+    faults.from_environment()
