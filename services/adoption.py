@@ -171,10 +171,14 @@ class Adoptions:
             if (since is not None and record.id not in adoptions and (clock - since) * 1000 >= self.grace_ms
                     and adopter(node.topology, record.id, alive) == node.id):
                 children = node.topology.children(record.id)
-                if mdr.claim_adoption(record.id, node.id, children):
-                    log.warning("node %s: %s is dead; adopting its parts (%s move here)", node.id, record.id,
-                                ", ".join(children))
-                    adoptions = mdr.adoptions()
+                if not mdr.claim_adoption(record.id, node.id, children):
+                    continue
+                if (again := mdr.node(record.id)) is not None and again.alive:
+                    mdr.end_adoption(record.id)   # it came back meanwhile: it runs its parts itself
+                    continue
+                log.warning("node %s: %s is dead; adopting its parts (%s move here)", node.id, record.id,
+                            ", ".join(children))
+                adoptions = mdr.adoptions()
         for found in adoptions.values():
             if found.adopter == node.id:
                 self._keep(found, found.node in alive)
