@@ -55,6 +55,22 @@ RAW_RFID_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"), ("tag_
                                                ("read_strength", "double"), ("ts", "timestamp"))
 
 
+@dataclass(frozen=True)
+class RawStream:
+    """A stream every edge node receives on its raw topic: what a query names, how the topic is
+    read for it, and which receptors feed it."""
+
+    format: str                        # the Source format reading it from the raw topic
+    columns: tuple[Column, ...]
+    receptor_kind: str                 # the receptors (topology `kind`) whose records it holds
+
+
+RAW_STREAMS: dict[str, RawStream] = {
+    "rfid_stream": RawStream("rfid", RAW_RFID_SOURCE_COLUMNS, "rfid"),
+    "sensor_stream": RawStream("samples", RAW_SAMPLE_SOURCE_COLUMNS, "mote"),
+}
+
+
 class PlanError(HiFiError):
     """A plan that cannot be typed or compiled; the message names the operator and the problem."""
 

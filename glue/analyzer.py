@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
+from dsp.plan import RAW_STREAMS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
 from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
 from glue.limits import Limits
@@ -34,8 +34,6 @@ from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
 from glue.topology import TopologyError
 from wire.windows import duration_ms
-
-RAW_STREAMS = {"rfid_stream": RAW_RFID_SOURCE_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -144,7 +142,7 @@ class _Binder:
 
     def source(self, ref: ast.SourceRef) -> tuple[dict[str, Any], Expr | None, tuple[str, ...] | None]:
         """(source facts, predicate of an expanded definition-only view, columns it exposes)."""
-        streams = {**RAW_STREAMS, **self.catalog.streams}
+        streams = {**{name: raw.columns for name, raw in RAW_STREAMS.items()}, **self.catalog.streams}
         if ref.name in streams:
             columns = tuple(tuple(c) for c in streams[ref.name])
             return {"source": ref.name, "source_kind": "stream", "source_columns": columns, "event_time": "ts",

@@ -56,6 +56,7 @@ class ReceptorInfo:
     node: str
     location: str
     area: str
+    kind: str = "rfid"   # rfid | mote: which raw stream its records are (dsp.plan.RAW_STREAMS)
 
 
 @dataclass

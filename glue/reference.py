@@ -2,13 +2,15 @@
 readings of a run, with the windows and semantics of glue.analyzer. It is the judge the
 hierarchy's answers must equal (DESIGN §7), and `hifi query --reference` shows it to users. Pure.
 
-Readings are the rows of `rfid_stream` (receptor_id, tag_id, antenna, read_strength, ts) with
-`ts` in epoch milliseconds; times in results are epoch milliseconds too. A materialized view
+Readings are the rows of `rfid_stream` (receptor_id, tag_id, antenna, read_strength, ts) and samples
+those of `sensor_stream` (receptor_id, temperature, humidity, light, sound, voltage, ts), with `ts`
+in epoch milliseconds; times in results are epoch milliseconds too. A materialized view
 used as a source is recomputed from its exported definition over the same readings.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from collections import defaultdict
@@ -83,14 +85,22 @@ def _aggregate(call: AggCall, rows: Sequence[Row]) -> Any:
 class Reference:
     """Evaluates queries over one run's readings; `catalog` resolves names and view definitions."""
 
-    def __init__(self, readings: Iterable[Row], catalog: Catalog, start_ms: int | None = None) -> None:
+    def __init__(self, readings: Iterable[Row], catalog: Catalog, start_ms: int | None = None,
+                 samples: Iterable[Row] = ()) -> None:
         self.readings = list(readings)
+        self.samples = list(samples)
         self.catalog = catalog
         self.start_ms = start_ms   # where a query's reading began (adaptive smoothing starts there)
 
+    @classmethod
+    def from_log(cls, logged: Iterable[dict[str, Any]], catalog: Catalog, start_ms: int | None = None) -> Reference:
+        """Over every reading and sample of the agents' readings log (edge.agent)."""
+        lines = list(logged)
+        return cls(rfid_readings(lines), catalog, start_ms, sensor_samples(lines))
+
     def source_rows(self, query: LogicalQuery) -> list[Row]:
         if query.source_kind == "stream":
-            return self.readings
+            return self.samples if query.source == "sensor_stream" else self.readings
         export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
         return self.run(analyze(export.definition, self.catalog))
 
@@ -179,6 +189,15 @@ def rfid_readings(logged: Iterable[dict[str, Any]]) -> list[Row]:
     """rfid_stream rows from the agent's readings log (edge.agent): one per emitted read."""
     return [{"receptor_id": cycle["receptor"], "tag_id": tag, "antenna": antenna, "read_strength": strength,
              "ts": cycle["t"]} for cycle in logged if "reads" in cycle for tag, antenna, strength in cycle["reads"]]
+
+
+def sensor_samples(logged: Iterable[dict[str, Any]]) -> list[Row]:
+    """sensor_stream rows from the agent's readings log: one per sample a node accepts (one with a
+    value that is not a finite number is refused, wire.codec), a quantity it lacks None."""
+    return [{"receptor_id": s["receptor_id"], **{q: s["values"].get(q) for q in SAMPLE_QUANTITIES},
+             "ts": s["timestamp_ms"]}
+            for line in logged for s in line.get("samples", ())
+            if s["receptor_id"] and all(math.isfinite(v) for v in s["values"].values())]
 
 
 def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, positions: dict[str, tuple[float, float]],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, expr_type, sources
+from dsp.plan import RAW_STREAMS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import NodeTask, distribute
@@ -37,8 +37,8 @@ def topology_catalog(topology: Topology) -> Catalog:
     """What a standing view can name: the topology's nodes, receptors, relations and parameters."""
     relations = {r.name: Relation(r.name, r.columns, r.rows, r.replicas) for r in topology.relations}
     nodes = {n.id: NodeInfo(n.id, n.tier, n.parent) for n in topology.nodes.values()}
-    receptors = [ReceptorInfo(r.id, r.node, r.location, r.area) for r in topology.receptors]
-    return Catalog({"rfid_stream": RAW_RFID_SOURCE_COLUMNS}, [], relations, nodes, receptors,
+    receptors = [ReceptorInfo(r.id, r.node, r.location, r.area, r.kind) for r in topology.receptors]
+    return Catalog({name: raw.columns for name, raw in RAW_STREAMS.items()}, [], relations, nodes, receptors,
                    dict(topology.parameters))
 
 

@@ -443,7 +443,7 @@ def _reference_rows(sql: str, principal: str):
 
     from edge.agent import read_jsonl
     from glue.analyzer import analyze
-    from glue.reference import Reference, rfid_readings
+    from glue.reference import Reference
     from services.placement import load_catalog
 
     readings_path = _run_info().get("readings")
@@ -451,7 +451,7 @@ def _reference_rows(sql: str, principal: str):
         raise CLIError("--reference needs a running `hifi up` (its recorded readings)")
     catalog = load_catalog(_mdr())
     query = analyze(sql, catalog, principal)
-    rows = Reference(rfid_readings(read_jsonl(readings_path)), catalog).run(query)
+    rows = Reference.from_log(read_jsonl(readings_path), catalog).run(query)
     columns = (["window_start", "window_end"] if query.is_aggregate else []) + [n for n, _ in query.outputs]
     as_time = {"window_start", "window_end"}
     return columns, [[dt.datetime.fromtimestamp(r[c] / 1000, tz=dt.UTC) if c in as_time else r[c]

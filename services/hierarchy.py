@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS
+from dsp.plan import RAW_STREAMS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
@@ -51,7 +51,8 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
     if scenario.replay is not None:   # the replayed Intel Lab motes: their ids come from the data
         receptors += [ReceptorSpec(replay_receptor(m.mote_id), "mote", scenario.replay.node, scenario.replay.node, "",
                                    m.x, m.y, {}) for m in load_intel_lab(scenario.replay.data)]
-    mdr.define_stream("rfid_stream", RAW_RFID_SOURCE_COLUMNS)
+    for name, raw in RAW_STREAMS.items():
+        mdr.define_stream(name, raw.columns)
     mdr.put_parameters(topology.parameters)
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
                        for r in receptors})

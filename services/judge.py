@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from edge.agent import read_jsonl
 from glue.analyzer import analyze
-from glue.reference import Reference, rfid_readings
+from glue.reference import Reference
 from services.placement import load_catalog
 from wire import bus
 from wire.codec import readable_batches
@@ -70,7 +70,7 @@ def rows_in_span(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list, li
     at = columns.index(time_column(plan))
     got = [tuple(as_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
-    reference = Reference(rfid_readings(read_jsonl(hierarchy.readings_path)), catalog, plan.start_ms)
+    reference = Reference.from_log(read_jsonl(hierarchy.readings_path), catalog, plan.start_ms)
     want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
     low, high = span
     early = [r for r in got if plan.start_ms is not None and r[at] < plan.start_ms]

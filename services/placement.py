@@ -58,8 +58,8 @@ def load_catalog(mdr: MDR) -> Catalog:
         if found:
             relations[name] = Relation(name, tuple(found[0]), tuple(found[1]), tuple(found[2]))
     nodes = {n.id: NodeInfo(n.id, n.tier, n.parent, n.alive, n.address) for n in mdr.nodes()}
-    receptors = [ReceptorInfo(rid, info["node"], info.get("location", ""), info.get("area", ""))
-                 for rid, info in sorted(mdr.receptors().items())]
+    receptors = [ReceptorInfo(rid, info["node"], info.get("location", ""), info.get("area", ""),
+                              info.get("kind", "rfid")) for rid, info in sorted(mdr.receptors().items())]
     return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
                    mdr.parameters())
 

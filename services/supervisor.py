@@ -7,8 +7,8 @@ checkpoints and the MDR's desired state (services.node).
 With `spare`, one warm process waits beside the nodes (`hifi node --standby`: its Python modules
 loaded, its Spark session and Python worker started) and the next node that dies becomes it: a
 restart then skips the ~5 s a node process spends before it can register (imports, the JVM,
-Spark). A new spare starts SPARE_AFTER_S later, so its start does not take the CPU from the node
-coming back."""
+Spark). A new spare starts SPARE_AFTER_S after a spare was used or a node started cold, so its
+start does not take the CPU from the node coming back."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 log = logging.getLogger("hifi.supervisor")
 
 RESTART_DELAY_S = 0.25
-SPARE_AFTER_S = 30.0
+SPARE_AFTER_S = 15.0
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
 
 
@@ -85,6 +85,8 @@ class Supervisor:
             node.process = subprocess.Popen(self.command, env=node.env, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         node.starts.append(time.time())
+        # a node starting cold takes the CPU for seconds: the spare's own start waits until after
+        self._spare_due = max(self._spare_due, time.time() + SPARE_AFTER_S)
 
     def _become_spare(self, node: NodeProcess) -> bool:
         """Hand the node to the warm spare, if one waits (its environment, its log)."""

@@ -10,8 +10,10 @@ all the readings. The live tests prove the same on Redis, the broker and Spark f
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import random
+from collections.abc import Callable
 from dataclasses import replace
 
 import pyarrow as pa
@@ -19,9 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsp.arrow_exprs import arrow_schema
 from dsp.engine import build, rows_of, view_batch
-from dsp.plan import Plan, output_columns, sources
+from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, output_columns, sources
 from glue.analyzer import analyze
+from glue.catalog import ReceptorInfo, Relation
 from glue.reference import Reference
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
@@ -81,10 +85,14 @@ def feeding(tasks: list[tuple[str, Plan]], wanted: list[tuple[str, Plan]]) -> li
     return [*reversed(kept), *wanted]
 
 
-def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list]) -> dict[str, list[tuple]]:
+def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
+                  raw: Callable[[list], pa.Table] = raw_batch,
+                  sentinel: Callable[[str, int], tuple] = lambda edge, ms: (EDGES[edge][0], "sentinel", 0.0, ms),
+                  relations: dict[str, list] = RELATIONS) -> dict[str, list[tuple]]:
     """Every task fed batch by batch, each one's rows and progress markers handed to the tasks
-    reading its topic at once; the rows each topic received."""
-    roots = [(topic, view, build(view, RELATIONS)) for topic, view in tasks]
+    reading its topic at once; the rows each topic received. `raw` makes an edge's raw batch of
+    its rows, `sentinel` the row that closes every window of the data."""
+    roots = [(topic, view, build(view, relations)) for topic, view in tasks]
     markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
     emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
     end_ms = START_MS + SPAN_MS
@@ -92,9 +100,8 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list]) -> di
         pending: dict[str, list[pa.Table]] = {}
         for edge, rows in by_edge.items():
             size = -(-len(rows) // BATCHES)
-            chunk = rows[n * size:(n + 1) * size] if n < BATCHES else \
-                [(EDGES[edge][0], "sentinel", 0.0, end_ms + 60_000)]   # closes every window of the data
-            pending[raw_topic(edge)] = [raw_batch(chunk)]
+            chunk = rows[n * size:(n + 1) * size] if n < BATCHES else [sentinel(edge, end_ms + 60_000)]
+            pending[raw_topic(edge)] = [raw(chunk)]
         for out_topic, view, root in roots:
             outputs = [root.push(topic, table) for source in sources(view) for topic in source.topics
                        for table in pending.get(topic, [])]
@@ -249,3 +256,91 @@ def test_a_query_subsumed_by_a_running_view_rolls_it_up_and_equals_the_central_a
     got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
     want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
     assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])
+
+
+# ------------------------------------------------------------------ sensor_stream
+
+MOTES = {"door1": ("door1-m1", "door1-m2"), "door2": ("door2-m1",)}
+MOTE_LOCATIONS = {"door1": "inbound-dock", "door2": "outbound-door"}
+SENSOR_CATALOG = replace(CATALOG, receptors=[*CATALOG.receptors, *(
+    ReceptorInfo(mote, edge, MOTE_LOCATIONS[edge], "", "mote") for edge, motes in MOTES.items() for mote in motes)],
+    relations={**CATALOG.relations, "receptor_locations": Relation(
+        "receptor_locations", CATALOG.relations["receptor_locations"].columns,
+        CATALOG.relations["receptor_locations"].rows + tuple(
+            (mote, MOTE_LOCATIONS[edge]) for edge, motes in MOTES.items() for mote in motes), ("*",))})
+SENSOR_RELATIONS = {name: list(relation.rows) for name, relation in SENSOR_CATALOG.relations.items()}
+
+
+def samples(seed: int) -> dict[str, list[tuple[str, float, float, int]]]:
+    """Per edge: (mote, temperature, humidity, ts ms) every 500 ms per mote, a little out of order."""
+    rng = random.Random(seed)
+    out: dict[str, list] = {}
+    for edge, motes in MOTES.items():
+        rows = [(mote, round(rng.uniform(15, 40), 1), round(rng.uniform(20, 70), 1),
+                 START_MS + step + rng.randint(0, 50)) for step in range(0, SPAN_MS, 500) for mote in motes]
+        for i in range(len(rows) - 1):
+            if rng.random() < 0.2:
+                rows[i], rows[i + 1] = rows[i + 1], rows[i]
+        out[edge] = rows
+    return out
+
+
+def sample_batch(rows: list[tuple[str, float, float, int]]) -> pa.Table:
+    """Rows of the raw topic's samples reader (receptor_id, temperature, humidity, light, sound, voltage, ts)."""
+    return pa.Table.from_pylist([{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None,
+                                  "voltage": 2.9, "ts": dt.datetime.fromtimestamp(ms / 1000, dt.UTC)}
+                                 for m, t, h, ms in rows], schema=arrow_schema(RAW_SAMPLE_SOURCE_COLUMNS))
+
+
+SENSOR_QUERIES = {
+    # motes under both doors: answered at the warehouse, their lowest common ancestor
+    "per-location average temperature over sliding windows": (
+        "SELECT location, avg(temperature) AS temperature, count(*) AS samples FROM sensor_stream "
+        "[range by '4 seconds', slide by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location",
+        "warehouse"),
+    "spread per mote where humid, HAVING": (
+        "SELECT receptor_id, max(temperature) - min(temperature) AS spread FROM sensor_stream [range by '6 seconds'] "
+        "WHERE humidity > 40 GROUP BY receptor_id HAVING count(*) >= 2", "warehouse"),
+    "a global aggregate over every mote": (
+        "SELECT count(*) AS samples, max(temperature) AS hottest FROM sensor_stream [range by '2 seconds']",
+        "warehouse"),
+    "a threshold selection": (
+        "SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35", "warehouse"),
+    "scope of one mote: root at its door": (
+        "SELECT receptor_id, avg(humidity) AS humidity FROM sensor_stream [range by '4 seconds'] "
+        "WHERE receptor_id = 'door2-m1' GROUP BY receptor_id", "door2"),
+}
+
+
+@pytest.mark.parametrize("name", SENSOR_QUERIES)
+def test_a_sensor_stream_query_planned_over_the_hierarchy_equals_the_central_answer(name):
+    sql, root = SENSOR_QUERIES[name]
+    by_edge = samples(3)
+    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    assert plan.placement.root == root
+    assert all(source.format == "samples" for task in plan.tasks for source in sources(task.plan)
+               if source.topics[0].startswith(raw_topic("")))
+    tasks = [(task.topic, task.plan) for task in plan.tasks]
+    emitted = run_bottom_up(tasks, by_edge, sample_batch, lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms),
+                            SENSOR_RELATIONS)
+    got = [tuple(as_ms(v) for v in row) for row in emitted[plan.result_topic]]
+    rows = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9, "ts": ms}
+            for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
+    want = [tuple(r[c] for c in plan.columns)
+            for r in Reference([], SENSOR_CATALOG, samples=rows).run(analyze(sql, SENSOR_CATALOG))]
+    if not plan.query.is_aggregate:   # the sentinel row that closes the windows is a sample too
+        got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+    assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])
+
+
+def test_rfid_queries_are_not_placed_at_nodes_with_only_motes_nor_sensor_queries_at_nodes_without():
+    catalog = replace(SENSOR_CATALOG, receptors=[r for r in SENSOR_CATALOG.receptors
+                                                 if r.kind == "mote" or r.node == "door1"])
+    rfid = distribute(analyze("SELECT count(*) AS n FROM rfid_stream [range by '2 seconds']", catalog), catalog, "q")
+    assert rfid.placement.producers == ("door1",)   # door2 has motes only
+    sensors = distribute(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds']", catalog),
+                         catalog, "q")
+    assert sensors.placement.producers == ("door1", "door2")
+    with pytest.raises(SqlError, match="no receptor"):
+        distribute(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds'] "
+                           "WHERE receptor_id = 'door1-r1'", catalog), catalog, "q")

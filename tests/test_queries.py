@@ -119,6 +119,9 @@ QUERIES = {
     "a definition-only view as source (cleaned), ratio of two aggregates": (
         "SELECT receptor_id, count(DISTINCT tag_id) * 1.0 / count(*) AS distinct_share FROM cleaned_rfid_stream "
         "[range by '2 seconds'] GROUP BY receptor_id", "warehouse"),
+    "sensor_stream: the dock motes' temperature and humidity per mote (their door is the root)": (
+        "SELECT receptor_id, avg(temperature) AS temperature, max(humidity) AS humidity, count(*) AS samples "
+        "FROM sensor_stream [range by '4 seconds', slide by '2 seconds'] GROUP BY receptor_id", "door1"),
 }
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from dsp.plan import (
     EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
+    RAW_STREAMS,
     SMOOTH_COLUMNS,
     Aggregate,
     AggSpec,
@@ -133,7 +134,8 @@ class _Builder:
             return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
                           Window(q.smoothing.epoch_ms, q.smoothing.epoch_ms))
         if q.source_kind == "stream":
-            return Source((raw_topic(node),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", self.lateness_ms)
+            raw = RAW_STREAMS[q.source]
+            return Source((raw_topic(node),), raw.format, raw.columns, "ts", self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, "window_start", 0, True, view.window)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsp.plan import BinOp, Col, Expr, Lit, conjuncts
+from dsp.plan import RAW_STREAMS, BinOp, Col, Expr, Lit, conjuncts
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.sql.lexer import SqlError
@@ -51,6 +51,8 @@ def _pinned(expr: Expr) -> tuple[str, set[str]] | None:
 
 def scope_receptors(query: LogicalQuery, catalog: Catalog) -> list[str]:
     chosen = {r.id for r in catalog.receptors}
+    if query.source_kind == "stream" and query.source in RAW_STREAMS:   # the receptors whose records it holds
+        chosen = {r.id for r in catalog.receptors if r.kind == RAW_STREAMS[query.source].receptor_kind}
     for conjunct in conjuncts(query.predicate):
         pinned = _pinned(conjunct)
         if pinned is not None:
