@@ -4,15 +4,21 @@ writers (dsp.bounds), and how a move is shown (services.health.moves): pure."""
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsp.bounds import OutputBounds, bounded_column
+from dsp.plan import to_json
 from glue.adoption import HANDBACK_SLACK_MS, TailBatch, adopt_after_ms, adopter, handback_at, resume_point
-from glue.topology import parse_topology
+from glue.standing import standing_views
+from glue.topology import load_topology, parse_topology
 from mdr.repository import Adoption
+from services.adoption import adopted_id, parts_of
 from services.health import moves
+from services.paths import DEFAULT_TOPOLOGY
+from wire.topics import rqs_topic, view_topic
 
 TOPOLOGY = """
 name: fluid
@@ -96,3 +102,22 @@ def test_a_move_names_where_the_children_went_and_where_the_parts_run():
     assert back["w1"] == ("w2", "parts at w2; takes them back from 9")
     drained = moves({"w1": Adoption("w1", "w2", 5, ("d1",), {}, handback_ms=9, drained_ms=10)}, clock)
     assert drained == {"w1": ("w2", "taking its parts back from w2")}
+
+
+def test_a_dead_nodes_parts_are_its_standing_tasks_and_its_desired_query_parts_writing_its_topics():
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    standing = standing_views(topology)
+    mine = [task for view in standing for task in view.tasks if task.node == "warehouse"]
+    assert mine, "the warehouse runs standing parts"
+    query_plan = mine[0].plan
+    desired = {
+        "q1-final": {"plan": to_json(query_plan), "export_as": "", "output_topic": "", "start_offsets": {"t:0": 5}},
+        "view.mine": {"plan": to_json(query_plan), "export_as": "mine", "output_topic": ""}}
+    node = SimpleNamespace(standing=standing, topology=topology,
+                           mdr=SimpleNamespace(desired=lambda owner: desired if owner == "warehouse" else {}))
+    parts = parts_of(node, "warehouse")
+    assert [(p.query_id, p.topic) for p in parts[:len(mine)]] == [(t.query_id, t.topic) for t in mine]
+    assert [(p.query_id, p.topic, p.start_offsets) for p in parts[len(mine):]] == [
+        ("q1-final", rqs_topic("q1-final", "warehouse"), {"t:0": 5}),
+        ("view.mine", view_topic("warehouse", "mine"), None)]
+    assert adopted_id("warehouse", "view.x") == "warehouse:view.x"
