@@ -30,6 +30,7 @@ Column types are those of COLUMN_TYPES or "array<T>" (partial distinct sets). Pu
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Union
 
@@ -254,6 +255,31 @@ class Qualify:
     from_ms: int = 0        # periods starting before this are left out
 
 
+@dataclass(frozen=True)
+class MatchStep:
+    """A step of an event pattern: one named condition, or several met in any order (AND); a
+    negated step is one no row may meet between its neighbours (or, last, within the bound)."""
+
+    names: tuple[str, ...]
+    conditions: tuple[Expr, ...]     # one per name
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Match:
+    """Event patterns (dsp.events): per partition, the rows in event-time order against `steps`,
+    all within `within_ms` of the first (0: unbounded). A match is emitted once, at its last row
+    (a pattern ending in a negated step: once its bound has passed without one), as the
+    `outputs` (name, step, column; step "" for a partition column) and its end time in
+    EVENT_TIME; matching resumes after it."""
+
+    child: Plan
+    partition: tuple[str, ...]
+    steps: tuple[MatchStep, ...]
+    within_ms: int
+    outputs: tuple[tuple[str, str, str], ...]
+
+
 QUALITY_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
                                        ("receptor_id", "string"), ("faulty", "boolean"), ("reasons", "string"),
                                        ("confidence", "double"), *((q, "double") for q in SAMPLE_QUANTITIES))
@@ -262,7 +288,7 @@ SMOOTH_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_en
                                       ("receptor_id", "string"), ("tag_id", "string"), ("reads", "long"),
                                       ("epochs", "long"))
 
-Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify]  # noqa: UP007
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify, Match]  # noqa: UP007
 
 
 def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
@@ -340,6 +366,28 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
         if event_time_column(plan.child) is None or plan.period_ms <= 0:
             raise PlanError("mote quality needs an input with event time and a positive sampling period")
         return QUALITY_COLUMNS
+    if isinstance(plan, Match):
+        schema = dict(output_columns(plan.child))
+        if event_time_column(plan.child) is None:
+            raise PlanError("event patterns need an input with event time")
+        for key in plan.partition:
+            if key not in schema:
+                raise PlanError(f"PARTITION BY: unknown column {key!r}")
+        if not plan.steps or plan.steps[0].negated:
+            raise PlanError("an event pattern begins with a step that is not negated")
+        named = {name for step in plan.steps for name in step.names}
+        for step in plan.steps:
+            if len(step.names) != len(step.conditions) or (step.negated and len(step.names) != 1):
+                raise PlanError(f"pattern step {step.names}: one condition per name, one name when negated")
+            for condition in step.conditions:
+                if expr_type(condition, schema) != "boolean":
+                    raise PlanError(f"pattern step {step.names}: its condition is not a condition")
+        out: list[Column] = []
+        for name, step, column in plan.outputs:
+            if step and step not in named or column not in schema or (not step and column not in plan.partition):
+                raise PlanError(f"pattern output {name!r}: no column {column!r} of step {step!r}")
+            out.append((name, schema[column]))
+        return (*out, (EVENT_TIME, "timestamp"))
     if isinstance(plan, Union_):
         shapes = {output_columns(child) for child in plan.children}
         if len(shapes) != 1:
@@ -354,6 +402,8 @@ def event_time_column(plan: Plan) -> str | None:
         return plan.event_time
     if isinstance(plan, Smooth | Qualify):
         return "window_start"
+    if isinstance(plan, Match):
+        return EVENT_TIME
     if isinstance(plan, Aggregate):
         if plan.window is not None:
             return "window_end"
@@ -365,6 +415,12 @@ def event_time_column(plan: Plan) -> str | None:
     if isinstance(plan, Union_):
         return event_time_column(plan.children[0])
     return event_time_column(plan.child)
+
+
+def carries_markers(columns: Sequence[str]) -> bool:
+    """Whether a part's output goes out with progress markers (dsp.progress): rows a reader orders
+    by window_start, or a selection's rows by their event time (an event pattern above waits for them)."""
+    return "window_start" in columns or EVENT_TIME in columns
 
 
 def window_of(plan: Plan) -> Window | None:
@@ -394,7 +450,7 @@ def sources(plan: Plan) -> list[Source]:
 # ---------------------------------------------------------------- JSON
 
 _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_,
-                                                         Smooth, Qualify)}
+                                                         Smooth, Qualify, Match)}
 
 
 def _encode(value: Any) -> Any:
@@ -454,6 +510,11 @@ def _decode(data: dict) -> Plan:
     if op == "Smooth":
         return Smooth(_decode(data["child"]), int(data["epoch_ms"]), float(data["delta"]), int(data["max_window"]),
                       int(data.get("from_ms", 0)))
+    if op == "Match":
+        steps = tuple(MatchStep(tuple(s["names"]), tuple(_decode_expr(c) for c in s["conditions"]), bool(s["negated"]))
+                      for s in data["steps"])
+        return Match(_decode(data["child"]), tuple(data["partition"]), steps, int(data["within_ms"]),
+                     tuple(tuple(o) for o in data["outputs"]))
     return Union_(tuple(_decode(child) for child in data["children"]))
 
 

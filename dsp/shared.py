@@ -51,7 +51,7 @@ from dsp.engine import Operator, build, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
-from dsp.plan import Plan, PlanError, event_time_column, output_columns, sources, to_json
+from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
 from wire import bus
 from wire.intake import IntakeRules
 
@@ -91,7 +91,7 @@ class Part:
 
     @property
     def publishes_markers(self) -> bool:
-        return "window_start" in self.columns
+        return carries_markers(self.columns)
 
 
 @dataclass(frozen=True)

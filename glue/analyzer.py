@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import RAW_STREAMS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, Window, expr_type
+from dsp.plan import RAW_STREAMS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, MatchStep, Window, expr_type
 from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
 from glue.limits import Limits
@@ -66,6 +66,16 @@ class Smoothing:
 
 
 @dataclass(frozen=True)
+class EventPattern:
+    """`PATTERN SEQ(...) WITHIN ... PARTITION BY ... DEFINE ...` bound (dsp.events has its meaning)."""
+
+    steps: tuple[MatchStep, ...]
+    within_ms: int                            # 0: no bound
+    partition: tuple[str, ...]
+    outputs: tuple[tuple[str, str, str], ...]   # (output name, step, column); step "" for a partition column
+
+
+@dataclass(frozen=True)
 class LogicalQuery:
     text: str
     source: str                              # stream or materialized view name
@@ -84,6 +94,7 @@ class LogicalQuery:
     view_name: str | None = None             # CREATE VIEW
     smoothing: Smoothing | None = None       # the source is read through adaptive smoothing
     derived: tuple[tuple[str, Expr], ...] = ()   # grouping columns computed from each row (GROUP BY an alias)
+    pattern: EventPattern | None = None      # an event query: its matches are its rows
 
     @property
     def is_aggregate(self) -> bool:
@@ -239,6 +250,7 @@ class _Scope:
     outputs: tuple[tuple[str, Expr], ...] = ()
     having: Expr | None = None
     arbitration: Arbitration | None = None
+    pattern: EventPattern | None = None
 
 
 def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
@@ -300,10 +312,74 @@ def _bind_window(binder: _Binder, scope: _Scope) -> None:
                    "source_window": Window(scope.smoothing.epoch_ms, scope.smoothing.epoch_ms)}
 
 
+def _bind_pattern(binder: _Binder, scope: _Scope) -> None:
+    """PATTERN ... DEFINE ...: the steps with their conditions over a row, the bound, the
+    partition, and the select list as (step, column) of the matched rows."""
+    select, clause = scope.select, scope.select.pattern
+    if clause is None:
+        return
+    if select.group_by or select.having is not None or select.source.window is not None or \
+            any(_contains_aggregate(i.expr) for i in select.items):
+        raise _err("an event pattern takes no window, aggregate, GROUP BY or HAVING: its matches are its rows "
+                   "(a view over its matches can aggregate them)", clause.pos)
+    defined: dict[str, Expr] = {}
+    for define in clause.defines:
+        if define.name in defined:
+            raise _err(f"step {define.name!r} is defined twice", define.pos)
+        condition = binder.scalar(define.condition, scope.columns, scope.qualifiers)
+        if expr_type(condition, scope.columns) != "boolean":
+            raise _err(f"DEFINE {define.name} AS <a condition on one row>", define.pos)
+        defined[define.name] = condition
+    used: list[str] = []
+    steps = []
+    for n, step in enumerate(clause.steps):
+        for name in step.names:
+            if name not in defined:
+                raise _err(f"unknown step {name!r}: DEFINE {name} AS <condition>", step.pos)
+            if name in used:
+                raise _err(f"step {name!r} appears twice in the pattern", step.pos)
+            used.append(name)
+        if step.negated and n == 0:
+            raise _err(f"a pattern cannot begin with NOT {step.names[0]}: nothing bounds what it forbids "
+                       f"(begin with the step it follows)", step.pos)
+        steps.append(MatchStep(step.names, tuple(defined[name] for name in step.names), step.negated))
+    unused = [d for d in clause.defines if d.name not in used]
+    if unused:
+        raise _err(f"step {unused[0].name!r} is defined but not in the pattern", unused[0].pos)
+    if clause.within is None and any(s.negated for s in steps):
+        raise _err("a pattern with NOT needs WITHIN '<duration>': the time in which the negated step must not "
+                   "happen", clause.pos)
+    within_ms = binder.duration(clause.within, clause.within_pos or clause.pos) if clause.within else 0
+    if clause.within is not None and within_ms <= 0:
+        raise _err(f"WITHIN must be positive (got {within_ms} ms)", clause.within_pos or clause.pos)
+    partition = tuple(binder.scalar(name, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
+                      for name in clause.partition)
+    outputs: list[tuple[str, str, str]] = []
+    for item in select.items:
+        node = item.expr
+        if not isinstance(node, ast.Name) or (node.qualifier is None and node.name not in partition) or \
+                (node.qualifier is not None and node.qualifier not in used):
+            raise _err("an event pattern selects <step>.<column> (or a PARTITION BY column)", item.pos)
+        if node.name not in scope.columns:
+            raise _err(f"unknown column {node.name!r} (available: {', '.join(scope.columns)})", node.pos)
+        if node.qualifier is not None and any(s.negated and node.qualifier in s.names for s in steps):
+            raise _err(f"step {node.qualifier!r} is negated: no row of it is in a match", node.pos)
+        name = item.alias or node.name
+        if any(name == existing for existing, _, _ in outputs):
+            raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
+        outputs.append((name, node.qualifier or "", node.name))
+    if not outputs:
+        raise _err("an event pattern selects <step>.<column>, ... (not *)", select.pos)
+    scope.pattern = EventPattern(tuple(steps), within_ms, partition, tuple(outputs))
+    scope.outputs = tuple((name, Col(name)) for name, _, _ in outputs)
+
+
 def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
     """GROUP BY (an alias of a scalar select item is a column computed from each row first), and
     the window an aggregate groups in: its own, or that of the windowed view it reads."""
     select = scope.select
+    if scope.pattern is not None:
+        return
     derived: list[tuple[str, Expr]] = []
     for name in select.group_by:
         item = next((i for i in select.items if i.alias == name.name and name.name not in scope.columns), None)
@@ -375,6 +451,8 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
 def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
     """The select list (`*` when empty), each item named."""
     select = scope.select
+    if scope.pattern is not None:
+        return
     outputs: list[tuple[str, Expr]] = []
     items = select.items or tuple(ast.SelectItem(ast.Name(n, None, select.pos), None, select.pos)
                                   for n in scope.columns
@@ -404,7 +482,7 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
 
 
 # The binding passes, in order: each one reads what the earlier ones bound.
-PASSES = (_bind_joins, _bind_where, _bind_window, _bind_grouping, _bind_select_list, _bind_having)
+PASSES = (_bind_joins, _bind_where, _bind_window, _bind_pattern, _bind_grouping, _bind_select_list, _bind_having)
 
 
 def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str = "*",
@@ -418,7 +496,7 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
     return LogicalQuery(text=text, window=scope.window, joins=scope.joins, predicate=scope.predicate,
                         keys=scope.keys, aggregates=tuple(scope.aggregates.values()), having=scope.having,
                         outputs=scope.outputs, arbitration=scope.arbitration, view_name=view_name,
-                        smoothing=scope.smoothing, derived=scope.derived, **scope.facts)
+                        smoothing=scope.smoothing, derived=scope.derived, pattern=scope.pattern, **scope.facts)
 
 
 def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: _Binder,

@@ -17,11 +17,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from dsp.events import order_key, ordering_columns
 from dsp.mote_quality import MoteQuality
-from dsp.plan import EPC_SCHEME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit
+from dsp.plan import EPC_SCHEME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, Match, Source
 from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
-from glue.analyzer import AggCall, LogicalQuery, analyze
+from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
 from glue.catalog import Catalog
 from wire.windows import window_starts
 
@@ -122,6 +123,10 @@ class Reference:
                                                  self.start_ms), query)
         if query.derived:
             rows = [{**row, **{name: evaluate_expr(expr, row) for name, expr in query.derived}} for row in rows]
+        if query.pattern is not None:
+            if self.start_ms is not None:   # what the hierarchy reads from the query's start
+                rows = [row for row in rows if row[query.event_time] >= self.start_ms]
+            return matches(rows, query.pattern, query.event_time, dict(query.visible_columns))
         if not query.is_aggregate:
             return [{name: evaluate_expr(expr, row) for name, expr in query.outputs} for row in rows]
         assert query.window is not None
@@ -144,6 +149,80 @@ class Reference:
             results.append({"window_start": values["window_start"], "window_end": values["window_end"],
                             **{name: evaluate_expr(expr, values) for name, expr in query.outputs}})
         return results
+
+
+def matches(rows: list[Row], pattern: EventPattern, time: str, types: dict[str, str]) -> list[Row]:
+    """Every match of `pattern` (dsp.events has the semantics) found by search: per partition, of
+    the candidates that begin after the last match, the one that completes first (by its end,
+    a row before a bound, then its start) is the next match. Rows carry `time` in epoch ms."""
+    ordering = ordering_columns(Match(Source((), "rows", (), time, 0), pattern.partition, pattern.steps,
+                                      pattern.within_ms, pattern.outputs), types)
+    names = {name: cond for step in pattern.steps for name, cond in zip(step.names, step.conditions, strict=True)}
+    partitions: dict[tuple, list[Row]] = defaultdict(list)
+    for row in rows:
+        partitions[tuple(row[k] for k in pattern.partition)].append(row)
+    found = []
+    for key, members in partitions.items():
+        members.sort(key=lambda r: order_key(r, r[time], ordering))
+        met = [{name: evaluate_expr(cond, row) is True for name, cond in names.items()} for row in members]
+        resume: int | None = None
+        while True:
+            best = None
+            for i, row in enumerate(members):
+                if resume is not None and row[time] <= resume or not any(met[i][n] for n in pattern.steps[0].names):
+                    continue
+                completion = _complete(members, met, i, pattern, time)
+                if completion is not None and (best is None or (*completion[:2], i) < (*best[:2], best[3])):
+                    best = (*completion, i)
+            if best is None:
+                break
+            end, _, captured, _ = best
+            values = dict(zip(pattern.partition, key, strict=True))
+            found.append({**{name: values[column] if not step else captured[step][column]
+                             for name, step, column in pattern.outputs}, "__end": end})
+            resume = end
+    return sorted(found, key=lambda r: r["__end"])
+
+
+def _complete(rows: list[Row], met: list[dict[str, bool]], first: int, pattern: EventPattern,
+              time: str) -> tuple[int, int, dict[str, Row]] | None:
+    """(end, 0 for a row / 1 for a bound, rows per step) of the candidate beginning at rows[first],
+    each step taking the first later row meeting it; None when it cannot complete."""
+    steps, start = pattern.steps, rows[first][time]
+    captured = {next(n for n in steps[0].names if met[first][n]): rows[first]}
+    k = 0   # the step being met
+    while k < len(steps) and all(n in captured for n in steps[k].names):
+        k += 1
+        while k < len(steps) and steps[k].negated:
+            k += 1
+    done = k >= len(steps)
+    if done and not steps[-1].negated:   # a one-step pattern
+        return start, 0, captured
+    last_positive = 0 if all(n in captured for n in steps[0].names) else -1
+    for j in range(first + 1, len(rows)):
+        if pattern.within_ms and rows[j][time] > start + pattern.within_ms:
+            break
+        guards = [s.names[0] for s in steps[last_positive + 1:k if not done else len(steps)] if s.negated]
+        if any(met[j][g] for g in guards):
+            return None
+        if done:
+            continue
+        name = next((n for n in steps[k].names if n not in captured and met[j][n]), None)
+        if name is None:
+            continue
+        captured[name] = rows[j]
+        if all(n in captured for n in steps[k].names):
+            last_positive = k
+            k += 1
+            while k < len(steps) and steps[k].negated:
+                k += 1
+            if k >= len(steps):
+                if not steps[-1].negated:
+                    return rows[j][time], 0, captured
+                done = True
+    if done and steps[-1].negated:
+        return start + pattern.within_ms, 1, captured
+    return None
 
 
 def _arbitrate(groups: dict[tuple, list[Row]], weight: str | None) -> dict[tuple, list[Row]]:

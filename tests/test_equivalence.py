@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import build, rows_of, view_batch
-from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, output_columns, sources
+from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation
 from glue.reference import Reference
@@ -108,7 +108,7 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
             rows = pa.concat_tables([o for o in outputs if o is not None and o.num_rows]) \
                 if any(o is not None and o.num_rows for o in outputs) else None
             bound = root.bound()
-            marker = bound if "window_start" in dict(output_columns(view)) and bound is not None and \
+            marker = bound if carries_markers(dict(output_columns(view))) and bound is not None and \
                 bound != markers[out_topic] else None
             markers[out_topic] = bound if marker is not None else markers[out_topic]
             pending.setdefault(out_topic, []).append(view_batch(output_columns(view), rows, marker))
@@ -344,3 +344,89 @@ def test_rfid_queries_are_not_placed_at_nodes_with_only_motes_nor_sensor_queries
     with pytest.raises(SqlError, match="no receptor"):
         distribute(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds'] "
                            "WHERE receptor_id = 'door1-r1'", catalog), catalog, "q")
+
+
+# ------------------------------------------------------------------ event patterns
+
+STEP_CONDITIONS = ["receptor_id = 'door1-r1'", "receptor_id = 'door2-r2'", "location = 'outbound-door'",
+                   "location = 'inbound-dock'", "read_strength >= 0.8", "read_strength < 0.25",
+                   "tag_id = '" + TAGS[0] + "'", "receptor_id IN ('door1-r2', 'door2-r1') AND read_strength > 0.5"]
+
+
+@st.composite
+def patterns(draw) -> str:
+    """SEQ of 1-3 steps (one maybe AND of two), NOT between or after them, WITHIN, PARTITION BY."""
+    positives = draw(st.integers(1, 3))
+    names = iter("abcdefgh")
+    steps, defines, selected = [], [], []
+    for n in range(positives):
+        if n and draw(st.integers(0, 3)) == 0:
+            negated = next(names)
+            steps.append(f"NOT {negated}")
+            defines.append((negated, draw(st.sampled_from(STEP_CONDITIONS))))
+        group = [next(names) for _ in range(2 if n and draw(st.integers(0, 4)) == 0 else 1)]
+        steps.append(group[0] if len(group) == 1 else f"AND({', '.join(group)})")
+        defines += [(name, draw(st.sampled_from(STEP_CONDITIONS))) for name in group]
+        selected.append(group[-1])
+    trailing = draw(st.integers(0, 3)) == 0
+    if trailing:
+        negated = next(names)
+        steps.append(f"NOT {negated}")
+        defines.append((negated, draw(st.sampled_from(STEP_CONDITIONS))))
+    partition = draw(st.sampled_from(["tag_id", "receptor_id", "tag_id, receptor_id", ""]))
+    within = draw(st.sampled_from([2, 3, 5, 8]))
+    outputs = [f"{selected[0]}.ts AS start_ts", f"{selected[-1]}.ts AS ts", f"{selected[0]}.read_strength AS s0",
+               f"{selected[-1]}.receptor_id AS r"]
+    if "tag_id" in partition:
+        outputs.append("tag_id")
+    sql = (f"SELECT {', '.join(outputs)} FROM rfid_stream JOIN receptor_locations USING (receptor_id) "
+           f"PATTERN SEQ({', '.join(steps)}) WITHIN '{within} seconds'")
+    if partition:
+        sql += f" PARTITION BY {partition}"
+    return sql + " DEFINE " + ", ".join(f"{name} AS {cond}" for name, cond in defines)
+
+
+PATTERN_EXAMPLES = int(os.environ.get("HIFI_PATTERN_EXAMPLES", "150"))
+
+
+@settings(max_examples=PATTERN_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(sql=patterns(), seed=st.integers(0, 3))
+def test_a_generated_event_pattern_planned_over_the_hierarchy_equals_the_central_search(sql, seed):
+    """The incremental matcher (dsp.events) at the root over the doors' filtered rows, out of order
+    within the lateness and arriving batch by batch, finds the matches the reference's search does."""
+    by_edge = readings(seed)
+    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    tasks = [(task.topic, task.plan) for task in plan.tasks]
+    got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
+    got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]   # not the sentinel's
+    want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
+    assert same_rows(got, want), (sql, plan.explain(), sorted(got)[:5], sorted(want)[:5])
+
+
+EVENT_QUERIES = {
+    "SEQ with NOT between, partitioned by tag": (
+        "SELECT a.tag_id AS tag_id, a.ts AS start_ts, c.ts AS ts FROM rfid_stream JOIN receptor_locations "
+        "USING (receptor_id) PATTERN SEQ(a, NOT b, c) WITHIN '5 seconds' PARTITION BY tag_id "
+        "DEFINE a AS location = 'inbound-dock', b AS read_strength < 0.3, c AS location = 'outbound-door'"),
+    "a trailing NOT: emitted once the bound has passed": (
+        "SELECT a.receptor_id AS r, a.ts AS ts FROM rfid_stream PATTERN SEQ(a, NOT b) WITHIN '2 seconds' "
+        "PARTITION BY tag_id DEFINE a AS read_strength >= 0.9, b AS read_strength < 0.5"),
+    "AND: two conditions in any order": (
+        "SELECT a.ts AS start_ts, c.ts AS ts FROM rfid_stream PATTERN SEQ(a, AND(b, c)) WITHIN '4 seconds' "
+        "PARTITION BY tag_id DEFINE a AS receptor_id = 'door1-r1', b AS receptor_id = 'door2-r1', "
+        "c AS receptor_id = 'door2-r2'"),
+}
+
+
+@pytest.mark.parametrize("name", EVENT_QUERIES)
+def test_named_event_patterns_find_matches_equal_to_the_search(name):
+    sql = EVENT_QUERIES[name]
+    for seed in range(4):
+        by_edge = readings(seed)
+        plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+        assert plan.placement.root == "warehouse"
+        got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(
+            [(task.topic, task.plan) for task in plan.tasks], by_edge)[plan.result_topic]]
+        got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+        want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
+        assert want and same_rows(got, want), (seed, sorted(got)[:5], sorted(want)[:5])

@@ -122,6 +122,10 @@ QUERIES = {
     "sensor_stream: the dock motes' temperature and humidity per mote (their door is the root)": (
         "SELECT receptor_id, avg(temperature) AS temperature, max(humidity) AS humidity, count(*) AS samples "
         "FROM sensor_stream [range by '4 seconds', slide by '2 seconds'] GROUP BY receptor_id", "door1"),
+    "an event pattern across the doors: a strong read, then a weak one, with no very weak one between": (
+        "SELECT a.tag_id AS tag_id, a.receptor_id AS first_at, a.ts AS start_ts, b.ts AS ts FROM rfid_stream "
+        "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
+        "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45", "warehouse"),
 }
 
 

@@ -18,6 +18,7 @@ closes a window as soon as the slowest child has passed it.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 from dataclasses import dataclass, field, replace
 
@@ -34,11 +35,14 @@ from dsp.plan import (
     Func,
     Lit,
     LookupJoin,
+    Match,
     Plan,
     Project,
     Smooth,
     Source,
     Window,
+    event_time_column,
+    expr_columns,
     output_columns,
     sources,
     to_json,
@@ -97,6 +101,12 @@ class DistributedPlan:
         lines = [f"query {self.query_id}: root {self.placement.root}, producers {', '.join(self.placement.producers)}"]
         if q.window is not None:
             lines.append(f"  window {q.window.describe()}, panes {pane_of(q.window).describe()}")
+        if q.pattern is not None:
+            steps = ", ".join(("NOT " if s.negated else "") + (s.names[0] if len(s.names) == 1 else
+                                                                f"AND({', '.join(s.names)})") for s in q.pattern.steps)
+            within = f" within {q.pattern.within_ms / 1000:g} s" if q.pattern.within_ms else ""
+            by = f", partition by {', '.join(q.pattern.partition)}" if q.pattern.partition else ""
+            lines.append(f"  pattern SEQ({steps}){within}{by}: matched at {self.placement.root}")
         if self.start_ms is not None:
             since = dt.datetime.fromtimestamp(self.start_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
             lines.append(f"  answers {'windows' if q.is_aggregate else 'rows'} from {since} (its start)")
@@ -177,6 +187,12 @@ class _Builder:
     def producer_plan(self, node: str, window: Window | None = None) -> Plan:
         """The selection with its event time, or its partials per pane (per `window` if given)."""
         q = self.q
+        if q.pattern is not None:   # the rows any step may meet, with what the pattern reads of them
+            conditions = [c for step in q.pattern.steps for c in step.conditions]
+            kept = Filter(self.selection(node), functools.reduce(lambda a, b: BinOp("OR", a, b), conditions))
+            read = sorted({c for cond in conditions for c in expr_columns(cond)} | set(q.pattern.partition)
+                          | {column for _, _, column in q.pattern.outputs})
+            return Project(kept, (*((c, Col(c)) for c in read), (EVENT_TIME, Col(q.event_time))))
         if not q.is_aggregate:
             outputs = [(name, expr) for name, expr in q.outputs]
             return Project(self.selection(node), (*outputs, (EVENT_TIME, Col(q.event_time))))
@@ -227,15 +243,27 @@ class _Builder:
     def final_plan(self, child_tasks: list[NodeTask]) -> Plan:
         q = self.q
         source = self.children_source(child_tasks)
+        if q.pattern is not None:
+            return self.matched(source)
         if not q.is_aggregate:
             return Project(source, tuple((name, Col(name)) for name, _ in q.outputs))
         return self.finish(self.combine(source, q.window))
+
+    def matched(self, rows: Plan) -> Plan:
+        """The event pattern over `rows` (each step's candidates, in event-time order), its
+        matches as the select list."""
+        pattern = self.q.pattern
+        assert pattern is not None
+        match = Match(rows, pattern.partition, pattern.steps, pattern.within_ms, pattern.outputs)
+        return Project(match, tuple((name, Col(name)) for name, _ in self.q.outputs))
 
     def local_plan(self, node: str) -> Plan:
         """The whole query on its only producer, in one part: the producer's plan over the query's
         own windows instead of panes, finished where it is read (no partial stream to send)."""
         q = self.q
         produced = self.producer_plan(node, q.window)
+        if q.pattern is not None:
+            return self.matched(produced)
         if not q.is_aggregate:
             return Project(produced, tuple((name, Col(name)) for name, _ in q.outputs))
         assert isinstance(produced, Aggregate)
@@ -326,8 +354,14 @@ def answering_from(plan: DistributedPlan, start_ms: int) -> DistributedPlan:
              for t in plan.tasks]
     plan = replace(plan, tasks=tasks)
     final = plan.tasks[-1]
-    if plan.query.is_aggregate:
-        body: Plan = Filter(final.plan, _at_or_after("window_start", start_ms))
+    if plan.query.pattern is not None:   # matches of the rows from the start on (the reference's too)
+        assert isinstance(final.plan, Project) and isinstance(final.plan.child, Match)
+        match = final.plan.child
+        time = event_time_column(match.child) or EVENT_TIME
+        body: Plan = Project(replace(match, child=Filter(match.child, _at_or_after(time, start_ms))),
+                             final.plan.outputs)
+    elif plan.query.is_aggregate:
+        body = Filter(final.plan, _at_or_after("window_start", start_ms))
     else:
         assert isinstance(final.plan, Project)  # final_plan: the select list over the children's rows
         body = Project(Filter(final.plan.child, _at_or_after(EVENT_TIME, start_ms)), final.plan.outputs)

@@ -107,6 +107,35 @@ class SelectItem:
 
 
 @dataclass(frozen=True)
+class PatternStep:
+    """One step of an event pattern: a defined name, or several in any order (`AND(b, c)`); a
+    negated step (`NOT b`) is one no row may match there."""
+
+    names: tuple[str, ...]
+    negated: bool
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class Define:
+    name: str
+    condition: Node
+    pos: Pos
+
+
+@dataclass(frozen=True)
+class PatternClause:
+    """`PATTERN SEQ(a, NOT b, c) WITHIN '30 seconds' PARTITION BY tag_id DEFINE a AS ..., ...`."""
+
+    steps: tuple[PatternStep, ...]
+    within: str | None
+    within_pos: Pos | None
+    partition: tuple[Name, ...]
+    defines: tuple[Define, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
 class Select:
     items: tuple[SelectItem, ...]   # empty tuple means `*`
     source: SourceRef
@@ -115,6 +144,7 @@ class Select:
     group_by: tuple[Name, ...]
     having: Node | None
     pos: Pos
+    pattern: PatternClause | None = None
 
 
 @dataclass(frozen=True)

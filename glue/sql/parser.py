@@ -124,7 +124,52 @@ class _Parser:
             while self._accept("symbol", ","):
                 group_by.append(self.name())
         having = self.expr() if self._accept("keyword", "HAVING") else None
-        return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start)
+        pattern = self.pattern() if self._is("ident", "pattern") else None
+        return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start, pattern)
+
+    def pattern(self) -> ast.PatternClause:
+        """`PATTERN SEQ(step, ...) [WITHIN 'T'] [PARTITION BY col, ...] DEFINE name AS cond, ...`; a
+        step is `name`, `NOT name` or `AND(name, name, ...)`. Its words are not keywords: they stay
+        usable as names."""
+        pos = self._expect("ident", "pattern").pos
+        self._expect("ident", "seq", "SEQ(...)")
+        self._expect("symbol", "(")
+        steps = [self._step()]
+        while self._accept("symbol", ","):
+            steps.append(self._step())
+        self._expect("symbol", ")")
+        within = self._expect("string", what="a quoted duration such as '30 seconds'") \
+            if self._accept("ident", "within") else None
+        partition: list[ast.Name] = []
+        if self._accept("ident", "partition"):
+            self._expect("keyword", "BY")
+            partition.append(self.name())
+            while self._accept("symbol", ","):
+                partition.append(self.name())
+        self._expect("ident", "define", "DEFINE")
+        defines = [self._define()]
+        while self._accept("symbol", ","):
+            defines.append(self._define())
+        return ast.PatternClause(tuple(steps), within.text if within else None, within.pos if within else None,
+                                 tuple(partition), tuple(defines), pos)
+
+    def _step(self) -> ast.PatternStep:
+        pos = self.tok.pos
+        if self._accept("keyword", "NOT"):
+            return ast.PatternStep((self._ident("a step name").text,), True, pos)
+        if self._accept("keyword", "AND"):
+            self._expect("symbol", "(")
+            names = [self._ident("a step name").text]
+            while self._accept("symbol", ","):
+                names.append(self._ident("a step name").text)
+            self._expect("symbol", ")")
+            return ast.PatternStep(tuple(names), False, pos)
+        return ast.PatternStep((self._ident("a step name, NOT name or AND(name, ...)").text,), False, pos)
+
+    def _define(self) -> ast.Define:
+        tok = self._ident("a step name")
+        self._expect("keyword", "AS")
+        return ast.Define(tok.text, self.expr(), tok.pos)
 
     def item(self) -> ast.SelectItem:
         pos = self.tok.pos
@@ -146,6 +191,8 @@ class _Parser:
     def _alias(self) -> str | None:
         if self._accept("keyword", "AS"):
             return self._ident("an alias").text
+        if self._is("ident", "pattern"):   # the event pattern that follows, not an alias
+            return None
         tok = self._accept("ident")
         return tok.text if tok else None
 
