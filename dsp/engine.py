@@ -527,6 +527,9 @@ class MatchOp(Operator):
             found += [(key, f) for f in state.feed(ts, meets, row)]
         for key, state in self.states.items():
             found += [(key, f) for f in state.close(bound)]
+        # a partition with no candidate and no match ending at or after the bound holds nothing
+        self.states = {key: state for key, state in self.states.items()
+                       if state.candidates or (state.resume_after is not None and state.resume_after >= bound)}
         self.passed_ms = bound
         return self._rows(found)
 

@@ -72,6 +72,7 @@ class Part:
     sequence: int = 0                  # RowBatch ids of its output (rows and markers)
     last_marker: int | None = None
     run: str = field(default_factory=new_run)   # names its batch ids' numbering (saved with its state)
+    inputs: frozenset[tuple[str, str]] = frozenset()   # (topic, format) of its sources
     owner: str = ""                    # the dead node it runs for (adopted: its own readers), else ""
     bounds: OutputBounds | None = None  # what of its output goes out while another node shares its topic
 
@@ -161,7 +162,8 @@ class SharedRuntime:
             columns = [name for name, _ in output_columns(plan)]
             part = Part(ManagedQuery(query_id, plan, output_topic, started_at=time.monotonic()),
                         build(plan, self.relations()), frozenset(t for s in sources(plan) for t in s.topics),
-                        columns, on_batch, owner=owner, bounds=bounds)
+                        columns, on_batch, owner=owner, bounds=bounds,
+                        inputs=frozenset((t, s.format) for s in sources(plan) for t in s.topics))
             saved = self._saved.parts.get(query_id)
             if saved is not None and saved[0] == to_json(plan):
                 part.take_back(saved)
@@ -224,9 +226,11 @@ class SharedRuntime:
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
                 self._pending = None
-            owner = self._readers[key].owner if key in self._readers else ""
-            parts = [p for p in self._parts.values()
-                     if topic in p.topics - p.local_topics and p.feeds and p.owner == owner]
+            reader = self._readers.get(key)
+            # a raw topic has two readers (readings, samples): each feeds the parts reading its form
+            owner, form = (reader.owner, reader.format) if reader is not None else ("", "")
+            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds
+                     and p.owner == owner and (topic, form) in p.inputs]
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
