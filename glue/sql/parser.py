@@ -12,11 +12,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
+from typing import TypeVar
 
 from glue.limits import DEFAULT_LIMITS, Limits, check_name
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError, Token, tokenize
+
+T = TypeVar("T")
 
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
 SCALAR_FUNCTIONS = ("product",)   # product(tag_id): the EPC's product identity (company prefix.item reference)
@@ -68,6 +72,13 @@ class _Parser:
     def _ident(self, what: str) -> Token:
         return self._expect("ident", what=what)
 
+    def _comma_list(self, one: Callable[[], T]) -> list[T]:
+        """`one (, one)*`."""
+        found = [one()]
+        while self._accept("symbol", ","):
+            found.append(one())
+        return found
+
     # ------------------------------------------------------------ statements
 
     def statement(self) -> ast.Statement:
@@ -93,11 +104,7 @@ class _Parser:
 
     def select(self) -> ast.Select:
         start = self._expect("keyword", "SELECT", "SELECT").pos
-        items: list[ast.SelectItem] = []
-        if not self._accept("symbol", "*"):
-            items.append(self.item())
-            while self._accept("symbol", ","):
-                items.append(self.item())
+        items: list[ast.SelectItem] = [] if self._accept("symbol", "*") else self._comma_list(self.item)
         self._expect("keyword", "FROM", "FROM")
         source = self.source()
         joins = []
@@ -107,9 +114,7 @@ class _Parser:
             joined = self.source()
             if self._accept("keyword", "USING"):
                 self._expect("symbol", "(")
-                cols = [self._ident("a column name").text]
-                while self._accept("symbol", ","):
-                    cols.append(self._ident("a column name").text)
+                cols = self._comma_list(lambda: self._ident("a column name").text)
                 self._expect("symbol", ")")
                 joins.append(ast.JoinClause(joined, tuple(cols), None, join_pos))
             elif self._accept("keyword", "ON"):
@@ -120,9 +125,7 @@ class _Parser:
         group_by: list[ast.Name] = []
         if self._accept("keyword", "GROUP"):
             self._expect("keyword", "BY")
-            group_by.append(self.name())
-            while self._accept("symbol", ","):
-                group_by.append(self.name())
+            group_by = self._comma_list(self.name)
         having = self.expr() if self._accept("keyword", "HAVING") else None
         pattern = self.pattern() if self._is("ident", "pattern") else None
         return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start, pattern)
@@ -134,22 +137,16 @@ class _Parser:
         pos = self._expect("ident", "pattern").pos
         self._expect("ident", "seq", "SEQ(...)")
         self._expect("symbol", "(")
-        steps = [self._step()]
-        while self._accept("symbol", ","):
-            steps.append(self._step())
+        steps = self._comma_list(self._step)
         self._expect("symbol", ")")
         within = self._expect("string", what="a quoted duration such as '30 seconds'") \
             if self._accept("ident", "within") else None
         partition: list[ast.Name] = []
         if self._accept("ident", "partition"):
             self._expect("keyword", "BY")
-            partition.append(self.name())
-            while self._accept("symbol", ","):
-                partition.append(self.name())
+            partition = self._comma_list(self.name)
         self._expect("ident", "define", "DEFINE")
-        defines = [self._define()]
-        while self._accept("symbol", ","):
-            defines.append(self._define())
+        defines = self._comma_list(self._define)
         return ast.PatternClause(tuple(steps), within.text if within else None, within.pos if within else None,
                                  tuple(partition), tuple(defines), pos)
 
@@ -159,9 +156,7 @@ class _Parser:
             return ast.PatternStep((self._ident("a step name").text,), True, pos)
         if self._accept("keyword", "AND"):
             self._expect("symbol", "(")
-            names = [self._ident("a step name").text]
-            while self._accept("symbol", ","):
-                names.append(self._ident("a step name").text)
+            names = self._comma_list(lambda: self._ident("a step name").text)
             self._expect("symbol", ")")
             return ast.PatternStep(tuple(names), False, pos)
         return ast.PatternStep((self._ident("a step name, NOT name or AND(name, ...)").text,), False, pos)
