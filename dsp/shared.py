@@ -391,9 +391,11 @@ class SharedRuntime:
             if part is None:
                 return self.spark_queries.cancel(query_id, drop_state)
             part.managed.status = "stopped"
-            still_read = {(p.owner, t) for p in self._parts.values() for t in p.topics - p.local_topics}
-            idle = [key for key, reader in self._readers.items() if (reader.owner, reader.topic) not in still_read
-                    and not (self.ingest is not None and reader.topic == self.ingest.raw_topic)]
+            still_read = {(p.owner, t, form) for p in self._parts.values() for t, form in p.inputs
+                          if t not in p.local_topics}
+            idle = [key for key, reader in self._readers.items()
+                    if (reader.owner, reader.topic, reader.format) not in still_read
+                    and not (self.ingest is not None and reader == Reader(self.ingest.raw_topic, "rfid"))]
             for key in idle:
                 del self._readers[key]
             if self._pending is not None and self._pending[0] in idle:   # no replay will come
