@@ -25,7 +25,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import RAW_STREAMS, SMOOTH_COLUMNS, BinOp, Col, Column, Expr, Func, Lit, MatchStep, Window, expr_type
+from dsp.plan import (
+    EVENT_TIME,
+    RAW_STREAMS,
+    SMOOTH_COLUMNS,
+    BinOp,
+    Col,
+    Column,
+    Expr,
+    Func,
+    Lit,
+    MatchStep,
+    Window,
+    expr_type,
+)
 from dsp.smurf import DEFAULT_DELTA
 from glue.catalog import Catalog, ExportedView
 from glue.limits import Limits
@@ -162,8 +175,11 @@ class _Binder:
         materialized = [v for v in exports if v.topic]
         if materialized:
             first = materialized[0]
+            # a windowed view's rows are read by their window's start; an event view's (its
+            # matches, without a window) by their end time
+            event_time = EVENT_TIME if first.window is None and EVENT_TIME in dict(first.columns) else "window_start"
             return {"source": ref.name, "source_kind": "view", "source_columns": first.columns,
-                    "event_time": "window_start", "source_window": first.window}, None, None
+                    "event_time": event_time, "source_window": first.window}, None, None
         if exports:
             inner = analyze_statement(parse(exports[0].definition), self.catalog, self.principal, exports[0].definition)
             if inner.is_aggregate or inner.joins:

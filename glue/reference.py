@@ -19,7 +19,7 @@ from typing import Any
 
 from dsp.events import order_key, ordering_columns
 from dsp.mote_quality import MoteQuality
-from dsp.plan import EPC_SCHEME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, Match, Source
+from dsp.plan import EPC_SCHEME, EVENT_TIME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, Match, Source
 from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
@@ -103,7 +103,10 @@ class Reference:
         if query.source_kind == "stream":
             return self.samples if query.source == "sensor_stream" else self.readings
         export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
-        return self.run(analyze(export.definition, self.catalog))
+        inner = analyze(export.definition, self.catalog)
+        if inner.pattern is not None:   # an event view's matches since its beginning (one made with replay)
+            return Reference(self.readings, self.catalog, None, self.samples).run(inner)
+        return self.run(inner)
 
     def joined(self, rows: list[Row], query: LogicalQuery) -> list[Row]:
         for join in query.joins:
@@ -179,9 +182,9 @@ def matches(rows: list[Row], pattern: EventPattern, time: str, types: dict[str, 
             end, _, captured, _ = best
             values = dict(zip(pattern.partition, key, strict=True))
             found.append({**{name: values[column] if not step else captured[step][column]
-                             for name, step, column in pattern.outputs}, "__end": end})
+                             for name, step, column in pattern.outputs}, EVENT_TIME: end})
             resume = end
-    return sorted(found, key=lambda r: r["__end"])
+    return sorted(found, key=lambda r: r[EVENT_TIME])
 
 
 def _complete(rows: list[Row], met: list[dict[str, bool]], first: int, pattern: EventPattern,

@@ -430,3 +430,25 @@ def test_named_event_patterns_find_matches_equal_to_the_search(name):
         got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
         want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
         assert want and same_rows(got, want), (seed, sorted(got)[:5], sorted(want)[:5])
+
+
+def test_an_event_view_is_a_stream_a_later_query_aggregates_over_windows():
+    """CREATE VIEW of a pattern exports its matches with their end time; a query over the view
+    windows them by it, planned and run bottom-up, equal to the reference over the readings."""
+    view_sql = ("CREATE VIEW strong_then_weak AS SELECT a.tag_id AS tag_id, a.receptor_id AS at FROM rfid_stream "
+                "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
+                "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45")
+    view = distribute(analyze(view_sql, CATALOG), CATALOG, "v")
+    catalog = replace(CATALOG, views=[*CATALOG.views, view.tasks[-1].export(view_sql)])
+    sql = ("SELECT at, count(*) AS matches FROM strong_then_weak [range by '4 seconds', slide by '2 seconds'] "
+           "GROUP BY at")
+    plan = distribute(analyze(sql, catalog), catalog, "q")
+    assert plan.placement.root == "warehouse"
+    tasks = [(task.topic, task.plan) for task in (*view.tasks, *plan.tasks)]
+    for seed in range(3):
+        by_edge = readings(seed)
+        got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
+        rows = [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "ts": ts}
+                for edge_rows in by_edge.values() for r, t, s, ts in edge_rows]
+        want = [tuple(r[c] for c in plan.columns) for r in Reference(rows, catalog).run(analyze(sql, catalog))]
+        assert want and same_rows(got, want), (seed, sorted(got)[:5], sorted(want)[:5])

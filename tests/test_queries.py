@@ -189,6 +189,24 @@ def test_the_papers_three_views_chained_through_create_view(hierarchy):
         hierarchy.placement.cancel(smoothed.query_id)
 
 
+def test_an_event_view_is_read_by_a_later_query_as_a_stream_of_matches(hierarchy):
+    """A pattern exported as a view (made with replay: its matches from the stream's beginning),
+    counted per door by a later query over windows of the matches' end times: equal to the
+    reference over every reading."""
+    view = hierarchy.placement.submit(
+        "CREATE VIEW strong_then_weak AS SELECT a.tag_id AS tag_id, a.receptor_id AS at FROM rfid_stream "
+        "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
+        "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45", replay=True)
+    counts = hierarchy.placement.submit(
+        "SELECT at, count(*) AS matches FROM strong_then_weak [range by '4 seconds'] GROUP BY at")
+    try:
+        assert counts.placement.producers == ("warehouse",), counts.explain()
+        assert_equal_to_reference(hierarchy, counts)
+    finally:
+        hierarchy.placement.cancel(counts.query_id)
+        hierarchy.placement.cancel(view.query_id)
+
+
 def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(hierarchy):
     """A tumbling and a sliding query with the same panes: the second, submitted while the first
     runs, reuses the first one's producers and still answers exactly. A third, coarser one is

@@ -147,7 +147,7 @@ class _Builder:
             raw = RAW_STREAMS[q.source]
             return Source((raw_topic(node),), raw.format, raw.columns, "ts", self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
-        return Source((view.topic,), "rows", view.columns, "window_start", 0, True, view.window)
+        return Source((view.topic,), "rows", view.columns, q.event_time, 0, True, view.window)
 
     def smoothed(self, node: str) -> NodeTask:
         """The node's readings that WHERE keeps, through adaptive smoothing: a task of its own on
@@ -255,7 +255,9 @@ class _Builder:
         pattern = self.q.pattern
         assert pattern is not None
         match = Match(rows, pattern.partition, pattern.steps, pattern.within_ms, pattern.outputs)
-        return Project(match, tuple((name, Col(name)) for name, _ in self.q.outputs))
+        # an event view's rows carry their match's end: the time a query over the view reads them by
+        ended = ((EVENT_TIME, Col(EVENT_TIME)),) if self.q.view_name else ()
+        return Project(match, (*((name, Col(name)) for name, _ in self.q.outputs), *ended))
 
     def local_plan(self, node: str) -> Plan:
         """The whole query on its only producer, in one part: the producer's plan over the query's
