@@ -10,11 +10,11 @@ part's plan or state. Pure.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dsp.plan import EVENT_TIME
+from wire.codec import datetime_ms
 
 BOUNDED_COLUMNS = ("window_start", EVENT_TIME)   # what a reader of a part's output orders it by
 
@@ -22,10 +22,6 @@ BOUNDED_COLUMNS = ("window_start", EVENT_TIME)   # what a reader of a part's out
 def bounded_column(columns: Sequence[str]) -> str | None:
     """The column a part's output can be bounded on; None: its rows carry no time to split at."""
     return next((c for c in BOUNDED_COLUMNS if c in columns), None)
-
-
-def _ms(value: dt.datetime) -> int:
-    return round(value.timestamp() * 1000)
 
 
 @dataclass
@@ -40,8 +36,8 @@ class OutputBounds:
 
     def keep(self, rows: list[tuple], columns: Sequence[str]) -> list[tuple]:
         at = list(columns).index(self.column)
-        return [row for row in rows if row[at] is not None and self.from_ms <= _ms(row[at])
-                and (self.until_ms is None or _ms(row[at]) < self.until_ms)]
+        return [row for row in rows if row[at] is not None and self.from_ms <= datetime_ms(row[at])
+                and (self.until_ms is None or datetime_ms(row[at]) < self.until_ms)]
 
     def cap(self, promise_ms: int) -> int:
         caps = [c for c in (self.until_ms, self.marker_cap_ms) if c is not None]

@@ -20,7 +20,7 @@ from glue.operators import operator_plans
 from mdr.repository import Adoption, now_ms
 from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
-from wire.topics import rqs_topic, view_topic
+from wire.topics import part_topic, view_topic
 
 if TYPE_CHECKING:
     from services.node import HiFiNode
@@ -51,8 +51,7 @@ def parts_of(node: HiFiNode, owner: str) -> list[OwnedPart]:
     parts += [OwnedPart(f"view.{p.view.name}", p.plan, view_topic(owner, p.view.name), None)
               for p in operator_plans(node.topology, owner)]
     for query_id, spec in sorted(node.mdr.desired(owner).items()):
-        topic = (view_topic(owner, spec["export_as"]) if spec.get("export_as")
-                 else spec.get("output_topic") or rqs_topic(query_id, owner))
+        topic = part_topic(owner, query_id, spec.get("export_as", ""), spec.get("output_topic", ""))
         parts.append(OwnedPart(query_id, from_json(spec["plan"]), topic, spec.get("start_offsets") or None))
     return parts
 
@@ -97,12 +96,16 @@ class Adoptions:
         found = self.node.mdr.adoptions().get(self.node.id)
         if found is None:
             return
-        if found.handback_ms is None:
-            self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
-            found = self.node.mdr.adoptions()[found.node]
-        self.handback = found
+        self.handback = found = self._with_handback(found)
         log.info("node %s: back; %s ran its parts since %s; it emits windows from %s on", self.node.id,
                  found.adopter, found.since_ms, found.handback_ms)
+
+    def _with_handback(self, found: Adoption) -> Adoption:
+        """The adoption with the boundary at which this node takes its parts back (fixed now if not yet)."""
+        if found.handback_ms is not None:
+            return found
+        self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
+        return self.node.mdr.adoptions()[found.node]
 
     def bounds(self, columns: list[str]) -> OutputBounds | None:
         """A part of this node deployed during a hand-back: windows from the boundary on, markers
@@ -116,9 +119,7 @@ class Adoptions:
     def _take_back(self, found: Adoption) -> None:
         """Each round while this node's parts are being taken back: markers free once the adopter
         has drained; the bounds gone and the adoption ended once every part has passed the boundary."""
-        if found.handback_ms is None:   # thought dead (frozen, cut off) while it ran on: bounded from now
-            self.node.mdr.update_adoption(found.node, handback_ms=handback_at(now_ms(), found.parts))
-            found = self.node.mdr.adoptions()[found.node]
+        found = self._with_handback(found)   # one thought dead (frozen, cut off) that ran on: bounded from now
         since = self._dead_since.get(found.adopter)
         if not found.drained_ms and since is not None and (time.monotonic() - since) * 1000 >= self.grace_ms:
             log.error("node %s: its adopter %s is dead; the windows before %s it had still to emit are lost",

@@ -39,7 +39,7 @@ from services.grpc_server import start_server
 from services.metrics import NodeMetrics
 from wire import bus
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
-from wire.topics import dead_topic, raw_topic, rqs_topic, view_topic
+from wire.topics import dead_topic, part_topic, raw_topic
 from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
@@ -325,14 +325,9 @@ class HiFiNode:
             bounds = self.adoptions.bounds([name for name, _ in output_columns(plan)])
         if export_as:
             check_name(export_as, "view")
-            topic = view_topic(self.id, export_as)
-        else:
-            topic = output_topic or rqs_topic(query_id, self.id)
+        topic = part_topic(self.id, query_id, export_as, output_topic)
         bus.ensure_topics(self.bootstrap, [topic])
-        if owner or bounds is not None:
-            self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
-        else:   # (a plan the shared runtime cannot run goes on being deployable)
-            self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets)
+        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
         if export_as:
             self._export(export_as, plan, topic, readers, definition)
         return topic

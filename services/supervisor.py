@@ -65,10 +65,8 @@ class Supervisor:
     def start(self, node_id: str, extra_env: dict[str, str] | None = None) -> NodeProcess:
         state_dir = os.path.join(self.workdir, node_id)
         os.makedirs(state_dir, exist_ok=True)
-        env = {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
-               "HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
-               "HIFI_LISTEN": "127.0.0.1:0",
-               "HIFI_SPARK_DRIVER_MEMORY": "1g", **(extra_env or {})}
+        env = self._env({"HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
+                         "HIFI_LISTEN": "127.0.0.1:0", **(extra_env or {})})
         with self._lock:
             node = self.nodes.get(node_id) or NodeProcess(node_id, env, os.path.join(self.workdir, f"{node_id}.log"))
             node.env = env
@@ -104,9 +102,13 @@ class Supervisor:
         self._spare_due = time.time() + SPARE_AFTER_S
         return True
 
+    def _env(self, extra: dict[str, str]) -> dict[str, str]:
+        """A node process's environment (a spare's lacks the node's own part, given when it becomes one)."""
+        return {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
+                "HIFI_SPARK_DRIVER_MEMORY": "1g", **extra}
+
     def _start_spare(self) -> None:
-        env = {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
-               "HIFI_SPARK_DRIVER_MEMORY": "1g"}
+        env = self._env({})
         with open(os.path.join(self.workdir, "spare.log"), "ab") as out:
             self._spare = subprocess.Popen([*self.command, "--standby"], env=env, stdin=subprocess.PIPE, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True)

@@ -15,6 +15,12 @@ def rqs_topic(query_id: str, node: str) -> str:
     return f"hifi.rqs.{query_id}.{node}"
 
 
+def part_topic(node: str, query_id: str, export_as: str = "", output_topic: str = "") -> str:
+    """Where a query part on `node` writes: the view it exports, else the topic it was given, else
+    its remote query's own."""
+    return view_topic(node, export_as) if export_as else output_topic or rqs_topic(query_id, node)
+
+
 def results_topic(query_id: str) -> str:
     return f"hifi.results.{query_id}"
 
