@@ -91,15 +91,17 @@ def windows_after(hierarchy, plan, since_ms: int) -> int:
                 if as_ms(r["window_start"]) >= since_ms})
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.5):
-    """Poll until `condition()` is truthy; fail naming `what` after `timeout_s`."""
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str | Callable[[], str],
+             interval_s: float = 0.5):
+    """Poll until `condition()` is truthy; fail naming `what` after `timeout_s` (a callable: what
+    it says then, e.g. the state that was seen)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what() if callable(what) else what}")
         time.sleep(interval_s)
 
 

@@ -218,7 +218,14 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     # the dashboard's own metrics, and its events: the two dead letters with their reasons
     dashboard = scrape_metrics(endpoints["dashboard"]["metrics"])
     assert metric(dashboard, "hifi_mdr_operations_total", service="dashboard", operation="nodes") > 0
-    snapshot = wait_for(lambda: (s := hierarchy.dashboard.snapshot())["event_counts"].get("dead") == 2 and s, 30,
-                        "the dead letters among the dashboard's events")
-    reasons = [e["text"] for e in snapshot["events"] if e["kind"] == "dead"]
-    assert any("negative read_strength" in r for r in reasons) and len(reasons) == 2
+    # Only the raw topic's letters are the two bad records: a slow run can add others (a part that
+    # failed and ran its batch again makes its reader dead-letter the repeated messages, reason
+    # "duplicate batch"), which are right to be there too.
+    def bad_records_shown() -> list[str]:
+        events = hierarchy.dashboard.snapshot()["events"]
+        return [e["text"] for e in events if e["kind"] == "dead" and e["text"].startswith(raw_topic(node) + ":")]
+
+    reasons = wait_for(lambda: len(bad_records_shown()) >= 2 and bad_records_shown(), 30,
+                       lambda: f"the two bad records among the dashboard's events; it shows "
+                               f"{hierarchy.dashboard.snapshot()['events']}")
+    assert any("negative read_strength" in r for r in reasons) and len(reasons) == 2, reasons
