@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsp.plan import EPC_SCHEME, BinOp, Col, Expr, Func, Lit
+from dsp.plan import EPC_SCHEME, SGTIN_INDICATOR, BinOp, Col, Expr, Func, Lit
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),
@@ -62,6 +62,8 @@ def _function(name: str, args: list[Any]) -> Any:
         return epoch_ms(value)
     if name == "product":
         return pc.replace_substring_regex(pc.replace_substring_regex(value, _PRODUCT_PREFIX, r"\1"), EPC_SCHEME, "")
+    if name == "indicator":
+        return pc.replace_substring_regex(value, SGTIN_INDICATOR, r"\1")
     raise ValueError(f"unknown function {name!r}")
 
 

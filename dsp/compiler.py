@@ -20,6 +20,7 @@ from dsp.plan import (
     EPC_SCHEME,
     PROGRESS_COLUMN,
     SAMPLE_QUANTITIES,
+    SGTIN_INDICATOR,
     Aggregate,
     AggSpec,
     BinOp,
@@ -64,6 +65,7 @@ _FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
     "not": operator.invert, "size": F.size, "double": lambda c: c.cast("double"),
     "epoch_ms": F.unix_millis,
     "product": lambda c: F.regexp_replace(F.substring_index(c, ".", 2), EPC_SCHEME, ""),
+    "indicator": lambda c: F.regexp_replace(c, SGTIN_INDICATOR, "$1"),
 }
 
 

@@ -98,18 +98,23 @@ class BinOp:
 @dataclass(frozen=True)
 class Func:
     """A scalar function: not(b), size(array), double(x) (a cast), epoch_ms(timestamp),
-    product(tag) (an EPC's product identity)."""
+    product(tag) (an EPC's product identity), indicator(tag) (an SGTIN's packaging level)."""
 
     name: str
     args: tuple[Expr, ...]
 
 
 Expr = Union[Col, Lit, BinOp, Func]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
-FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long", "product": "string"}
+FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long", "product": "string",
+             "indicator": "string"}
 # product(tag): the product identity of a pure-identity EPC URI, its company prefix and item
 # reference ("urn:epc:id:sgtin:0614141.812345.6789" -> "0614141.812345"): the URI up to its second
 # '.', without the scheme
 EPC_SCHEME = "^urn:epc:id:[a-z0-9]+:"
+# indicator(tag): an SGTIN's indicator digit, GS1's packaging level, the first digit after the
+# company prefix ("urn:epc:id:sgtin:0614141.212345.6" -> "2"; in the emulated world 0 an item,
+# 1 a case, 2 a pallet, 8 a staff badge); any other text is returned as it is
+SGTIN_INDICATOR = r"^urn:epc:id:sgtin:[^.]*\.([0-9])[^.]*\.[^.]*$"
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 LOGICAL = ("AND", "OR")
 ARITHMETIC = ("+", "-", "*", "/")

@@ -19,7 +19,19 @@ from typing import Any
 
 from dsp.events import order_key, ordering_columns
 from dsp.mote_quality import MoteQuality
-from dsp.plan import EPC_SCHEME, EVENT_TIME, SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, Match, Source
+from dsp.plan import (
+    EPC_SCHEME,
+    EVENT_TIME,
+    SAMPLE_QUANTITIES,
+    SGTIN_INDICATOR,
+    BinOp,
+    Col,
+    Expr,
+    Func,
+    Lit,
+    Match,
+    Source,
+)
 from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
@@ -52,7 +64,7 @@ def evaluate_expr(expr: Expr, row: Row) -> Any:
         if args[0] is None:
             return None
         return {"not": lambda v: not v, "size": len, "double": float, "epoch_ms": int,
-                "product": _product}[expr.name](args[0])
+                "product": _product, "indicator": lambda tag: re.sub(SGTIN_INDICATOR, r"\1", tag)}[expr.name](args[0])
     assert isinstance(expr, BinOp)
     left, right = evaluate_expr(expr.left, row), evaluate_expr(expr.right, row)
     if expr.op == "AND":

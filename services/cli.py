@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos"],
+                                         "sharing", "capacity", "chaos", "events"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -212,12 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "supervisor, one query running, faults one after another (kill -9 of an edge and of "
                             "an aggregation node, a crash between flush and fence, Redis restarted): seconds "
                             "until results flow again, readings published vs counted, duplicates, windows "
-                            "equal to the fault-free answer")
+                            "equal to the fault-free answer; events: the topology's alerting event views "
+                            "(default store.yaml) against the events its scenario stages: precision, recall, "
+                            "seconds from a match's end to its alert")
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
-                            "dashboard, supply-chain.yaml otherwise)")
-    bench.add_argument("--duration", type=float, default=60.0,
-                       help="seconds the agents run (lag: per query; default 60)")
+                            "dashboard, store.yaml for events, supply-chain.yaml otherwise)")
+    bench.add_argument("--duration", type=float, default=None,
+                       help="seconds the agents run (lag: per query; default 60; events: 300)")
+    bench.add_argument("--offline", action="store_true",
+                       help="events: evaluate the event views centrally by the reference evaluator over the "
+                            "readings the agents would publish (no broker or Spark), instead of running them")
     bench.add_argument("--settle", type=float, default=20.0,
                        help="chaos: seconds of normal running after each fault (default 20)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],

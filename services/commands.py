@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 
 from glue.sql.lexer import SqlError
 from glue.topology import load_topology
-from services.paths import DEEP_TOPOLOGY, DEFAULT_TOPOLOGY, FAN_IN_SCENARIO, SMALL_TOPOLOGY, SUPPLY_CHAIN_SCENARIO
+from services.paths import (
+    DEEP_TOPOLOGY,
+    DEFAULT_TOPOLOGY,
+    FAN_IN_SCENARIO,
+    SMALL_TOPOLOGY,
+    STORE_TOPOLOGY,
+    SUPPLY_CHAIN_SCENARIO,
+)
 from wire.errors import HiFiError
 
 if TYPE_CHECKING:
@@ -590,7 +597,24 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCH_DURATION_S = 60.0     # seconds the agents run in a benchmark
+EVENTS_DURATION_S = 300.0   # events: the store's first shoplifting comes ~1 min in, a missing pallet each 40 s
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.which == "events":
+        from services.bench.events import run_live, run_offline, table
+
+        topology = load_topology(args.topology or STORE_TOPOLOGY)
+        duration = args.duration if args.duration is not None else EVENTS_DURATION_S
+        if args.offline:
+            _say(table(run_offline(topology, duration), live=False))
+            return 0
+        _say(table(run_live(topology, duration, _progress, args.trigger_ms), live=True))
+        _stop_spark()
+        return 0
+    if args.duration is None:
+        args.duration = BENCH_DURATION_S
     if args.which == "lag":
         from services.bench.lag import run_lag_bench, table
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 from edge.scenario import Scenario, ScenarioError, load_scenario, scenario_from_spec
-from glue.topology import ReceptorSpec, Topology
+from glue.operators import CALIBRATED
+from glue.topology import ReceptorSpec, RelationSpec, Topology
 
 
 def scenario_of(topology: Topology, start_ms: int, seed: int | None = None) -> Scenario:
@@ -41,3 +42,16 @@ def receptors_for(topology: Topology, scenario: Scenario) -> list[ReceptorSpec]:
             raise ScenarioError(f"receptor {rid!r}: the scenario puts it on {node}/{location or '-'}, "
                                 f"the topology on {known.node}/{known.location}")
     return receptors
+
+
+def relation_rows(relation: RelationSpec, receptors: list[ReceptorSpec], scenario: Scenario) -> list[tuple]:
+    """A static relation's rows: those the topology lists, plus those derived from the emulated
+    world (receptor_locations from the readers, mote_positions and mote_calibration from the motes)."""
+    rows = list(relation.rows)
+    if relation.name == "receptor_locations":
+        rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
+    if relation.name == "mote_positions":
+        rows += [(r.id, float(r.x), float(r.y)) for r in receptors if r.kind == "mote"]
+    if relation.name == "mote_calibration":   # the emulated motes' calibration offsets, as a survey found them
+        rows += [(m.receptor_id, *(float(m.offset.get(q, 0.0)) for q in CALIBRATED)) for m in scenario.motes]
+    return rows

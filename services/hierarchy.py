@@ -21,12 +21,11 @@ from dsp.plan import RAW_STREAMS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
-from glue.operators import CALIBRATED
 from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR
 from services.dashboard import Dashboard
-from services.emulation import receptors_for, scenario_of
+from services.emulation import receptors_for, relation_rows, scenario_of
 from services.node import HiFiNode
 from services.placement import PlacementService, QueryPlacer, start_placement_service
 from services.supervisor import Supervisor
@@ -57,14 +56,8 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
                        for r in receptors})
     for relation in topology.relations:
-        rows = list(relation.rows)
-        if relation.name == "receptor_locations":
-            rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
-        if relation.name == "mote_positions":
-            rows += [(r.id, float(r.x), float(r.y)) for r in receptors if r.kind == "mote"]
-        if relation.name == "mote_calibration":   # the emulated motes' calibration offsets, as a survey found them
-            rows += [(m.receptor_id, *(float(m.offset.get(q, 0.0)) for q in CALIBRATED)) for m in scenario.motes]
-        mdr.put_relation(relation.name, relation.columns, rows, relation.replicas)
+        mdr.put_relation(relation.name, relation.columns, relation_rows(relation, receptors, scenario),
+                         relation.replicas)
 
 
 @dataclass

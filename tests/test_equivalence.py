@@ -88,14 +88,14 @@ def feeding(tasks: list[tuple[str, Plan]], wanted: list[tuple[str, Plan]]) -> li
 def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
                   raw: Callable[[list], pa.Table] = raw_batch,
                   sentinel: Callable[[str, int], tuple] = lambda edge, ms: (EDGES[edge][0], "sentinel", 0.0, ms),
-                  relations: dict[str, list] = RELATIONS) -> dict[str, list[tuple]]:
+                  relations: dict[str, list] = RELATIONS, end_ms: int = START_MS + SPAN_MS) -> dict[str, list[tuple]]:
     """Every task fed batch by batch, each one's rows and progress markers handed to the tasks
     reading its topic at once; the rows each topic received. `raw` makes an edge's raw batch of
-    its rows, `sentinel` the row that closes every window of the data."""
+    its rows, `sentinel` the row (a minute past `end_ms`, the data's end) that closes every window
+    of the data."""
     roots = [(topic, view, build(view, relations)) for topic, view in tasks]
     markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
     emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
-    end_ms = START_MS + SPAN_MS
     for n in range(BATCHES + 1):
         pending: dict[str, list[pa.Table]] = {}
         for edge, rows in by_edge.items():

@@ -153,3 +153,19 @@ def test_product_decodes_an_epc_and_a_computed_key_can_be_grouped_by(catalog):
     assert evaluate_expr(query.derived[0][1], row) == "0614141.812345"
     with pytest.raises(SqlError, match="unknown function 'brand'"):
         analyze("SELECT brand(tag_id) AS b FROM rfid_stream", catalog)
+
+
+def test_indicator_is_an_sgtins_packaging_level_alike_in_the_runtime_and_the_reference():
+    import pyarrow as pa
+
+    from dsp.arrow_exprs import evaluate
+    from edge.epc import Sgtin
+    from glue.reference import evaluate_expr
+
+    tags = [Sgtin("0614141", reference, 7, 1).uri for reference in ("012345", "112345", "212345", "812345")]
+    tags += ["urn:epc:id:sgtin:0614141", "not an epc", "urn:epc:id:sscc:0614141.1234567890"]
+    expr = Func("indicator", (Col("tag_id"),))
+    runtime = evaluate(expr, pa.table({"tag_id": tags})).to_pylist()
+    assert runtime[:4] == ["0", "1", "2", "8"]
+    assert runtime[4:] == tags[4:], "what is no SGTIN stays as it is"
+    assert runtime == [evaluate_expr(expr, {"tag_id": t}) for t in tags]

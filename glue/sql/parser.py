@@ -23,7 +23,7 @@ from glue.sql.lexer import Pos, SqlError, Token, tokenize
 T = TypeVar("T")
 
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
-SCALAR_FUNCTIONS = ("product",)   # product(tag_id): the EPC's product identity (company prefix.item reference)
+SCALAR_FUNCTIONS = ("product", "indicator")   # of an EPC URI: dsp.plan.FUNCTIONS says what each gives
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 
 
