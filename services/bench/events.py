@@ -146,12 +146,10 @@ def world_catalog(topology: Topology, scenario: Scenario, standing: list[Standin
 
 
 def offline_detections(topology: Topology, scenario: Scenario, readings: Iterable[dict]) -> list[Detection]:
-    """Every detector's matches, by the reference evaluator over the agents' read cycles."""
+    """Every detector's matches, by the reference evaluator over the agents' readings log."""
     standing = standing_views(topology)
     catalog = world_catalog(topology, scenario, standing)
-    rows = [{"receptor_id": c["receptor"], "tag_id": tag, "antenna": antenna, "read_strength": strength, "ts": c["t"]}
-            for c in readings if "reads" in c for tag, antenna, strength in c["reads"]]
-    reference = Reference(rows, catalog)
+    reference = Reference.from_log(readings, catalog)
     sql = {s.view.name: s.view.sql for s in standing}
     return [detection_of(d, row) for d in detectors(topology, standing)
             for row in reference.run(analyze(sql[d.view], catalog))]
