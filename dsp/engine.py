@@ -95,6 +95,11 @@ class Operator:
 SILENT_CHILD_GRACE_MS = 30_000
 
 
+# A column only a raw topic's batches of that form have: a union of raw streams (receptor_stream)
+# reads one topic in two forms, each reader's batch is for the source of its form.
+FORM_COLUMN = {"rfid": "tag_id", "samples": "temperature"}
+
+
 @dataclass
 class SourceOp(Operator):
     plan: Source
@@ -107,9 +112,9 @@ class SourceOp(Operator):
         self.schema = arrow_schema(self.plan.columns)
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        if topic not in self.plan.topics:
-            return None
         names = batch.column_names
+        if topic not in self.plan.topics or FORM_COLUMN.get(self.plan.format, names[0] if names else "") not in names:
+            return None   # another topic, or a raw topic's batch of the other form (receptor_stream reads both)
         if self.plan.format == "rfid":
             valid = pc.is_null(batch["error"]) if "error" in names else None
             if "tag_id" in names:   # heartbeat rows (a cycle, no tag) are for adaptive smoothing only
@@ -225,6 +230,7 @@ class LookupJoinOp(Operator):
 @dataclass
 class UnionOp(Operator):
     children: list[Operator]
+    first_ms: int | None = None    # the first bound any input gave
 
     def __post_init__(self) -> None:
         self.columns = self.children[0].columns
@@ -234,8 +240,19 @@ class UnionOp(Operator):
         return pa.concat_tables(parts) if parts else None
 
     def bound(self) -> int | None:
-        bounds = [b for child in self.children if (b := child.bound()) is not None]
-        return min(bounds) if bounds else None
+        """The smallest of the inputs' bounds. An input with none yet is waited for (its reader
+        may start later) until the others are SILENT_CHILD_GRACE_MS past their first; an input
+        that far behind the newest (a node with no motes, or whose motes all went silent) must
+        not hold the other's rows for ever."""
+        bounds = [child.bound() for child in self.children]
+        heard = [b for b in bounds if b is not None]
+        if not heard:
+            return None
+        newest = max(heard)
+        self.first_ms = _none_min(self.first_ms, min(heard))
+        if len(heard) < len(bounds) and newest - self.first_ms < SILENT_CHILD_GRACE_MS:
+            return None
+        return min(b for b in heard if newest - b < SILENT_CHILD_GRACE_MS)
 
     def late_rows(self) -> int:
         return sum(child.late_rows() for child in self.children)

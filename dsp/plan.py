@@ -61,14 +61,24 @@ class RawStream:
     """A stream every edge node receives on its raw topic: what a query names, how the topic is
     read for it, and which receptors feed it."""
 
-    format: str                        # the Source format reading it from the raw topic
+    format: str                        # the Source format reading it from the raw topic ("": a union)
     columns: tuple[Column, ...]
-    receptor_kind: str                 # the receptors (topology `kind`) whose records it holds
+    receptor_kind: str                 # the receptors (topology `kind`) whose records it holds ("": all)
+    union_of: tuple[str, ...] = ()     # a union: the raw streams whose rows it holds, padded with NULLs
 
+
+# receptor_stream: every record of every receptor, an RFID read or a mote sample, with the columns
+# of both (NULL where its kind has none): what an event pattern over readings and samples together
+# reads (the UNION ALL a Flink or Oracle user writes before MATCH_RECOGNIZE). No antenna: it is the
+# one column of a kind that is not a string or a double.
+RECEPTOR_STREAM_COLUMNS: tuple[Column, ...] = (
+    ("receptor_id", "string"), ("tag_id", "string"), ("read_strength", "double"),
+    *((q, "double") for q in SAMPLE_QUANTITIES), ("ts", "timestamp"))
 
 RAW_STREAMS: dict[str, RawStream] = {
     "rfid_stream": RawStream("rfid", RAW_RFID_SOURCE_COLUMNS, "rfid"),
     "sensor_stream": RawStream("samples", RAW_SAMPLE_SOURCE_COLUMNS, "mote"),
+    "receptor_stream": RawStream("", RECEPTOR_STREAM_COLUMNS, "", ("rfid_stream", "sensor_stream")),
 }
 
 
@@ -442,6 +452,28 @@ def window_of(plan: Plan) -> Window | None:
     if isinstance(plan, Union_):
         return window_of(plan.children[0])
     return window_of(plan.child)
+
+
+def _typed_null(kind: str) -> Expr:
+    """NULL of a plan type (a literal NULL types as string; a double is cast)."""
+    if kind not in ("string", "double"):
+        raise PlanError(f"no NULL literal of type {kind}")
+    return Lit(None) if kind == "string" else Func("double", (Lit(None),))
+
+
+def raw_stream_plan(name: str, topic: str, lateness_ms: int) -> Plan:
+    """How a raw stream is read from an edge node's raw topic: one source, or for a union the
+    rows of each of its streams with the union's columns (NULL where that stream has none)."""
+    raw = RAW_STREAMS[name]
+    if not raw.union_of:
+        return Source((topic,), raw.format, raw.columns, "ts", lateness_ms)
+    parts: list[Plan] = []
+    for part in raw.union_of:
+        read = raw_stream_plan(part, topic, lateness_ms)
+        has = dict(output_columns(read))
+        parts.append(Project(read, tuple((column, Col(column) if column in has else _typed_null(kind))
+                                         for column, kind in raw.columns)))
+    return Union_(tuple(parts))
 
 
 def sources(plan: Plan) -> list[Source]:

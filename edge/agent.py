@@ -230,6 +230,12 @@ class ReceptorAgent:
         for t in range(self.start_ms, self.start_ms + int(duration_s * 1000), self.tick_ms):
             yield from self._tick(t, rng).readings
 
+    def offline_fire_events(self, duration_s: float) -> list[dict[str, Any]]:
+        """The fires and people in danger a run of `duration_s` stages (as its truth.jsonl tells
+        them), computed with no broker and no pacing."""
+        return [event for t in range(self.start_ms, self.start_ms + int(duration_s * 1000), self.tick_ms)
+                for event in self._fire_events(t)]
+
     # ------------------------------------------------------------ one tick
 
     def _tick(self, t: int, rng: random.Random) -> _Tick:

@@ -90,6 +90,7 @@ class MoteModel:
     drift_per_hour: dict[str, float] = field(default_factory=dict)  # added per hour since start
     fault: MoteFault | None = None
     battery_life_ms: int = 10 * 60 * 1000   # how long a battery fault takes to run away
+    location: str = ""                      # the room (a supply-chain location) it is in, if given
 
     def __post_init__(self) -> None:
         if self.period_ms <= 0:

@@ -84,9 +84,7 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
     readers = []
     for i, group in enumerate(groups):
         where = f"readers[{i}]"
-        location = group.get("location")
-        if location not in CHAIN:
-            raise ScenarioError(f"{where}: location {location!r} is not one of {', '.join(CHAIN)}")
+        location = _location(group, where, required=True)
         if not group.get("node"):
             raise ScenarioError(f"{where}: needs the edge node it publishes to")
         antennas = tuple(Antenna(x=2.5 * a) for a in range(int(group.get("antennas", 1))))
@@ -103,15 +101,28 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
     return readers
 
 
-def _fire(spec: dict[str, Any], where: str, start_ms: int) -> Fire:
-    location = str(spec.get("location", ""))
-    if location and location not in CHAIN:
+def _location(spec: dict[str, Any], where: str, required: bool = False) -> str:
+    """A group's `location`: one of the supply chain's ("" when optional and not given)."""
+    location = spec.get("location")
+    if (location is not None or required) and location not in CHAIN:
         raise ScenarioError(f"{where}: location {location!r} is not one of {', '.join(CHAIN)}")
+    return str(location or "")
+
+
+def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
+    """A staged fire, or with `every` and `count` that many, one `every` after another."""
+    location = _location(spec, where)
     try:
-        return Fire(float(spec["x"]), float(spec["y"]), _ms(spec["start"], where, start_ms),
-                    _ms(spec["end"], where, start_ms), location=location)
+        start, end = _ms(spec["start"], where, start_ms), _ms(spec["end"], where, start_ms)
+        every, count = _ms(spec.get("every", "0 s"), where, 0), int(spec.get("count", 1))
+        if count < 1 or (count > 1 and every < end - start):
+            raise ScenarioError(f"{where}: count must be positive, and every at least a fire's length")
+        return [Fire(float(spec["x"]), float(spec["y"]), start + n * every, end + n * every, location=location)
+                for n in range(count)]
     except KeyError as exc:
         raise ScenarioError(f"{where}: needs {exc}") from None
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
 
 
 def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int, start_ms: int) -> list[MoteModel]:
@@ -130,12 +141,13 @@ def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int
         if not group.get("node"):
             raise ScenarioError(f"{where}: needs the edge node it publishes to")
         period = _ms(group.get("period", "1 second"), where, 0)
+        location = _location(group, where)
         for model, ident in zip(calibrated_motes(len(idents), str(group["node"]), seed + i, period,
                                                  offset_stddev=float(group.get("offset_stddev", 0.5))),
                                 idents, strict=True):
             fault = by_mote.pop(ident, None)
             motes.append(MoteModel(ident, model.edge_node, model.x, model.y, model.period_ms, model.noise,
-                                   model.offset, model.drift_per_hour, fault))
+                                   model.offset, model.drift_per_hour, fault, location=location))
     if by_mote:
         raise ScenarioError(f"mote_faults name unknown motes: {', '.join(sorted(by_mote))}")
     return motes
@@ -173,7 +185,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
         raise ScenarioError(f"world: {exc}") from None
     except ValueError as exc:
         raise ScenarioError(f"world: {exc}") from None
-    fires = tuple(_fire(f, f"fires[{i}]", start_ms) for i, f in enumerate(spec.get("fires") or []))
+    fires = tuple(f for i, group in enumerate(spec.get("fires") or []) for f in _fires(group, f"fires[{i}]", start_ms))
     replay = None
     if spec.get("replay"):
         r = spec["replay"]

@@ -4,8 +4,9 @@ hierarchy's answers must equal (DESIGN §7), and `hifi query --reference` shows 
 
 Readings are the rows of `rfid_stream` (receptor_id, tag_id, antenna, read_strength, ts) and samples
 those of `sensor_stream` (receptor_id, temperature, humidity, light, sound, voltage, ts), with `ts`
-in epoch milliseconds; times in results are epoch milliseconds too. A materialized view
-used as a source is recomputed from its exported definition over the same readings.
+in epoch milliseconds (`receptor_stream` holds both, NULL where a kind has no column); times in
+results are epoch milliseconds too. A materialized view used as a source is recomputed from its
+exported definition over the same readings.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dsp.mote_quality import MoteQuality
 from dsp.plan import (
     EPC_SCHEME,
     EVENT_TIME,
+    RAW_STREAMS,
     SAMPLE_QUANTITIES,
     SGTIN_INDICATOR,
     BinOp,
@@ -113,12 +115,20 @@ class Reference:
 
     def source_rows(self, query: LogicalQuery) -> list[Row]:
         if query.source_kind == "stream":
-            return self.samples if query.source == "sensor_stream" else self.readings
+            return self.stream_rows(query.source)
         export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
         inner = analyze(export.definition, self.catalog)
         if inner.pattern is not None:   # an event view's matches since its beginning (one made with replay)
             return Reference(self.readings, self.catalog, None, self.samples).run(inner)
         return self.run(inner)
+
+    def stream_rows(self, name: str) -> list[Row]:
+        """A raw stream's rows (a union's: those of its streams with its columns, NULL where absent)."""
+        raw = RAW_STREAMS[name]
+        if raw.union_of:
+            return [{column: row.get(column) for column, _ in raw.columns}
+                    for part in raw.union_of for row in self.stream_rows(part)]
+        return self.samples if name == "sensor_stream" else self.readings
 
     def joined(self, rows: list[Row], query: LogicalQuery) -> list[Row]:
         for join in query.joins:

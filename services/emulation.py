@@ -28,7 +28,7 @@ def receptors_for(topology: Topology, scenario: Scenario) -> list[ReceptorSpec]:
     another node or location than the topology says, is an error."""
     listed = {r.id: r for r in topology.receptors}
     emulated = [(r.receptor_id, "rfid", r.edge_node, r.location, 0.0, 0.0) for r in scenario.readers]
-    emulated += [(m.receptor_id, "mote", m.edge_node, "", m.x, m.y) for m in scenario.motes]
+    emulated += [(m.receptor_id, "mote", m.edge_node, m.location, m.x, m.y) for m in scenario.motes]
     edge = set(topology.edge_nodes())
     receptors = list(topology.receptors)
     for rid, kind, node, location, x, y in emulated:
@@ -46,10 +46,11 @@ def receptors_for(topology: Topology, scenario: Scenario) -> list[ReceptorSpec]:
 
 def relation_rows(relation: RelationSpec, receptors: list[ReceptorSpec], scenario: Scenario) -> list[tuple]:
     """A static relation's rows: those the topology lists, plus those derived from the emulated
-    world (receptor_locations from the readers, mote_positions and mote_calibration from the motes)."""
+    world (receptor_locations from every receptor, a mote's location its room or else its node's
+    name; mote_positions and mote_calibration from the motes)."""
     rows = list(relation.rows)
     if relation.name == "receptor_locations":
-        rows += [(r.id, r.location) for r in receptors if r.kind == "rfid"]
+        rows += [(r.id, r.location) for r in receptors]
     if relation.name == "mote_positions":
         rows += [(r.id, float(r.x), float(r.y)) for r in receptors if r.kind == "mote"]
     if relation.name == "mote_calibration":   # the emulated motes' calibration offsets, as a survey found them

@@ -86,25 +86,28 @@ def feeding(tasks: list[tuple[str, Plan]], wanted: list[tuple[str, Plan]]) -> li
 
 
 def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
-                  raw: Callable[[list], pa.Table] = raw_batch,
+                  raw: Callable[[list], pa.Table | list[pa.Table]] = raw_batch,
                   sentinel: Callable[[str, int], tuple] = lambda edge, ms: (EDGES[edge][0], "sentinel", 0.0, ms),
-                  relations: dict[str, list] = RELATIONS, end_ms: int = START_MS + SPAN_MS) -> dict[str, list[tuple]]:
+                  relations: dict[str, list] = RELATIONS, end_ms: int = START_MS + SPAN_MS,
+                  batches: int = BATCHES) -> dict[str, list[tuple]]:
     """Every task fed batch by batch, each one's rows and progress markers handed to the tasks
     reading its topic at once; the rows each topic received. `raw` makes an edge's raw batch of
-    its rows, `sentinel` the row (a minute past `end_ms`, the data's end) that closes every window
-    of the data."""
+    its rows (or its readers' batches: readings and samples), `sentinel` the row (a minute past
+    `end_ms`, the data's end) that closes every window of the data; each edge's rows are split
+    into `batches` micro-batches."""
     roots = [(topic, view, build(view, relations)) for topic, view in tasks]
     markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
     emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
-    for n in range(BATCHES + 1):
+    for n in range(batches + 1):
         pending: dict[str, list[pa.Table]] = {}
         for edge, rows in by_edge.items():
-            size = -(-len(rows) // BATCHES)
-            chunk = rows[n * size:(n + 1) * size] if n < BATCHES else [sentinel(edge, end_ms + 60_000)]
-            pending[raw_topic(edge)] = [raw(chunk)]
+            size = -(-len(rows) // batches)
+            chunk = rows[n * size:(n + 1) * size] if n < batches else [sentinel(edge, end_ms + 60_000)]
+            made = raw(chunk)
+            pending[raw_topic(edge)] = made if isinstance(made, list) else [made]
         for out_topic, view, root in roots:
-            outputs = [root.push(topic, table) for source in sources(view) for topic in source.topics
-                       for table in pending.get(topic, [])]
+            read = dict.fromkeys(topic for source in sources(view) for topic in source.topics)   # a topic once
+            outputs = [root.push(topic, table) for topic in read for table in pending.get(topic, [])]
             rows = pa.concat_tables([o for o in outputs if o is not None and o.num_rows]) \
                 if any(o is not None and o.num_rows for o in outputs) else None
             bound = root.bound()

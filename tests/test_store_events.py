@@ -64,7 +64,7 @@ def test_the_event_views_find_the_staged_shoplifting_and_missing_pallets(store):
         assert score.precision >= 0.95 and score.recall >= 0.95, score
 
 
-def test_scoring_matches_each_staged_event_once_by_kind_tag_and_time():
+def test_scoring_matches_detections_to_staged_events_by_kind_tag_and_time():
     from edge.supply_chain import StagedEvent
     from services.bench.events import Detection, Detector, score
 
@@ -74,10 +74,10 @@ def test_scoring_matches_each_staged_event_once_by_kind_tag_and_time():
     found = [Detection("shoplifting", "a", 102_000, 103_500), Detection("shoplifting", "a", 104_000, 105_000),
              Detection("shoplifting", "c", 101_000, 102_000), Detection("shoplifting", "b", 290_000, 291_000)]
     result = score(shoplifting, found, staged, until_ms=300_000)
-    # "a" found once (its second detection is a false one), "c" is no shoplifting, "b" too late;
+    # "a" found (twice: a repeated alert is right, one event), "c" is no shoplifting, "b" too late;
     # "d" comes after what the run could decide
-    assert (result.staged, result.detected, result.right, result.found) == (2, 4, 1, 1)
-    assert result.precision == 0.25 and result.recall == 0.5
+    assert (result.staged, result.detected, result.right, result.found) == (2, 4, 2, 1)
+    assert result.precision == 0.5 and result.recall == 0.5
     assert result.latency_p50_ms == 1000.0
 
     missing = Detector("missing_pallets", "core", "t", "pallet-missing", 40_000, True, "tag_id")

@@ -46,7 +46,8 @@ def test_default_views_are_planned_as_queries_at_every_tier():
         "window_start", "window_end", "location", "mean_tags", "fewest_tags", "most_tags", "windows"]
     # the dashboard shows these views' rows as events
     topology = load_topology(DEFAULT)
-    assert {v.name: v.alert for v in topology.views if v.alert} == {"mote_quality": "faulty", "stock_alerts": "alert"}
+    assert {v.name: v.alert for v in topology.views if v.alert} == {
+        "mote_quality": "faulty", "stock_alerts": "alert", "people_in_danger": "person-in-danger"}
     # the warehouse's arbitration is pushed down: each door sends its pane partials up
     arbitrate = next(s for s in standing if s.view.name == "product_counts")
     assert [(t.node, t.role) for t in arbitrate.tasks] == [

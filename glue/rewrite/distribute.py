@@ -25,7 +25,6 @@ from dataclasses import dataclass, field, replace
 from dsp.plan import (
     EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
-    RAW_STREAMS,
     SMOOTH_COLUMNS,
     Aggregate,
     AggSpec,
@@ -44,6 +43,7 @@ from dsp.plan import (
     event_time_column,
     expr_columns,
     output_columns,
+    raw_stream_plan,
     sources,
     to_json,
     window_of,
@@ -138,14 +138,13 @@ class _Builder:
 
     # ------------------------------------------------------------ leaves
 
-    def source(self, node: str) -> Source:
+    def source(self, node: str) -> Plan:
         q = self.q
         if q.smoothing is not None:
             return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
                           Window(q.smoothing.epoch_ms, q.smoothing.epoch_ms))
         if q.source_kind == "stream":
-            raw = RAW_STREAMS[q.source]
-            return Source((raw_topic(node),), raw.format, raw.columns, "ts", self.lateness_ms)
+            return raw_stream_plan(q.source, raw_topic(node), self.lateness_ms)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, q.event_time, 0, True, view.window)
 

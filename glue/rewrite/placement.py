@@ -52,7 +52,8 @@ def _pinned(expr: Expr) -> tuple[str, set[str]] | None:
 def scope_receptors(query: LogicalQuery, catalog: Catalog) -> list[str]:
     chosen = {r.id for r in catalog.receptors}
     if query.source_kind == "stream" and query.source in RAW_STREAMS:   # the receptors whose records it holds
-        chosen = {r.id for r in catalog.receptors if r.kind == RAW_STREAMS[query.source].receptor_kind}
+        kind = RAW_STREAMS[query.source].receptor_kind
+        chosen = {r.id for r in catalog.receptors if r.kind == kind or not kind}
     for conjunct in conjuncts(query.predicate):
         pinned = _pinned(conjunct)
         if pinned is not None:

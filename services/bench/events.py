@@ -2,8 +2,10 @@
 
 The detectors are the topology's views marked `alert: <kind>` whose SQL is an event pattern; the
 kind names the staged events they look for in the agents' ground truth (`truth.jsonl`: shoplifting,
-pallet-missing). A detection is right when the truth holds an event of its kind for its tag within
-TOLERANCE_MS of its end; each staged event is found at most once. Only what could be decided in
+pallet-missing, person-in-danger). A detection is right when the truth holds an event of its kind
+for its tag within TOLERANCE_MS of its end, and a staged event is found when a detection is right
+about it: an alert repeated for one event is right, not a second event (a pattern partitioned by
+room matches a person in a burning room again every second). Only what could be decided in
 the run is scored: staged events and detections up to HORIZON_MS before the readings end (a trailing
 NOT is only decided WITHIN after its first row).
 
@@ -109,22 +111,18 @@ def score(detector: Detector, detections: list[Detection], staged: list[StagedEv
     """Precision over the detections that end by `until_ms`, recall over the staged events whose
     detection is due by then (a trailing NOT is decided WITHIN after its first row, which comes
     before the staged time), latency over all of them."""
-    events = sorted((s for s in staged if s.kind == detector.kind), key=lambda s: s.t_ms)
-    mine = sorted((d for d in detections if d.kind == detector.kind), key=lambda d: d.end_ms)
-    unmatched = list(events)
-    right: list[Detection] = []
-    for detection in mine:
-        hit = next((s for s in unmatched if s.tag_id == detection.tag_id and
-                    abs(s.t_ms - detection.end_ms) <= TOLERANCE_MS), None)
-        if hit is not None:
-            unmatched.remove(hit)
-            right.append(detection)
+    events = [s for s in staged if s.kind == detector.kind]
+    mine = [d for d in detections if d.kind == detector.kind]
+
+    def about(detection: Detection, event: StagedEvent) -> bool:
+        return event.tag_id == detection.tag_id and abs(event.t_ms - detection.end_ms) <= TOLERANCE_MS
+
     decided = [d for d in mine if d.end_ms <= until_ms]
     due = [s for s in events if s.t_ms <= until_ms - (detector.within_ms if detector.trailing_not else 0)]
     latencies = [d.alert_ms - d.end_ms for d in mine if d.alert_ms is not None]
-    return KindScore(detector.kind, len(due), len(decided), sum(1 for d in right if d in decided),
-                     sum(1 for s in due if s not in unmatched), percentile(latencies, 50), percentile(latencies, 95),
-                     detector.within_ms, detector.trailing_not)
+    return KindScore(detector.kind, len(due), len(decided), sum(1 for d in decided if any(about(d, s) for s in events)),
+                     sum(1 for s in due if any(about(d, s) for d in mine)), percentile(latencies, 50),
+                     percentile(latencies, 95), detector.within_ms, detector.trailing_not)
 
 
 def detection_of(detector: Detector, row: dict) -> Detection:
@@ -163,7 +161,8 @@ def run_offline(topology: Topology, duration_s: float) -> list[KindScore]:
     readings = list(agent.offline_readings(duration_s))
     until = agent.start_ms + int(duration_s * 1000) - HORIZON_MS
     found = offline_detections(topology, agent.scenario, readings)
-    return [score(d, found, agent.world.events, until) for d in detectors(topology)]
+    staged = agent.world.events + staged_events([{"events": agent.offline_fire_events(duration_s)}])
+    return [score(d, found, staged, until) for d in detectors(topology)]
 
 
 def run_live(topology: Topology, duration_s: float, progress: Callable[[str], None],
