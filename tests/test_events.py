@@ -83,3 +83,17 @@ def test_bad_patterns_are_refused_with_the_position_and_the_reason(sql, position
     with pytest.raises(SqlError) as refused:
         analyze(sql, CATALOG)
     assert (refused.value.line, refused.value.column) == position and reason in refused.value.message
+
+
+def test_a_pattern_over_a_view_the_principal_may_not_read_is_refused_at_the_view():
+    from dataclasses import replace
+
+    catalog = supply_chain_catalog()
+    catalog.views = [replace(v, readers=("hq",)) if v.name == "smoothed_rfid_stream" else v for v in catalog.views]
+    sql = ("SELECT a.tag_id AS tag_id FROM smoothed_rfid_stream PATTERN SEQ(a, b) WITHIN '10 seconds' "
+           "PARTITION BY tag_id DEFINE a AS reads > 2, b AS reads = 1")
+    assert analyze(sql, catalog, "hq").pattern is not None
+    with pytest.raises(SqlError) as refused:
+        analyze(sql, catalog, "store-7")
+    assert (refused.value.line, refused.value.column) == (1, 32)   # the view's name
+    assert "view 'smoothed_rfid_stream' is not exported to 'store-7'" in refused.value.message
