@@ -80,7 +80,10 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
         )
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).
-            builder = builder.config("spark.python.daemon.module", "dsp.worker_daemon")
+            # The driver and its block manager listen on loopback only: nothing off this machine
+            # needs them (a cluster's executors do, and a cluster needs spark.authenticate).
+            builder = (builder.config("spark.python.daemon.module", "dsp.worker_daemon")
+                       .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("HIFI_SPARK_LOG_LEVEL", "ERROR"))
         spark.dataSource.register(KafkaDataSource)

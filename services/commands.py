@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from glue.sql.lexer import SqlError
 from glue.topology import load_topology
+from services.embedded import redacted_url
 from services.paths import (
     DEEP_TOPOLOGY,
     DEFAULT_TOPOLOGY,
@@ -49,7 +50,7 @@ def _mdr():
     try:
         mdr.r.ping()
     except Exception as exc:  # noqa: BLE001 - any connection failure means the same to the user
-        raise CLIError(f"cannot reach the MDR at {url}: {exc}") from None
+        raise CLIError(f"cannot reach the MDR at {redacted_url(url)}: {exc}") from None
     return mdr
 
 
@@ -72,7 +73,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     started = time.monotonic()
     with embedded_or_external() as servers:
-        _progress(f"MDR at {servers.redis_url}, broker at {servers.bootstrap}")
+        _progress(f"MDR at {redacted_url(servers.redis_url)}, broker at {servers.bootstrap}")
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=args.state_dir or "",
                               trigger_ms=args.trigger_ms, processes=args.processes)
         try:

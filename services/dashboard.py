@@ -338,6 +338,18 @@ def _scrape(url: str) -> dict[str, float]:
     return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
 
 
+def same_origin(origin: str | None, host: str | None, fetch_site: str | None = None) -> bool:
+    """Whether a request may change something: sent by no browser (no Origin, no Sec-Fetch-Site),
+    or by a page whose origin is this server's (`Origin`'s host:port is the `Host` asked for, and
+    the browser does not call it cross-site)."""
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return False
+    if origin is None:
+        return True
+    parts = urlsplit(origin)
+    return bool(parts.scheme in ("http", "https") and parts.netloc and host) and parts.netloc.lower() == host.lower()
+
+
 class _Handler(BaseHTTPRequestHandler):
     timeout = 60   # seconds a socket may stall (a body promised and never sent must not hold a thread)
     owner: Dashboard
@@ -451,8 +463,20 @@ class _Handler(BaseHTTPRequestHandler):
                               "text/plain; version=0.0.4; charset=utf-8")
         self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
 
+    def _cross_origin(self) -> bool:
+        """Refuse (403) a browser's request sent by a page of another origin: a mutating call must
+        come from this dashboard's own page (a foreign page could otherwise start or cancel queries
+        through a browser that can reach it)."""
+        if same_origin(self.headers.get("Origin"), self.headers.get("Host"), self.headers.get("Sec-Fetch-Site")):
+            return False
+        self._error(HTTPStatus.FORBIDDEN, "cross-origin request refused: queries are started and cancelled "
+                                          "from the dashboard's own page (or without a browser: hifi query)")
+        return True
+
     def do_POST(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
+        if self._cross_origin():
+            return None
         if path not in ("/api/explain", "/api/queries"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
         body = self._body()
@@ -465,6 +489,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
+        if self._cross_origin():
+            return None
         if not path.startswith("/api/queries/"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
         query_id = path.removeprefix("/api/queries/")

@@ -2,12 +2,16 @@
 
 Used when `HIFI_REDIS_URL` / `HIFI_KAFKA_BOOTSTRAP` are not set. Both servers are children of
 this process, live in a temporary directory, and are stopped (and their ports freed) on exit.
+Redis runs in protected mode behind a password generated for the run (its URL carries it; shown
+redacted, `redacted_url`). The broker has no authentication to turn on (Tansu speaks PLAINTEXT
+only): it listens on loopback, so only this machine's users can reach it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -16,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from wire.errors import HiFiError
 
@@ -81,8 +86,8 @@ class EmbeddedServers:
         old.kill()
         old.wait(timeout=5)
         time.sleep(down_s)
-        port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
-        _, proc = start_redis(self.workdir, port)
+        url = urlsplit(self.redis_url)
+        _, proc = start_redis(self.workdir, url.port or 0, url.password or "")
         self._procs[self._procs.index(old)] = proc
 
     def _broker(self) -> subprocess.Popen:
@@ -104,22 +109,36 @@ class EmbeddedServers:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_redis(workdir: str, port: int = 0) -> tuple[str, subprocess.Popen]:
+def redacted_url(url: str) -> str:
+    """A URL to show: its password replaced by ***."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    return url.replace(f":{parts.password}@", ":***@", 1)
+
+
+def start_redis(workdir: str, port: int = 0, password: str = "") -> tuple[str, subprocess.Popen]:
     """A Redis on `port` (a free one by default) keeping an append-only file in `workdir`, so a
     Redis restarted on the same directory comes back with the metadata (fsync once a second:
-    a crash loses at most the last second's statistics, which the nodes write again)."""
+    a crash loses at most the last second's statistics, which the nodes write again); in
+    protected mode, behind `password` (a new random one by default), which its URL carries."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise EmbeddedError("redis-server is not installed (Debian: apt-get install redis-server), "
                             "or set HIFI_REDIS_URL to an existing Redis")
     port = port or free_port()
+    password = password or secrets.token_urlsafe(24)
+    # the password goes in on stdin as a config file, not on the command line any local user can read
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-         "--appendfsync", "everysec", "--dir", workdir, "--protected-mode", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [binary, "-", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+         "--appendfsync", "everysec", "--dir", workdir, "--protected-mode", "yes"],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
+    assert proc.stdin is not None
+    proc.stdin.write(f'requirepass "{password}"\n'.encode())
+    proc.stdin.close()
     _wait_for_port(port, proc, "redis-server")
-    return f"redis://127.0.0.1:{port}/0", proc
+    return f"redis://:{password}@127.0.0.1:{port}/0", proc
 
 
 def start_broker(workdir: str) -> tuple[str, subprocess.Popen]:

@@ -167,7 +167,9 @@ class Hierarchy:
 
     def write_run_file(self) -> None:
         os.makedirs(hifi_home(), exist_ok=True)
-        with open(run_file(), "w") as fh:
+        # readable by its owner only: it holds the MDR's URL with its password
+        with open(os.open(run_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)   # a run file left by an older version may be wider
             json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
                        "topology": self.topology.source, "readings": self.readings_path,
                        "state_dir": self.state_dir, "placement": self.placement_address,

@@ -29,10 +29,24 @@ def _validated(text: str, tmp_path) -> dict:
     """`docker-compose config` of the file, as docker-compose resolved it (defaults filled in)."""
     path = tmp_path / "docker-compose.yml"
     path.write_text(text)
-    done = subprocess.run(["docker-compose", "-f", str(path), "--project-directory", REPO, "config"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "HIFI_REDIS_PASSWORD": ""})
+    done = _compose_config(path, {"HIFI_REDIS_PASSWORD": "a-secret", "HIFI_GRAFANA_PASSWORD": "another"})
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
+
+
+def _compose_config(path, passwords: dict[str, str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD")}
+    return subprocess.run(["docker-compose", "-f", str(path), "--project-directory", REPO, "config"],
+                          capture_output=True, text=True, timeout=120, env={**env, **passwords})
+
+
+@pytest.mark.parametrize("missing", ["HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD"])
+def test_compose_refuses_to_start_without_each_password(missing, tmp_path):
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY))
+    given = {"HIFI_REDIS_PASSWORD": "a-secret", "HIFI_GRAFANA_PASSWORD": "another", missing: ""}
+    done = _compose_config(path, given)
+    assert done.returncode != 0 and f"set {missing}" in done.stderr, done.stderr
 
 
 def test_docker_compose_is_installed_by_the_project():
@@ -76,10 +90,13 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
             assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092" and env["HIFI_REDIS_URL"].startswith("redis://:")
             assert "@redis:6379/" in env["HIFI_REDIS_URL"]
 
-    # published ports unique; every volume named and declared (bind mounts only for config files)
-    published = [int(p["published"]) if isinstance(p, dict) else int(str(p).split(":")[0])
-                 for s in services.values() for p in s.get("ports", [])]
-    assert len(published) == len(set(published)) and published
+    # only the dashboard and Grafana are published, on the host's loopback; every volume named
+    # and declared (bind mounts only for config files)
+    published = {name: [p if isinstance(p, dict) else dict(zip(("host_ip", "published"), str(p).split(":")[:2],
+                                                               strict=True))
+                        for p in s.get("ports", [])] for name, s in services.items() if s.get("ports")}
+    assert set(published) == {"dashboard", "grafana"}
+    assert all(p["host_ip"] == "127.0.0.1" for ports in published.values() for p in ports), published
     declared = set(resolved["volumes"])
     for name, service in services.items():
         for volume in service.get("volumes", []):

@@ -55,6 +55,31 @@ def browser(hierarchy):
     driver.quit()
 
 
+def _status(url: str, method: str, origin: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    body = b'{"sql": "SELECT count(*) AS n FROM rfid_stream [range by \'2 seconds\']"}'
+    request = urllib.request.Request(url, data=body if method == "POST" else None, method=method,
+                                     headers={"Origin": origin, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as refused:
+        return refused.code
+
+
+def test_only_requests_of_the_dashboards_own_origin_may_change_anything():
+    from services.dashboard import same_origin
+
+    assert same_origin(None, "127.0.0.1:8470")                                   # no browser: hifi, curl
+    assert same_origin("http://127.0.0.1:8470", "127.0.0.1:8470", "same-origin")  # its own page
+    assert not same_origin("http://evil.example", "127.0.0.1:8470")
+    assert not same_origin("http://127.0.0.1:3000", "127.0.0.1:8470")          # Grafana's port: another origin
+    assert not same_origin(None, "127.0.0.1:8470", "cross-site")
+    assert not same_origin("null", "127.0.0.1:8470")                           # a sandboxed or file page
+
+
 def _js(browser, script: str):
     return browser.execute_script(script)
 
@@ -96,6 +121,10 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     plan = wait_for(lambda: browser.find_element(By.ID, "plan").text, 30, "the explained plan")
     assert "root core" in plan and "dock-a" in plan and "dock-b" in plan
     assert not hierarchy.mdr.queries(), "explaining runs nothing"
+    # a page of another origin cannot start or cancel queries through a browser that reaches the dashboard
+    for method, path in (("POST", "/api/queries"), ("DELETE", "/api/queries/q-1")):
+        assert _status(hierarchy.dashboard.url + path, method, origin="http://evil.example") == 403
+    assert not hierarchy.mdr.queries()
 
     browser.find_element(By.ID, "submit").click()
     query_id = wait_for(lambda: _js(browser, "const li = document.querySelector('#queries li[data-query]');"
