@@ -85,7 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             _progress(f"hierarchy {topology.name!r} is up: {len(topology.nodes)} nodes"
                       f"{' (processes)' if args.processes else ''}, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
-                      f"faulty motes) follow (Ctrl-C stops)")
+                      f"faulty motes, events) follow (Ctrl-C stops)")
             first: list[float] = []
 
             def emit(topic: str, row: dict) -> None:
