@@ -554,6 +554,21 @@ def _column_name(node: ast.Node | None) -> str | None:
     return node.name if isinstance(node, ast.Name) else None
 
 
+def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog) -> None:
+    """A new view (CREATE VIEW) may not take a name in use: a view exported anywhere (whoever may
+    read it: a view open to all must not shadow a protected one), a stream or a static relation."""
+    if not isinstance(statement, ast.CreateView):
+        return
+    name, pos = statement.name, statement.name_pos or statement.pos
+    holders = sorted({v.node for v in catalog.exports_of(name)})
+    if holders:
+        raise _err(f"a view named {name!r} already exists (exported at {', '.join(holders)}); view names are "
+                   f"unique, so choose another", pos)
+    if name in RAW_STREAMS or name in catalog.streams or name in catalog.relations:
+        raise _err(f"{name!r} is the name of a {'static relation' if name in catalog.relations else 'stream'}; "
+                   f"choose another view name", pos)
+
+
 def analyze(text: str, catalog: Catalog, principal: str = "*") -> LogicalQuery:
     """Parse and bind one statement; SqlError names the position and the problem, also for a
     query over the admission limits (glue.limits) of the catalog's parameters."""

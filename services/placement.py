@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
-from glue.analyzer import analyze
+from glue.analyzer import analyze, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
 from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
@@ -95,8 +95,9 @@ class QueryPlacer:
     def plan(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
         # syntax and admission limits first: a bad or oversized query is refused before the
         # catalog (every view, relation and receptor) is read
-        parse(sql, Limits.from_parameters(self.mdr.parameters()))
+        statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
+        refuse_taken_view_name(statement, catalog)
         query = analyze(sql, catalog, principal or "*")
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 

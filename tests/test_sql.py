@@ -169,3 +169,20 @@ def test_indicator_is_an_sgtins_packaging_level_alike_in_the_runtime_and_the_ref
     assert runtime[:4] == ["0", "1", "2", "8"]
     assert runtime[4:] == tags[4:], "what is no SGTIN stays as it is"
     assert runtime == [evaluate_expr(expr, {"tag_id": t}) for t in tags]
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("smoothed_rfid_stream", "a view named 'smoothed_rfid_stream' already exists (exported at door1, door2)"),
+    ("rfid_stream", "'rfid_stream' is the name of a stream"),
+    ("receptor_stream", "'receptor_stream' is the name of a stream"),
+    ("receptor_locations", "'receptor_locations' is the name of a static relation"),
+])
+def test_a_new_view_cannot_take_a_name_in_use(catalog, name, reason):
+    from glue.analyzer import refuse_taken_view_name
+    from glue.sql.parser import parse
+
+    text = f"CREATE VIEW {name} AS SELECT tag_id, ts FROM rfid_stream WHERE read_strength > 0.5"
+    with pytest.raises(SqlError) as refused:
+        refuse_taken_view_name(parse(text), catalog)
+    assert (refused.value.line, refused.value.column) == (1, 13) and reason in refused.value.message
+    refuse_taken_view_name(parse(text.replace(name, "strong_reads")), catalog)   # a new name is fine

@@ -152,6 +152,7 @@ class CreateView:
     name: str
     select: Select
     pos: Pos
+    name_pos: Pos | None = None
 
 
 Statement = Union[Select, CreateView]  # noqa: UP007

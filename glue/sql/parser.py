@@ -94,7 +94,7 @@ class _Parser:
             select = self.select()
             if parenthesized:
                 self._expect("symbol", ")")
-            result: ast.Statement = ast.CreateView(name, select, start)
+            result: ast.Statement = ast.CreateView(name, select, start, name_tok.pos)
         else:
             result = self.select()
         self._accept("symbol", ";")
