@@ -113,7 +113,8 @@ class SourceOp(Operator):
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
         names = batch.column_names
-        if topic not in self.plan.topics or FORM_COLUMN.get(self.plan.format, names[0] if names else "") not in names:
+        form = FORM_COLUMN.get(self.plan.format)
+        if topic not in self.plan.topics or (form is not None and form not in names):
             return None   # another topic, or a raw topic's batch of the other form (receptor_stream reads both)
         if self.plan.format == "rfid":
             valid = pc.is_null(batch["error"]) if "error" in names else None
