@@ -113,16 +113,16 @@ def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
     """A staged fire, or with `every` and `count` that many, one `every` after another."""
     location = _location(spec, where)
     try:
+        x, y, count = float(spec["x"]), float(spec["y"]), int(spec.get("count", 1))
         start, end = _ms(spec["start"], where, start_ms), _ms(spec["end"], where, start_ms)
-        every, count = _ms(spec.get("every", "0 s"), where, 0), int(spec.get("count", 1))
-        if count < 1 or (count > 1 and every < end - start):
-            raise ScenarioError(f"{where}: count must be positive, and every at least a fire's length")
-        return [Fire(float(spec["x"]), float(spec["y"]), start + n * every, end + n * every, location=location)
-                for n in range(count)]
     except KeyError as exc:
         raise ScenarioError(f"{where}: needs {exc}") from None
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         raise ScenarioError(f"{where}: {exc}") from None
+    every = _ms(spec.get("every", "0 s"), where, 0)
+    if count < 1 or (count > 1 and every < end - start):
+        raise ScenarioError(f"{where}: count must be positive, and every at least a fire's length")
+    return [Fire(x, y, start + n * every, end + n * every, location=location) for n in range(count)]
 
 
 def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int, start_ms: int) -> list[MoteModel]:

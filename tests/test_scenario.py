@@ -21,6 +21,13 @@ def test_the_shipped_scenarios_load():
     assert replay.replay is not None and replay.replay.speed == 1800
 
 
+def test_a_fire_repeats_every_so_often_as_many_times_as_it_says():
+    fires = parse_scenario("fires: [{location: inbound-dock, x: 1, y: 2, start: 10 s, end: 15 s, every: 1 minute, "
+                           "count: 3}]", start_ms=1000).environment.fires
+    assert [(f.start_ms, f.end_ms, f.location) for f in fires] == [
+        (11_000, 16_000, "inbound-dock"), (71_000, 76_000, "inbound-dock"), (131_000, 136_000, "inbound-dock")]
+
+
 @pytest.mark.parametrize("text, message", [
     ("nonsense: 1", "unknown key(s): nonsense"),
     ('readers: [{id: "r{n}", count: 2, node: e, location: moon}]', "readers[0]: location 'moon' is not one of"),
@@ -33,6 +40,9 @@ def test_the_shipped_scenarios_load():
     ("cycle: soon", "cycle:"),
     ("replay: {node: lab, fault_share: 1.5}", "replay: fault_share 1.5 is outside [0, 1]"),
     ("fires: [{location: attic, x: 0, y: 0, start: 1 s, end: 2 s}]", "fires[0]: location 'attic' is not one of"),
+    ("fires: [{x: 0, y: 0, start: 1 s, end: 10 s, every: 5 s, count: 3}]",
+     "fires[0]: count must be positive, and every at least a fire's length"),
+    ("fires: [{x: 0, start: 1 s, end: 2 s}]", "fires[0]: needs 'y'"),
 ])
 def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
     with pytest.raises(ScenarioError) as error:
