@@ -1,6 +1,5 @@
 """MDR behaviour against a real Redis server."""
 
-import os
 import time
 
 from mdr.repository import ViewRecord, now_ms
@@ -110,21 +109,26 @@ def test_receptors_parameters_and_queries_round_trip_and_are_announced(mdr):
     assert mdr.queries() == []
 
 
-def test_the_embedded_mdr_refuses_a_client_without_its_password(servers):
+
+def test_the_embedded_mdr_refuses_a_client_without_its_password(tmp_path):
     from urllib.parse import urlsplit
 
     import pytest
     import redis
 
-    from services.embedded import redacted_url
+    from services.embedded import redacted_url, start_redis
 
-    if os.environ.get("HIFI_REDIS_URL"):
-        pytest.skip("an external Redis: its access is its operator's")
-    url = urlsplit(servers.redis_url)
-    assert url.hostname == "127.0.0.1" and len(url.password or "") >= 24
-    with pytest.raises(redis.AuthenticationError):
-        redis.Redis(host=url.hostname, port=url.port, socket_timeout=5).get("hifi:nodes")
-    with pytest.raises(redis.AuthenticationError):
-        redis.Redis(host=url.hostname, port=url.port, password="guess", socket_timeout=5).ping()
-    assert redis.Redis.from_url(servers.redis_url, socket_timeout=5).ping()
-    assert url.password not in redacted_url(servers.redis_url) and ":***@127.0.0.1:" in redacted_url(servers.redis_url)
+    shown, proc = start_redis(str(tmp_path))
+    try:
+        url = urlsplit(shown)
+        assert url.hostname == "127.0.0.1" and len(url.password or "") >= 24
+        assert url.password not in " ".join(map(str, proc.args)), "the password is not on the command line"
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host=url.hostname, port=url.port, socket_timeout=5).get("hifi:nodes")
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(host=url.hostname, port=url.port, password="guess", socket_timeout=5).ping()
+        assert redis.Redis.from_url(shown, socket_timeout=5).ping()
+        assert url.password not in redacted_url(shown) and ":***@127.0.0.1:" in redacted_url(shown)
+    finally:
+        proc.kill()
+        proc.wait(timeout=5)
