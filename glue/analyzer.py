@@ -46,6 +46,7 @@ from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
 from glue.topology import TopologyError
+from wire.identity import Identity
 from wire.windows import duration_ms
 
 
@@ -122,10 +123,21 @@ def _err(message: str, pos: Pos) -> SqlError:
     return SqlError(message, pos.line, pos.column)
 
 
+class AccessError(SqlError):
+    """A query naming a stream or view its principal may not read (the API answers it as
+    PERMISSION_DENIED, not as a malformed query)."""
+
+
+def _refused(message: str, pos: Pos) -> AccessError:
+    return AccessError(message, pos.line, pos.column)
+
+
 class _Binder:
-    def __init__(self, catalog: Catalog, principal: str) -> None:
+    def __init__(self, catalog: Catalog, principal: str | Identity) -> None:
         self.catalog = catalog
-        self.principal = principal
+        # a bare name has no roles: it reads what is exported to it by name or to everyone
+        self.reader = principal if isinstance(principal, Identity) else Identity(principal, frozenset())
+        self.principal = self.reader.principal
 
     # ------------------------------------------------------------ sources
 
@@ -159,15 +171,19 @@ class _Binder:
 
     def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
         exports = self.catalog.exports_of(ref.name)
-        readable = [v for v in exports if v.readable_by(self.principal)]
+        readable = [v for v in exports if self.reader.may_read(v.readers)]
         if exports and not readable:
-            raise _err(f"view {ref.name!r} is not exported to {self.principal!r}", ref.pos)
+            raise _refused(f"view {ref.name!r} is not exported to {self.principal!r}", ref.pos)
         return readable
 
     def source(self, ref: ast.SourceRef) -> tuple[dict[str, Any], Expr | None, tuple[str, ...] | None]:
         """(source facts, predicate of an expanded definition-only view, columns it exposes)."""
         streams = {**{name: raw.columns for name, raw in RAW_STREAMS.items()}, **self.catalog.streams}
         if ref.name in streams:
+            readers = self.catalog.stream_readers.get(ref.name)
+            if readers is not None and not self.reader.may_read(readers):
+                raise _refused(f"stream {ref.name!r} is not readable by {self.principal!r} (its readers: "
+                           f"{', '.join(readers)})", ref.pos)
             columns = tuple(tuple(c) for c in streams[ref.name])
             return {"source": ref.name, "source_kind": "stream", "source_columns": columns, "event_time": "ts",
                     "source_window": None}, None, None
@@ -181,7 +197,7 @@ class _Binder:
             return {"source": ref.name, "source_kind": "view", "source_columns": first.columns,
                     "event_time": event_time, "source_window": first.window}, None, None
         if exports:
-            inner = analyze_statement(parse(exports[0].definition), self.catalog, self.principal, exports[0].definition)
+            inner = analyze_statement(parse(exports[0].definition), self.catalog, self.reader, exports[0].definition)
             if inner.is_aggregate or inner.joins:
                 raise _err(f"view {ref.name!r} is exported as a definition only and is not a plain selection", ref.pos)
             facts = {"source": inner.source, "source_kind": inner.source_kind, "source_columns": inner.source_columns,
@@ -501,7 +517,7 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
 PASSES = (_bind_joins, _bind_where, _bind_window, _bind_pattern, _bind_grouping, _bind_select_list, _bind_having)
 
 
-def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str = "*",
+def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str | Identity = "*",
                       text: str = "") -> LogicalQuery:
     view_name = statement.name if isinstance(statement, ast.CreateView) else None
     select = statement.select if isinstance(statement, ast.CreateView) else statement
@@ -569,7 +585,8 @@ def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog) -> None:
                    f"choose another view name", pos)
 
 
-def analyze(text: str, catalog: Catalog, principal: str = "*") -> LogicalQuery:
-    """Parse and bind one statement; SqlError names the position and the problem, also for a
-    query over the admission limits (glue.limits) of the catalog's parameters."""
+def analyze(text: str, catalog: Catalog, principal: str | Identity = "*") -> LogicalQuery:
+    """Parse and bind one statement as `principal` reads (a name, or an identity with roles: it
+    reads only the streams and views whose readers admit it); SqlError names the position and the
+    problem, also for a query over the admission limits (glue.limits) of the catalog's parameters."""
     return analyze_statement(parse(text, Limits.from_parameters(catalog.parameters)), catalog, principal, text)

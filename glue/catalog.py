@@ -26,9 +26,6 @@ class ExportedView:
     readers: tuple[str, ...] = ("*",)
     plan: Plan | None = None       # what computes it: a query whose part it subsumes may read it (rewrite.reuse)
 
-    def readable_by(self, principal: str) -> bool:
-        return "*" in self.readers or principal in self.readers
-
 
 @dataclass(frozen=True)
 class Relation:
@@ -67,6 +64,8 @@ class Catalog:
     nodes: dict[str, NodeInfo]
     receptors: list[ReceptorInfo]
     parameters: dict[str, Any] = field(default_factory=dict)
+    # raw stream -> who may read it (principals, role:NAME, *); a stream not named: everyone
+    stream_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def parameter(self, name: str) -> Any | None:
         lowered = {k.lower(): v for k, v in self.parameters.items()}

@@ -22,6 +22,7 @@ from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.rewrite.distribute import NodeTask, distribute
 from glue.sql.lexer import SqlError
 from glue.topology import Topology, TopologyError, ViewSpec
+from wire.identity import SYSTEM
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ def topology_catalog(topology: Topology) -> Catalog:
     nodes = {n.id: NodeInfo(n.id, n.tier, n.parent) for n in topology.nodes.values()}
     receptors = [ReceptorInfo(r.id, r.node, r.location, r.area, r.kind) for r in topology.receptors]
     return Catalog({name: raw.columns for name, raw in RAW_STREAMS.items()}, [], relations, nodes, receptors,
-                   dict(topology.parameters))
+                   dict(topology.parameters), dict(topology.stream_readers))
 
 
 def standing_views(topology: Topology, catalog: Catalog | None = None) -> list[StandingView]:
@@ -52,7 +53,7 @@ def standing_views(topology: Topology, catalog: Catalog | None = None) -> list[S
             continue
         for node in (n for n in topology.nodes if view in topology.views_at(n)):
             try:
-                standing = _plan(view, node, analyze(view.sql, catalog), catalog)
+                standing = _plan(view, node, analyze(view.sql, catalog, SYSTEM), catalog)
             except SqlError as exc:
                 raise TopologyError(f"view {view.name!r} at {node}: {exc}") from None
             catalog.views.extend(_exports(standing))

@@ -4,6 +4,7 @@ Schema (documented in deploy/topologies/README.md):
   name, parameters {name: value}, nodes [{id, tier, parent, alternates, listen, metrics_port}],
   receptors [{id, kind, node, location, area, x, y}], relations [{name, columns, rows, replicas}],
   views [{sql | name + operator, tiers | nodes, materialize, readers, alert, ...operator options}],
+  stream_readers {raw stream: [principal | role:NAME]},
   scenario (file or {...})
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from dsp.plan import RAW_STREAMS
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
@@ -100,6 +102,8 @@ class Topology:
     parameters: dict[str, Any]
     scenario: dict[str, Any] | str   # a scenario file (relative to this one) or one inline (edge.scenario)
     source: str = ""
+    # raw stream -> who may read it (principals, role:NAME); a stream not named is open to all
+    stream_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _children: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -220,10 +224,18 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
                               tuple(r.get("replicas") or ["*"])) for r in doc.get("relations") or []]
 
     views = [_view(item, nodes) for item in doc.get("views") or []]
+    stream_readers = {}
+    for name, readers in _strip_lines(doc.get("stream_readers") or {}).items():
+        if name not in RAW_STREAMS:
+            raise TopologyError(f"{source}: stream_readers names {name!r}, which is not a raw stream "
+                                f"({', '.join(RAW_STREAMS)})")
+        if not isinstance(readers, list) or not readers:
+            raise TopologyError(f"{source}: stream_readers of {name!r} is a list of principals or role:NAME")
+        stream_readers[str(name)] = tuple(str(r) for r in readers)
 
     return Topology(name=str(doc.get("name", source)), nodes=nodes, receptors=receptors, relations=relations,
                     views=views, parameters=_clean(doc.get("parameters") or {}),
-                    scenario=_strip_lines(doc.get("scenario") or {}), source=source)
+                    scenario=_strip_lines(doc.get("scenario") or {}), source=source, stream_readers=stream_readers)
 
 
 def _strip_lines(value: Any) -> Any:

@@ -62,6 +62,8 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from wire.identity import TokenRecord
+
 CHANGE_STREAM_MAXLEN = 10_000
 HISTORY_LENGTH = 900   # samples per node: 15 minutes at the nodes' one-second gauges
 # A call that finds Redis gone (restarting: it reloads its append-only file) reconnects with
@@ -139,10 +141,6 @@ class ViewRecord:
     def key(self) -> str:
         return f"{self.node}.{self.name}"
 
-    def readable_by(self, principal: str) -> bool:
-        return "*" in self.readers or principal in self.readers
-
-
 @dataclass(frozen=True)
 class QueryRecord:
     id: str
@@ -156,6 +154,7 @@ class QueryRecord:
     columns: tuple[str, ...] = ()
     # the placement drawn: [{node, role, query_id, export_as, reused}], leaves first
     tasks: tuple[dict[str, Any], ...] = ()
+    principal: str = ""   # who submitted it (its results and its cancel are theirs)
 
 
 @dataclass(frozen=True)
@@ -298,6 +297,13 @@ class MDR:
             self._announce(pipe, "stream", "define", name)
             pipe.execute()
 
+    def put_stream_readers(self, readers: dict[str, Sequence[str]]) -> None:
+        """Who may read each raw stream (a stream not named: everyone)."""
+        self._put_json_hash("stream_readers", {name: list(r) for name, r in readers.items()})
+
+    def stream_readers(self) -> dict[str, tuple[str, ...]]:
+        return {name: tuple(json.loads(r)) for name, r in self.r.hgetall(self.k("stream_readers")).items()}
+
     def streams(self) -> dict[str, list[tuple[str, str]]]:
         return {name: [tuple(a) for a in json.loads(attrs)]
                 for name, attrs in self.r.hgetall(self.k("streams")).items()}
@@ -375,7 +381,7 @@ class MDR:
                 "text": query.text, "root": query.root, "remote": json.dumps(query.remote),
                 "status": query.status, "submitted_ms": query.submitted_ms, "result_topic": query.result_topic,
                 "explain": query.explain, "columns": json.dumps(list(query.columns)),
-                "tasks": json.dumps(list(query.tasks)),
+                "tasks": json.dumps(list(query.tasks)), "principal": query.principal,
             })
             self._announce(pipe, "query", "put", query.id)
             pipe.execute()
@@ -395,8 +401,27 @@ class MDR:
                 result.append(QueryRecord(query_id, d["text"], d["root"], json.loads(d["remote"]), d["status"],
                                           int(d["submitted_ms"]), d.get("result_topic", ""), d.get("explain", ""),
                                           tuple(json.loads(d.get("columns", "[]"))),
-                                          tuple(json.loads(d.get("tasks", "[]")))))
+                                          tuple(json.loads(d.get("tasks", "[]"))), d.get("principal", "")))
         return result
+
+    # ------------------------------------------------------------ tokens (services.identity)
+
+    def put_token(self, digest: str, record: TokenRecord) -> None:
+        """Keep a token as its SHA-256 `digest` (the token itself is never stored)."""
+        self.r.hset(self.k("tokens"), digest, record.to_json())
+
+    def token(self, digest: str) -> TokenRecord | None:
+        found = self.r.hget(self.k("tokens"), digest)
+        return TokenRecord.from_json(found) if found else None
+
+    def tokens(self) -> dict[str, TokenRecord]:
+        """digest -> record, every token."""
+        return {digest: TokenRecord.from_json(text) for digest, text in self.r.hgetall(self.k("tokens")).items()}
+
+    def drop_tokens(self, principal: str) -> int:
+        """Remove every token of `principal`; how many there were."""
+        digests = [d for d, record in self.tokens().items() if record.principal == principal]
+        return self.r.hdel(self.k("tokens"), *digests) if digests else 0
 
     # ------------------------------------------------------------ desired state
 

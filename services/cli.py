@@ -13,6 +13,7 @@ from services.commands import (
     cmd_agents,
     cmd_bench,
     cmd_cancel,
+    cmd_certs,
     cmd_dashboard,
     cmd_deploy,
     cmd_health,
@@ -23,6 +24,7 @@ from services.commands import (
     cmd_query,
     cmd_status,
     cmd_up,
+    cmd_users,
     cmd_views,
 )
 from services.paths import DEFAULT_TOPOLOGY
@@ -156,12 +158,36 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--limit", type=int, default=None, help="stop after this many result rows")
     query.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     query.add_argument("--format", choices=["table", "json"], default="table", help="row format (default table)")
-    query.add_argument("--principal", default="*", help="who asks (views not exported to it are refused)")
+    query.add_argument("--principal", default="",
+                       help="ask as this principal (an admin only; default: the token's own principal); "
+                            "with --reference: read as it")
     query.add_argument("--keep", action="store_true", help="leave a SELECT running after this command exits")
     query.add_argument("--detach", action="store_true", help="submit, print the query id and exit (keeps it)")
     query.add_argument("--replay", action="store_true",
                        help="read the sources from their beginning (default: answer from the submission on)")
     query.set_defaults(func=cmd_query)
+
+    certs = sub.add_parser("certs", help="make a deployment's CA (once) and TLS certificates for its services")
+    certs.add_argument("directory", help="where (ca.pem, ca.key, <service>.pem/.key); give services HIFI_TLS_DIR")
+    certs.add_argument("--service", action="append", default=[],
+                       help="a certificate for this service (repeat; default: one shared 'hifi' certificate). "
+                            "A node uses its id's, the placement service 'placement''s")
+    certs.add_argument("--host", action="append", default=[],
+                       help="a name or address the certificates are valid for besides the service name, "
+                            "localhost and 127.0.0.1 (repeat)")
+    certs.add_argument("--deployment", default="hifi", help="the CA's name (default hifi)")
+    certs.set_defaults(func=cmd_certs)
+
+    users = sub.add_parser("users", help="users' tokens: add (prints a new token once), remove, list")
+    users.add_argument("action", choices=["add", "remove", "list"])
+    users.add_argument("name", nargs="?", default="", help="the principal (add, remove)")
+    users.add_argument("--role", action="append", choices=["user", "operator", "service", "admin"], default=[],
+                       help="a role of the new token (repeat; default user): user submits and reads its own "
+                            "queries; operator sees all queries and the nodes; service is the placement's; "
+                            "admin everything")
+    users.add_argument("--expires", default="",
+                       help="the token expires after this long, e.g. '30 days' or '12 hours' (default: never)")
+    users.set_defaults(func=cmd_users)
 
     queries = sub.add_parser("queries", help="running queries with their root node and result topic")
     queries.set_defaults(func=cmd_queries)

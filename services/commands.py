@@ -24,6 +24,7 @@ from services.paths import (
     SUPPLY_CHAIN_SCENARIO,
 )
 from wire.errors import HiFiError
+from wire.identity import SYSTEM
 
 if TYPE_CHECKING:
     from services.health import RateWindow
@@ -54,6 +55,19 @@ def _mdr():
     return mdr
 
 
+def _security():
+    """The TLS material and token the CLI's calls use: HIFI_TLS_DIR and HIFI_TOKEN, else those of
+    the running `hifi up` (its run file: its certificates and its admin token)."""
+    from services.auth import Security
+
+    info = _run_info()
+    tls_dir = os.environ.get("HIFI_TLS_DIR") or info.get("tls_dir", "")
+    if not tls_dir:
+        raise CLIError("no certificates known: set HIFI_TLS_DIR to the deployment's (`hifi certs DIR` makes them), "
+                       "or run `hifi up`")
+    return Security(tls_dir, os.environ.get("HIFI_TOKEN") or info.get("token", ""))
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
@@ -66,7 +80,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from services.embedded import embedded_or_external
-    from services.hierarchy import Hierarchy, follow_results, format_result
+    from services.hierarchy import Hierarchy, follow_results, format_result, hifi_home
 
     topology = load_topology(args.topology)
     stop = threading.Event()
@@ -75,13 +89,15 @@ def cmd_up(args: argparse.Namespace) -> int:
     with embedded_or_external() as servers:
         _progress(f"MDR at {redacted_url(servers.redis_url)}, broker at {servers.bootstrap}")
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=args.state_dir or "",
-                              trigger_ms=args.trigger_ms, processes=args.processes)
+                              trigger_ms=args.trigger_ms, processes=args.processes,
+                              tls_dir=os.path.join(hifi_home(), "tls"))
         try:
             hierarchy.start(_progress)
             hierarchy.start_agents(args.receptor_dir)
             dashboard_url = _start_dashboard(hierarchy, args.dashboard)
             hierarchy.write_run_file()
-            _progress(f"dashboard at {dashboard_url}")
+            # the admin token in the link's fragment, which the browser never sends (as Jupyter's)
+            _progress(f"dashboard at {dashboard_url}#token={hierarchy.admin_token}")
             _progress(f"hierarchy {topology.name!r} is up: {len(topology.nodes)} nodes"
                       f"{' (processes)' if args.processes else ''}, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "
@@ -149,7 +165,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     mdr = _mdr()
     topology_file = args.topology or _run_info().get("topology") or DEFAULT_TOPOLOGY
-    dashboard = Dashboard(mdr, _bootstrap(), load_topology(topology_file))
+    dashboard = Dashboard(mdr, _bootstrap(), _security(), load_topology(topology_file))
     try:
         url = dashboard.serve(args.listen, args.advertise)
     except OSError as exc:
@@ -202,7 +218,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or tempfile.mkdtemp(prefix=f"hifi-{args.id}-")
     _progress(f"node {args.id}: starting Spark ({os.environ.get('SPARK_MASTER') or 'local'})")
     node = HiFiNode(args.id, topology, mdr, spark_session(f"hifi-{args.id}"), bootstrap, state_dir, args.trigger_ms,
-                    listen=args.listen, advertise_host=args.advertise, metrics_port=args.metrics_port)
+                    listen=args.listen, advertise_host=args.advertise, metrics_port=args.metrics_port,
+                    security=_security())
     node.wait_for_children(args.wait, _progress)
     node.start()
     _progress(f"node {args.id} ({topology.nodes[args.id].tier}) serving at {node.address}, metrics at "
@@ -224,7 +241,7 @@ def cmd_placement(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     load_metadata(mdr, topology)
     try:
-        service = start_placement_service(mdr, bootstrap, args.listen, args.metrics_port, args.advertise)
+        service = start_placement_service(mdr, bootstrap, _security(), args.listen, args.metrics_port, args.advertise)
     except RuntimeError as exc:   # grpc: the port is taken
         raise CLIError(f"cannot listen on {args.listen}: {exc}") from None
     _progress(f"placement service for {topology.name!r} at {service.address}, metrics at {service.metrics.url} "
@@ -250,7 +267,9 @@ def health_problem(args: argparse.Namespace) -> str | None:
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-        with grpc.insecure_channel(args.grpc) as channel:
+        from services.auth import open_channel
+
+        with open_channel(args.grpc, _security().with_token("")) as channel:
             try:
                 status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
             except grpc.RpcError as exc:
@@ -398,14 +417,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _placement_stub():
-    import grpc
-
     from protos import hifi_pb2_grpc
+    from services.auth import open_channel
 
     address = os.environ.get("HIFI_PLACEMENT") or _mdr().r.get(_mdr().k("placement"))
     if not address:
         raise CLIError("no placement service found: start the hierarchy with `hifi up`, or set HIFI_PLACEMENT")
-    return hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(address))
+    security = _security()
+    if not security.token:
+        raise CLIError("no token: set HIFI_TOKEN to yours (an admin makes one with `hifi users add`)")
+    return hifi_pb2_grpc.PlacementStub(open_channel(address, security))
 
 
 def _rpc_error(exc) -> CLIError:
@@ -445,7 +466,7 @@ def _print_rows(columns: Sequence[str], rows, fmt: str, limit: int | None) -> in
     return printed
 
 
-def _reference_rows(sql: str, principal: str):
+def _reference_rows(sql: str, principal):
     """The centralized answer over the running hierarchy's recorded readings."""
     import datetime as dt
 
@@ -490,7 +511,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     args.sql = _statement_text(args)
     if args.reference:
         try:
-            columns, rows = _reference_rows(args.sql, args.principal)
+            columns, rows = _reference_rows(args.sql, args.principal or SYSTEM)
         except SqlError as exc:
             raise CLIError(str(exc)) from None
         _print_rows(columns, rows, args.format, args.limit)
@@ -523,6 +544,56 @@ def cmd_query(args: argparse.Namespace) -> int:
         if not keep:
             stub.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
             _progress(f"query {reply.query_id} cancelled")
+    return 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from services.certs import expiry, make_certificates
+
+    services = args.service or ["hifi"]
+    try:
+        written = make_certificates(args.directory, services, args.host, args.deployment)
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"cannot make certificates in {args.directory}: {exc}") from None
+    for path in written:
+        _say(f"{path}  valid until {expiry(path):%Y-%m-%d}")
+    _progress(f"give services HIFI_TLS_DIR={os.path.abspath(args.directory)}; clients need only its ca.pem "
+              f"(keep ca.key off the hosts)")
+    return 0
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    """Users and their tokens, in the MDR (whoever may write the MDR administers the deployment)."""
+    from services.auth import mint_token
+    from wire.identity import IdentityError, checked_principal, checked_roles
+    from wire.windows import WindowError, duration_ms
+
+    mdr = _mdr()
+    if args.action == "list":
+        def day(ms: int) -> str:
+            return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000)) if ms else "never"
+        rows = sorted((r.principal, ",".join(r.roles), day(r.created_ms), day(r.expires_ms), digest[:12])
+                      for digest, r in mdr.tokens().items())
+        _say(_table(["principal", "roles", "created", "expires", "token sha256"], rows))
+        return 0
+    if not args.name:
+        raise CLIError(f"hifi users {args.action} needs the principal's name")
+    try:
+        name = checked_principal(args.name)
+        if args.action == "remove":
+            removed = mdr.drop_tokens(name)
+            if not removed:
+                raise CLIError(f"{name} has no tokens")
+            _say(f"removed {name}'s {removed} token(s): they stop working at once")
+            return 0
+        roles = checked_roles(args.role or ["user"])
+        expires_ms = int(time.time() * 1000) + duration_ms(args.expires) if args.expires else 0
+    except (IdentityError, WindowError) as exc:
+        raise CLIError(str(exc)) from None
+    token = mint_token(mdr, name, roles, expires_ms)
+    _progress(f"a token for {name} ({', '.join(roles)}){'' if not expires_ms else ', expiring ' + args.expires}: "
+              f"it is shown once; give it as HIFI_TOKEN or log in to the dashboard with it")
+    _say(token)
     return 0
 
 

@@ -36,6 +36,7 @@ GRAFANA_PASSWORD = "${HIFI_GRAFANA_PASSWORD:?set HIFI_GRAFANA_PASSWORD (Grafana 
 REDIS_URL = f"redis://:{REDIS_PASSWORD}@redis:6379/0"
 STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
+TLS_DIR = "/var/lib/hifi/tls"   # the deployment's CA and certificates (the certs service makes them)
 MOUNTED_TOPOLOGY_DIR = "/etc/hifi/topology"
 SPARK_MASTER_COMMENT = "# SPARK_MASTER: spark://spark-master:7077   # a Spark cluster instead of local mode (below)"
 
@@ -92,21 +93,33 @@ def topology_location(source: str) -> tuple[str, list[str]]:
 def compose_model(topology: Topology, source: str) -> dict[str, Any]:
     """The compose file as plain data."""
     topology_path, mounts = topology_location(source)
-    common_env = {"HIFI_REDIS_URL": REDIS_URL, "HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path}
+    common_env = {"HIFI_REDIS_URL": REDIS_URL, "HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path,
+                  "HIFI_TLS_DIR": TLS_DIR}
+    certified = {"certs": {"condition": "service_completed_successfully"}}
 
     def hifi(command: list[str], environment: dict[str, str], depends_on: dict, healthcheck: dict,
              volumes: list[str] = (), ports: list[str] = ()) -> dict[str, Any]:
         service: dict[str, Any] = {
             "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"}, "command": command,
-            "environment": {**common_env, **environment}, "depends_on": depends_on, "healthcheck": healthcheck,
-            "restart": "unless-stopped"}
-        if volumes or mounts:
-            service["volumes"] = [*volumes, *mounts]
+            "environment": {**common_env, **environment}, "depends_on": {**certified, **depends_on},
+            "healthcheck": healthcheck, "restart": "unless-stopped"}
+        service["volumes"] = [*volumes, f"hifi-tls:{TLS_DIR}:ro", *mounts]   # only the certs service writes it
         if ports:
             service["ports"] = list(ports)
         return service
 
+    hosts = ["placement", *(node_service(n) for n in topology.nodes)]
     services: dict[str, Any] = {
+        # the CA (made once, kept in its volume) and every gRPC service's certificate, issued anew
+        # at each `docker compose up` (a rotation: clients trust the same CA)
+        "certs": {
+            "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
+            "command": ["certs", TLS_DIR, "--deployment", topology.name,
+                        *(a for s in ["placement", *topology.nodes] for a in ("--service", s)),
+                        *(a for h in hosts for a in ("--host", h))],
+            "volumes": [f"hifi-tls:{TLS_DIR}"],
+            "restart": "no",
+        },
         "kafka": {
             "image": KAFKA_IMAGE,
             "environment": {
@@ -181,7 +194,7 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
         "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:3000/api/health"]),
         "restart": "unless-stopped",
     }
-    volumes = ["kafka-data", "redis-data", "hifi-archive", "prometheus-data", "grafana-data",
+    volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-tls", "prometheus-data", "grafana-data",
                *(f"{node_service(spec.id)}-state" for spec in topology.bottom_up())]
     return {"services": services, "volumes": {name: {} for name in volumes}}
 

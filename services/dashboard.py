@@ -6,8 +6,18 @@ views, queries and history come from the MDR; throughput figures also from the s
 API, and their results streamed from it; alerts, faulty receptors and dead letters are re-read
 from their Kafka topics (from the beginning, so a restarted dashboard shows the same events).
 
+Every /api/ call but login needs a session (the cookie POST /api/login sets, from a token) or an
+`Authorization: Bearer <token>` header: 401 without, 403 when the caller's roles do not reach
+what it asks. A caller sees its own queries (an operator every query) and the views it may read;
+its queries are submitted and cancelled with its own token. Changes (POST, DELETE) must also come
+from the dashboard's own origin.
+
 HTTP API (all JSON unless said):
   GET  /                      the page (assets under /static/, served from services/dashboard_assets)
+  POST /api/login {token}     a session for the token's principal (cookie hifi_session; HttpOnly,
+                              SameSite=Strict); {principal, roles}
+  POST /api/logout            ends the session
+  GET  /api/me                {principal, roles} of the caller
   GET  /api/snapshot          nodes with health, receptors with telemetry, views, queries with their
                               placement, per-tier rate and lag series, recent events
   GET  /api/stream            text/event-stream: a `snapshot` event every second
@@ -16,9 +26,11 @@ HTTP API (all JSON unless said):
   POST /api/explain {sql}     the hierarchical plan without running it
   POST /api/queries {sql}     submit; {query_id, root, plan, columns}
   DELETE /api/queries/ID      cancel
-  GET  /metrics               the dashboard's own Prometheus metrics
-  GET  /api/prometheus-targets  every service's /metrics for Prometheus' http_sd_configs
-Errors answer {"error": "..."} with 400 (the query: position and reason), 404 or 503.
+  GET  /metrics               the dashboard's own Prometheus metrics (open, like every service's
+                              /metrics: counters, no readings)
+  GET  /api/prometheus-targets  every service's /metrics for Prometheus' http_sd_configs (open:
+                              the endpoints Prometheus scrapes)
+Errors answer {"error": "..."} with 400 (the query: position and reason), 401, 403, 404 or 503.
 """
 
 from __future__ import annotations
@@ -29,12 +41,14 @@ import json
 import logging
 import os
 import queue
+import secrets
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -46,11 +60,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.auth import Authenticator, Security, open_channel
 from services.health import CountsSample, RateWindow, moves, node_health, tier_series
 from services.metrics import ServiceMetrics
 from services.placement import query_states
 from wire import bus
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
+from wire.identity import Identity
 from wire.topics import dead_topic, view_topic
 
 log = logging.getLogger("hifi.dashboard")
@@ -142,9 +158,13 @@ MAX_BODY_BYTES = 1 << 20   # a query's text is at most 64 KiB (glue.limits); thi
 
 
 class Dashboard:
-    def __init__(self, mdr: MDR, bootstrap: str, topology: Topology | None = None) -> None:
+    def __init__(self, mdr: MDR, bootstrap: str, security: Security, topology: Topology | None = None) -> None:
+        """`security`: the certificates its placement calls trust (they carry each caller's token)."""
         self.mdr = mdr
         self.bootstrap = bootstrap
+        self.security = security.with_token("")
+        self.authenticator = Authenticator(mdr)
+        self.sessions = Sessions()
         self.topology = topology
         self.metrics = ServiceMetrics("dashboard", mdr)
         self.url = ""
@@ -228,8 +248,9 @@ class Dashboard:
             "nodes": nodes,
             "receptors": self._receptors(records, faulty),
             "views": [{"name": v.name, "node": v.node, "topic": v.topic, "window": v.window,
-                       "definition": v.definition} for v in views],
-            "queries": [{"id": q.id, "text": q.text, "root": q.root, "status": states[q.id][0],
+                       "definition": v.definition, "readers": list(v.readers)} for v in views],
+            "queries": [{"id": q.id, "principal": q.principal, "text": q.text, "root": q.root,
+                         "status": states[q.id][0],
                          "error": states[q.id][1], "submitted_ms": q.submitted_ms, "explain": q.explain,
                          "columns": list(q.columns), "tasks": list(q.tasks)} for q in queries],
             "tiers": tier_series({r.id: self.mdr.history(r.id, CHART_SPAN_MS // 1000) for r in records},
@@ -284,19 +305,22 @@ class Dashboard:
         if not address:
             raise LookupError("no placement service is registered in the MDR")
         if self._placement_channel is None:
-            self._placement_channel = grpc.insecure_channel(address)
+            self._placement_channel = open_channel(address, self.security)
         return hifi_pb2_grpc.PlacementStub(self._placement_channel)
 
-    def submit(self, sql: str, explain_only: bool) -> dict:
-        reply = self.placement().Submit(hifi_pb2.SubmitRequest(sql=sql, explain_only=explain_only), timeout=120)
+    def submit(self, sql: str, explain_only: bool, token: str) -> dict:
+        reply = self.placement().Submit(hifi_pb2.SubmitRequest(sql=sql, explain_only=explain_only), timeout=120,
+                                        credentials=grpc.access_token_call_credentials(token))
         return {"query_id": reply.query_id, "root": reply.root_node, "plan": reply.plan,
                 "columns": list(reply.columns)}
 
-    def cancel(self, query_id: str) -> None:
-        self.placement().Cancel(hifi_pb2.QueryRef(query_id=query_id), timeout=120)
+    def cancel(self, query_id: str, token: str) -> None:
+        self.placement().Cancel(hifi_pb2.QueryRef(query_id=query_id), timeout=120,
+                                credentials=grpc.access_token_call_credentials(token))
 
-    def query_rows(self, query_id: str, stop: threading.Event) -> Iterator[dict]:
-        stream = self.placement().Results(hifi_pb2.QueryRef(query_id=query_id))
+    def query_rows(self, query_id: str, stop: threading.Event, token: str) -> Iterator[dict]:
+        stream = self.placement().Results(hifi_pb2.QueryRef(query_id=query_id),
+                                          credentials=grpc.access_token_call_credentials(token))
         stop_watch = threading.Thread(target=lambda: (stop.wait(), stream.cancel()), daemon=True)
         stop_watch.start()
         try:
@@ -316,6 +340,46 @@ class Dashboard:
             for values in batch.rows:
                 yield {"columns": list(batch.columns), "values": [_json_cell(v) for v in values],
                        "emitted_ms": batch.emitted_ms}
+
+
+SESSION_COOKIE = "hifi_session"
+SESSION_S = 12 * 3600   # a session ends after this, or as soon as its token is removed or expires
+
+
+class Sessions:
+    """Login sessions: a random id (the cookie) -> the token it was opened with. Kept in memory: a
+    restarted dashboard asks its users to log in again."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def open(self, token: str) -> str:
+        session = secrets.token_urlsafe(32)
+        with self._lock:
+            now = time.monotonic()
+            self._sessions = {k: v for k, v in self._sessions.items() if v[1] > now}
+            self._sessions[session] = (token, now + SESSION_S)
+        return session
+
+    def token(self, session: str) -> str:
+        with self._lock:
+            found = self._sessions.get(session)
+        return found[0] if found and found[1] > time.monotonic() else ""
+
+    def close(self, session: str) -> None:
+        with self._lock:
+            self._sessions.pop(session, None)
+
+
+def visible_to(snapshot: dict, identity: Identity) -> dict:
+    """The part of a snapshot a caller may see: its own queries (an operator: all) and the views it
+    may read; the hierarchy's health is everyone's."""
+    readers = {f"{v['node']}.{v['name']}": v["readers"] for v in snapshot["views"]}
+    return {**snapshot,
+            "queries": [q for q in snapshot["queries"] if identity.may_touch(q["principal"])],
+            "views": [{k: v for k, v in view.items() if k != "readers"} for view in snapshot["views"]
+                      if identity.may_read(readers[f"{view['node']}.{view['name']}"])]}
 
 
 def _scrape(url: str) -> dict[str, float]:
@@ -443,24 +507,49 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------ routes
 
+    def _caller(self) -> tuple[Identity, str] | None:
+        """(identity, token) of the request's session or bearer token; None after answering 401."""
+        token = ""
+        header = self.headers.get("Authorization", "")
+        if header.startswith("Bearer "):
+            token = header.removeprefix("Bearer ").strip()
+        else:
+            cookies = SimpleCookie(self.headers.get("Cookie", ""))
+            if SESSION_COOKIE in cookies:
+                token = self.owner.sessions.token(cookies[SESSION_COOKIE].value)
+        identity = self.owner.authenticator.identify(token)
+        if identity is None:
+            self._error(HTTPStatus.UNAUTHORIZED, "log in first: POST /api/login {\"token\": ...} (hifi users add "
+                                                 "makes a token; hifi up prints a login link)")
+            return None
+        return identity, token
+
     def do_GET(self) -> None:  # noqa: N802 - http.server's names
         url = urlsplit(self.path)
         if url.path in ("/", "/index.html"):
             return self._asset("index.html")
         if url.path.startswith("/static/"):
             return self._asset(url.path.removeprefix("/static/"))
-        if url.path == "/api/snapshot":
-            return self._json(self.owner.snapshot())
-        if url.path == "/api/stream":
-            stop = threading.Event()
-            return self._stream((("snapshot", s) for s in self.owner.snapshots(stop)), stop)
         if url.path == "/api/prometheus-targets":
             return self._json(self.owner.prometheus_targets())
-        if url.path == "/api/results":
-            return self._results(parse_qs(url.query))
         if url.path == "/metrics":
             return self._send(HTTPStatus.OK, generate_latest(self.owner.metrics.registry),
                               "text/plain; version=0.0.4; charset=utf-8")
+        if not url.path.startswith("/api/"):
+            return self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
+        caller = self._caller()
+        if caller is None:
+            return None
+        identity, token = caller
+        if url.path == "/api/me":
+            return self._json({"principal": identity.principal, "roles": sorted(identity.roles)})
+        if url.path == "/api/snapshot":
+            return self._json(visible_to(self.owner.snapshot(), identity))
+        if url.path == "/api/stream":
+            stop = threading.Event()
+            return self._stream((("snapshot", visible_to(s, identity)) for s in self.owner.snapshots(stop)), stop)
+        if url.path == "/api/results":
+            return self._results(parse_qs(url.query), identity, token)
         self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
 
     def _cross_origin(self) -> bool:
@@ -477,15 +566,44 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         if self._cross_origin():
             return None
+        if path == "/api/login":
+            return self._login()
+        if path == "/api/logout":
+            cookies = SimpleCookie(self.headers.get("Cookie", ""))
+            if SESSION_COOKIE in cookies:
+                self.owner.sessions.close(cookies[SESSION_COOKIE].value)
+            return self._json({"logged_out": True})
         if path not in ("/api/explain", "/api/queries"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+        caller = self._caller()
+        if caller is None:
+            return None
         body = self._body()
         if body is None:
             return None
         sql = str(body.get("sql", "")).strip()
         if not sql:
             return self._error(HTTPStatus.BAD_REQUEST, "the request needs a query: {\"sql\": \"SELECT ...\"}")
-        self._placement_call(lambda: self._json(self.owner.submit(sql, explain_only=path == "/api/explain")))
+        self._placement_call(lambda: self._json(self.owner.submit(sql, path == "/api/explain", caller[1])))
+
+    def _login(self) -> None:
+        body = self._body()
+        if body is None:
+            return None
+        token = str(body.get("token", "")).strip()
+        identity = self.owner.authenticator.identify(token)
+        if identity is None:
+            return self._error(HTTPStatus.UNAUTHORIZED, "unknown or expired token")
+        session = self.owner.sessions.open(token)
+        body_bytes = json.dumps({"principal": identity.principal, "roles": sorted(identity.roles)}).encode()
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body_bytes)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Set-Cookie", f"{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; "
+                                       f"Max-Age={SESSION_S}")
+        self.end_headers()
+        self.wfile.write(body_bytes)
 
     def do_DELETE(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
@@ -493,8 +611,11 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         if not path.startswith("/api/queries/"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")
+        caller = self._caller()
+        if caller is None:
+            return None
         query_id = path.removeprefix("/api/queries/")
-        self._placement_call(lambda: (self.owner.cancel(query_id), self._json({"cancelled": query_id})))
+        self._placement_call(lambda: (self.owner.cancel(query_id, caller[1]), self._json({"cancelled": query_id})))
 
     def _placement_call(self, call) -> None:
         try:
@@ -503,19 +624,30 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.SERVICE_UNAVAILABLE, str(exc))
         except grpc.RpcError as exc:
             status = {grpc.StatusCode.INVALID_ARGUMENT: HTTPStatus.BAD_REQUEST,
-                      grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND}.get(exc.code(), HTTPStatus.SERVICE_UNAVAILABLE)
+                      grpc.StatusCode.NOT_FOUND: HTTPStatus.NOT_FOUND,
+                      grpc.StatusCode.UNAUTHENTICATED: HTTPStatus.UNAUTHORIZED,
+                      grpc.StatusCode.PERMISSION_DENIED: HTTPStatus.FORBIDDEN}.get(exc.code(),
+                                                                                   HTTPStatus.SERVICE_UNAVAILABLE)
             self._error(status, exc.details() or exc.code().name)
 
-    def _results(self, params: dict[str, list[str]]) -> None:
+    def _results(self, params: dict[str, list[str]], identity: Identity, token: str) -> None:
         stop = threading.Event()
         query, view = params.get("query", [""])[0], params.get("view", [""])[0]
         if not query and not view:
             return self._error(HTTPStatus.BAD_REQUEST, "name a query (?query=ID) or a view (?view=NODE.VIEW)")
-        if view and not any(f"{v.node}.{v.name}" == view and v.topic for v in self.owner.mdr.views()):
-            return self._error(HTTPStatus.NOT_FOUND, f"no materialized view {view!r}")
-        if query and not any(q.id == query for q in self.owner.mdr.queries()):
-            return self._error(HTTPStatus.NOT_FOUND, f"no query {query!r}")
-        rows = self.owner.query_rows(query, stop) if query else self.owner.view_rows(view, stop)
+        if view:
+            record = next((v for v in self.owner.mdr.views() if f"{v.node}.{v.name}" == view and v.topic), None)
+            if record is None:
+                return self._error(HTTPStatus.NOT_FOUND, f"no materialized view {view!r}")
+            if not identity.may_read(record.readers):
+                return self._error(HTTPStatus.FORBIDDEN, f"view {view} is not exported to {identity.principal}")
+        if query:
+            found = next((q for q in self.owner.mdr.queries() if q.id == query), None)
+            if found is None:
+                return self._error(HTTPStatus.NOT_FOUND, f"no query {query!r}")
+            if not identity.may_touch(found.principal):
+                return self._error(HTTPStatus.FORBIDDEN, f"query {query} is not {identity.principal}'s")
+        rows = self.owner.query_rows(query, stop, token) if query else self.owner.view_rows(view, stop)
         self._stream((("row", row) for row in rows), stop)
 
     def _asset(self, name: str) -> None:

@@ -24,6 +24,9 @@ from edge.intel_lab import load_intel_lab
 from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR
+from protos import hifi_pb2_grpc
+from services.auth import Security, mint_token, open_channel
+from services.certs import ensure_certificates
 from services.dashboard import Dashboard
 from services.emulation import receptors_for, relation_rows, scenario_of
 from services.node import HiFiNode
@@ -32,6 +35,8 @@ from services.supervisor import Supervisor
 from wire import bus
 from wire.codec import readable_batches
 from wire.topics import view_topic
+
+ADMIN_PRINCIPAL = "admin"   # whom the token `hifi up` writes to its run file belongs to
 
 
 def hifi_home() -> str:
@@ -53,6 +58,7 @@ def load_metadata(mdr: MDR, topology: Topology) -> None:
     for name, raw in RAW_STREAMS.items():
         mdr.define_stream(name, raw.columns)
     mdr.put_parameters(topology.parameters)
+    mdr.put_stream_readers(topology.stream_readers)
     mdr.put_receptors({r.id: {"kind": r.kind, "node": r.node, "location": r.location, "area": r.area}
                        for r in receptors})
     for relation in topology.relations:
@@ -74,6 +80,10 @@ class Hierarchy:
     dashboard: Dashboard | None = None
     processes: bool = False
     supervisor: Supervisor | None = None
+    # the deployment's certificates (services.certs): made under the state directory when not given
+    tls_dir: str = ""
+    # the admin token `start` makes (the CLI's and the tests' calls carry it)
+    admin_token: str = ""
     _placement_service: PlacementService | None = None
 
     def __post_init__(self) -> None:
@@ -82,10 +92,23 @@ class Hierarchy:
             # Checkpoints are rewritten every micro-batch; tmpfs keeps that off the disk.
             shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
             self.state_dir = tempfile.mkdtemp(prefix="hifi-state-", dir=shm)
+        self.tls_dir = ensure_certificates(self.tls_dir or os.path.join(self.state_dir, "tls"))
+
+    @property
+    def security(self) -> Security:
+        """TLS and the admin token: what a caller with every right presents."""
+        return Security(self.tls_dir, self.admin_token)
+
+    def placement_stub(self, token: str | None = None) -> hifi_pb2_grpc.PlacementStub:
+        """A Placement client over TLS carrying `token` (default: the admin token; "" for none)."""
+        channel = open_channel(self.placement_address, self.security.with_token(
+            self.admin_token if token is None else token))
+        return hifi_pb2_grpc.PlacementStub(channel)
 
     def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
         self.mdr.clear()
         load_metadata(self.mdr, self.topology)
+        self.admin_token = mint_token(self.mdr, ADMIN_PRINCIPAL, ("admin",))
         if self.processes:
             self._start_processes(progress)
         else:
@@ -94,11 +117,12 @@ class Hierarchy:
             for spec in self.topology.bottom_up():
                 progress(f"starting node {spec.id} ({spec.tier})")
                 node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
-                                self.state_dir, self.trigger_ms)
+                                self.state_dir, self.trigger_ms, security=Security(self.tls_dir))
                 node.start()
                 self.nodes[spec.id] = node
         # its own MDR client: its MDR operations are its own metrics
-        self._placement_service = start_placement_service(MDR.connect(self.redis_url), self.bootstrap)
+        self._placement_service = start_placement_service(MDR.connect(self.redis_url), self.bootstrap,
+                                                          Security(self.tls_dir))
         self.placement = self._placement_service.placement
         self.placement_address = self._placement_service.address
         progress(f"placement service at {self.placement_address}")
@@ -107,7 +131,7 @@ class Hierarchy:
         """Every node as a process under the supervisor (each waits for its children's exports
         itself); returns once all are alive."""
         self.supervisor = Supervisor(self.topology.source, self.redis_url, self.bootstrap, self.state_dir, progress,
-                                     self.trigger_ms, spare=True)
+                                     self.trigger_ms, spare=True, tls_dir=self.tls_dir)
         progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
         for spec in self.topology.bottom_up():
             self.supervisor.start(spec.id)
@@ -120,7 +144,7 @@ class Hierarchy:
 
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
         """Serve the operations dashboard (services.dashboard); returns its URL."""
-        self.dashboard = Dashboard(MDR.connect(self.redis_url), self.bootstrap, self.topology)
+        self.dashboard = Dashboard(MDR.connect(self.redis_url), self.bootstrap, Security(self.tls_dir), self.topology)
         return self.dashboard.serve(listen)
 
     def start_agents(self, out_dir: str | None = None) -> ReceptorAgent:
@@ -167,12 +191,13 @@ class Hierarchy:
 
     def write_run_file(self) -> None:
         os.makedirs(hifi_home(), exist_ok=True)
-        # readable by its owner only: it holds the MDR's URL with its password
+        # readable by its owner only: it holds the MDR's URL with its password and the admin token
         with open(os.open(run_file(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
             os.fchmod(fh.fileno(), 0o600)   # a run file left by an older version may be wider
             json.dump({"redis_url": self.redis_url, "bootstrap": self.bootstrap, "pid": os.getpid(),
                        "topology": self.topology.source, "readings": self.readings_path,
                        "state_dir": self.state_dir, "placement": self.placement_address,
+                       "tls_dir": self.tls_dir, "token": self.admin_token,
                        "dashboard": self.dashboard.url if self.dashboard else ""}, fh)
 
 

@@ -35,9 +35,11 @@ from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.adoption import Adoptions
+from services.auth import Security
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
 from wire import bus
+from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
 from wire.topics import dead_topic, part_topic, raw_topic
 from wire.windows import duration_ms
@@ -116,13 +118,15 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
 class HiFiNode:
     def __init__(self, node_id: str, topology: Topology, mdr: MDR, spark: SparkSession, bootstrap: str,
                  state_dir: str, trigger_ms: int = 1000, listen: str = "", advertise_host: str = "",
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, security: Security | None = None) -> None:
         """`listen`, `metrics_port`: override the topology's; `advertise_host`: the host other
-        services reach this node at, when it listens on all interfaces (a container's name)."""
+        services reach this node at, when it listens on all interfaces (a container's name);
+        `security`: its TLS material (default: HIFI_TLS_DIR's; its certificate is the node id's)."""
         if node_id not in topology.nodes:
             raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
         self.id = node_id
         self.topology = topology
+        self.security = security or Security.from_env()
         self.standing = standing_views(topology)   # the topology's SQL views, planned as queries are
         self.mdr = mdr
         self.bootstrap = bootstrap
@@ -182,7 +186,8 @@ class HiFiNode:
             for task in standing.tasks:
                 if task.node == self.id:
                     last = task is standing.tasks[-1]
-                    self.deploy(task.query_id, task.plan, task.export_as, standing.view.readers if last else ("*",),
+                    readers = standing.view.readers if last else INTERNAL_READERS
+                    self.deploy(task.query_id, task.plan, task.export_as, readers,
                                 standing.view.definition if last else "")
             if not standing.tasks and standing.node == self.id:   # exported as a definition only
                 export = standing.export
@@ -263,7 +268,7 @@ class HiFiNode:
     def _serve(self, listen: str) -> None:
         self.server, self.address = start_server(
             lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen,
-            interceptors=[self.metrics.interceptor()])
+            self.security, self.mdr, self.id, interceptors=[self.metrics.interceptor()])
 
     def _heartbeat_loop(self) -> None:
         """Liveness only: nothing here may wait on the DSP (a query stop can take seconds)."""

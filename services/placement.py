@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import grpc
 
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
-from glue.analyzer import analyze, refuse_taken_view_name
+from glue.analyzer import AccessError, analyze, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
 from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
@@ -25,12 +25,14 @@ from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
 from services.health import query_health
 from services.metrics import ServiceMetrics
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
+from wire.identity import INTERNAL_READERS, Identity
 from wire.windows import WindowError
 
 log = logging.getLogger("hifi.placement")
@@ -61,7 +63,7 @@ def load_catalog(mdr: MDR) -> Catalog:
     receptors = [ReceptorInfo(rid, info["node"], info.get("location", ""), info.get("area", ""),
                               info.get("kind", "rfid")) for rid, info in sorted(mdr.receptors().items())]
     return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
-                   mdr.parameters())
+                   mdr.parameters(), mdr.stream_readers())
 
 
 def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
@@ -76,6 +78,8 @@ def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, s
     return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}
 
 
+PLACEMENT_PRINCIPAL = "placement"   # the service principal its calls to the nodes carry
+
 # A results stream ends with an error once a part of its query has died this many times in a row
 # (before that a restart, which comes after 2, 10, 30 s, may still recover it).
 FAILURES_ENDING_RESULTS = 3
@@ -86,13 +90,15 @@ class QueryPlacer:
     """Plans, places and deploys queries on the nodes (over gRPC) and cancels them: the placement
     service's work, behind its gRPC servicer."""
 
-    def __init__(self, mdr: MDR, bootstrap: str) -> None:
+    def __init__(self, mdr: MDR, bootstrap: str, security: Security) -> None:
+        """`security`: the TLS material and the service token its calls to the nodes carry."""
         self.mdr = mdr
         self.bootstrap = bootstrap
+        self.security = security
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
-    def plan(self, sql: str, principal: str = "*", naive: bool = False) -> DistributedPlan:
+    def plan(self, sql: str, principal: str | Identity = "*", naive: bool = False) -> DistributedPlan:
         # syntax and admission limits first: a bad or oversized query is refused before the
         # catalog (every view, relation and receptor) is read
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
@@ -101,13 +107,18 @@ class QueryPlacer:
         query = analyze(sql, catalog, principal or "*")
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
-    def submit(self, sql: str, principal: str = "*", naive: bool = False, replay: bool = False) -> DistributedPlan:
+    def submit(self, sql: str, principal: str | Identity = "*", naive: bool = False,
+               replay: bool = False) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
 
         A query answers what its sources receive from its submission on: every source is read
         from the end it had then, and the root drops windows that started earlier (they would
         be partial). `replay` reads the sources from their beginning instead (a long-running
-        hierarchy then catches up first). `naive` deploys the lag benchmark's baseline plan."""
+        hierarchy then catches up first). `naive` deploys the lag benchmark's baseline plan.
+        A view it creates is readable by its principal and by operators (README, "Users, tokens
+        and roles"); by everyone when the principal is the anonymous "*"."""
+        name = principal.principal if isinstance(principal, Identity) else principal
+        readers = ("*",) if name in ("", "*") else (name, "role:operator")
         with self._lock:  # plans see the views that earlier submissions created
             plan = self.plan(sql, principal, naive)
             start_offsets = None
@@ -125,7 +136,8 @@ class QueryPlacer:
                     definition = sql if task.role == "final" and task.export_as else ""
                     spec = {"plan": to_json(task.plan), "export_as": task.export_as,
                             "output_topic": "" if task.export_as else task.topic, "definition": definition,
-                            "start_offsets": start_offsets or {}}
+                            "start_offsets": start_offsets or {},
+                            "readers": list(readers if task.role == "final" and task.export_as else INTERNAL_READERS)}
                     if self._deploy(task.node, task.query_id, spec):
                         deployed.append((task.node, task.query_id))
                         desired.setdefault(task.node, {})[task.query_id] = spec
@@ -143,7 +155,7 @@ class QueryPlacer:
             tasks = tuple({"node": t.node, "role": t.role, "query_id": t.query_id, "export_as": t.export_as,
                            "reused": t.reused} for t in plan.tasks)
             self.mdr.put_query(QueryRecord(plan.query_id, sql, plan.placement.root, remote, "running", now_ms(),
-                                           plan.result_topic, plan.explain(), tuple(plan.columns), tasks))
+                                           plan.result_topic, plan.explain(), tuple(plan.columns), tasks, name))
             return plan
 
     def _stub(self, node: str) -> hifi_pb2_grpc.NodeStub:
@@ -151,7 +163,7 @@ class QueryPlacer:
         if record is None or not record.alive:
             raise PlacementError(f"node {node} is not alive")
         if record.address not in self._channels:
-            self._channels[record.address] = grpc.insecure_channel(record.address)
+            self._channels[record.address] = open_channel(record.address, self.security)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
 
     def _deploy(self, node: str, query_id: str, spec: dict) -> bool:
@@ -159,7 +171,8 @@ class QueryPlacer:
         False when the node already runs it (a view another query created)."""
         request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=spec["plan"]),
                                          export_as=spec["export_as"], output_topic=spec["output_topic"],
-                                         definition=spec["definition"], start_offsets=spec["start_offsets"])
+                                         definition=spec["definition"], start_offsets=spec["start_offsets"],
+                                         readers=spec["readers"])
         try:
             self._stub(node).Deploy(request, timeout=60)
             return True
@@ -226,15 +239,51 @@ class QueryFailed(Exception):
 
 
 class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
-    def __init__(self, placement: QueryPlacer) -> None:
+    """The Placement API. Every call arrives authenticated (services.auth); a query belongs to
+    the principal that submitted it: only it, an operator or an admin may read, list or cancel it."""
+
+    def __init__(self, placement: QueryPlacer, authenticator: Authenticator) -> None:
         self.placement = placement
+        self.authenticator = authenticator
+
+    def _caller(self, context) -> Identity:
+        identity = self.authenticator.caller(context)
+        if identity is None:   # its token was removed since the interceptor checked it
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "the token is no longer valid")
+        return identity
+
+    def _asking_as(self, request, context) -> Identity:
+        """Who the query reads as: the caller; an admin may name another principal (to see what
+        it would be answered), who then reads with that principal's roles."""
+        caller = self._caller(context)
+        if not request.principal or request.principal == caller.principal:
+            return caller
+        if not caller.has("admin"):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{caller.principal} may not ask as {request.principal!r} (only an admin may)")
+        roles = {r for t in self.placement.mdr.tokens().values() if t.principal == request.principal for r in t.roles}
+        return Identity(request.principal, frozenset(roles))
+
+    def _own_query(self, query_id: str, context) -> QueryRecord:
+        """The query, when the caller may touch it (NOT_FOUND / PERMISSION_DENIED otherwise)."""
+        caller = self._caller(context)
+        record = next((q for q in self.placement.mdr.queries() if q.id == query_id), None)
+        if record is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no query {query_id!r}")
+        if not caller.may_touch(record.principal):
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{caller.principal} may not touch query {query_id}: it is not theirs")
+        return record
 
     def Submit(self, request, context):  # noqa: N802 - gRPC method names
+        reader = self._asking_as(request, context)
         try:
             if request.explain_only:
-                plan = self.placement.plan(request.sql, request.principal)
+                plan = self.placement.plan(request.sql, reader)
             else:
-                plan = self.placement.submit(request.sql, request.principal, replay=request.replay)
+                plan = self.placement.submit(request.sql, reader, replay=request.replay)
+        except AccessError as exc:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         except (SqlError, PlanError, WindowError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except RecursionError:   # glue.limits refuses deep queries first; this is the last guard
@@ -245,6 +294,7 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                                     result_topic=plan.result_topic, columns=plan.columns)
 
     def Cancel(self, request, context):  # noqa: N802
+        self._own_query(request.query_id, context)
         try:
             self.placement.cancel(request.query_id)
         except KeyError as exc:
@@ -252,13 +302,15 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
         return hifi_pb2.Ack(ok=True)
 
     def List(self, request, context):  # noqa: N802
-        queries = self.placement.mdr.queries()
+        caller = self._caller(context)
+        queries = [q for q in self.placement.mdr.queries() if caller.may_touch(q.principal)]
         states = query_states(self.placement.mdr, queries)
         return hifi_pb2.QueryList(queries=[
             hifi_pb2.QueryInfo(query_id=q.id, status=states[q.id][0], output_topic=q.result_topic, plan=q.explain,
                                root=q.root, text=q.text, error=states[q.id][1]) for q in queries])
 
     def Results(self, request, context):  # noqa: N802
+        self._own_query(request.query_id, context)
         stop = threading.Event()
         context.add_callback(stop.set)
         try:
@@ -285,23 +337,21 @@ class PlacementService:
         self.metrics.close()
 
 
-def start_placement_service(mdr: MDR, bootstrap: str, listen: str = "127.0.0.1:0", metrics_port: int = 0,
-                            advertise_host: str = "") -> PlacementService:
-    """Serve placement on `listen` and /metrics on `metrics_port`, and record both in the MDR
-    (as reached at `advertise_host` when given: the service listens on all interfaces)."""
-    placement = QueryPlacer(mdr, bootstrap)
+def start_placement_service(mdr: MDR, bootstrap: str, security: Security, listen: str = "127.0.0.1:0",
+                            metrics_port: int = 0, advertise_host: str = "") -> PlacementService:
+    """Serve placement on `listen` (TLS with `security`'s "placement" certificate) and /metrics on
+    `metrics_port`, and record both in the MDR (as reached at `advertise_host` when given: the
+    service listens on all interfaces). Its calls to the nodes carry a service token it makes
+    for itself at start (the one it made before stops working)."""
+    token = mint_token(mdr, PLACEMENT_PRINCIPAL, ("service",), replace=True)
+    placement = QueryPlacer(mdr, bootstrap, security.with_token(token))
     metrics = ServiceMetrics("placement", mdr)
-    server, address = serve(placement, listen, metrics)
+    server, address = start_server(
+        lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(
+            PlacementServicer(placement, Authenticator(mdr)), server),
+        "Placement", listen, security, mdr, "placement", workers=16, interceptors=[metrics.interceptor()])
     host, _, port = address.rpartition(":")
     address = f"{advertise_host or host}:{port}"
     mdr.r.set(mdr.k("placement"), address)
     mdr.put_endpoints("placement", {"grpc": address, "metrics": metrics.serve(host, metrics_port, advertise_host)})
     return PlacementService(placement, server, address, metrics)
-
-
-def serve(placement: QueryPlacer, listen: str = "127.0.0.1:0",
-          metrics: ServiceMetrics | None = None) -> tuple[grpc.Server, str]:
-    """Start the Placement gRPC server (its calls counted in `metrics`); returns it and its address."""
-    return start_server(lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(PlacementServicer(placement),
-                                                                                     server),
-                        "Placement", listen, workers=16, interceptors=[metrics.interceptor()] if metrics else [])

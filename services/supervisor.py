@@ -47,10 +47,11 @@ class Supervisor:
 
     def __init__(self, topology_path: str, redis_url: str, bootstrap: str, workdir: str,
                  progress: Callable[[str], None] = lambda _: None, trigger_ms: int = 1000,
-                 command: list[str] | None = None, spare: bool = False) -> None:
+                 command: list[str] | None = None, spare: bool = False, tls_dir: str = "") -> None:
         """`command`: what runs a node (default `hifi node` on the topology; its id and state
-        directory are in its environment); `spare`: keep a warm spare process (the module's doc)."""
-        self.redis_url, self.bootstrap, self.workdir = redis_url, bootstrap, workdir
+        directory are in its environment); `spare`: keep a warm spare process (the module's doc);
+        `tls_dir`: the deployment's certificates (services.certs), HIFI_TLS_DIR of every node."""
+        self.redis_url, self.bootstrap, self.workdir, self.tls_dir = redis_url, bootstrap, workdir, tls_dir
         self.command = command or [HIFI, "node", "--topology", topology_path, "--trigger-ms", str(trigger_ms)]
         self.progress = progress
         self.nodes: dict[str, NodeProcess] = {}
@@ -105,7 +106,7 @@ class Supervisor:
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
         """A node process's environment (a spare's lacks the node's own part, given when it becomes one)."""
         return {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
-                "HIFI_SPARK_DRIVER_MEMORY": "1g", **extra}
+                "HIFI_SPARK_DRIVER_MEMORY": "1g", **({"HIFI_TLS_DIR": self.tls_dir} if self.tls_dir else {}), **extra}
 
     def _start_spare(self) -> None:
         env = self._env({})

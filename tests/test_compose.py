@@ -17,7 +17,7 @@ import yaml
 
 from glue.topology import load_topology
 from services.cli import build_parser
-from services.compose import compose_model, node_service, render_compose
+from services.compose import TLS_DIR, compose_model, node_service, render_compose
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,11 +81,20 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     assert len([s for s in services if s.startswith("node-")]) == len(topology.nodes)
     assert {"kafka", "redis", "prometheus", "grafana", *HIFI_SERVICES} <= set(services)
 
+    # the certificates: made once per `up` before any HiFi service, which all wait for it to end
+    certs = services.pop("certs")
+    assert certs["command"][:2] == ["certs", TLS_DIR] and certs["restart"] == "no"
+    issued = {certs["command"][i + 1] for i, a in enumerate(certs["command"]) if a == "--service"}
+    assert issued == {"placement", *topology.nodes}
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
         assert service["restart"] == "unless-stopped"
-        assert all(c["condition"] == "service_healthy" for c in service.get("depends_on", {}).values())
+        waits = {k: c["condition"] for k, c in service.get("depends_on", {}).items()}
+        assert all(c == "service_healthy" for k, c in waits.items() if k != "certs")
         if service.get("image", "").startswith("hifi:"):
+            assert waits["certs"] == "service_completed_successfully"
+            assert service["environment"]["HIFI_TLS_DIR"] == TLS_DIR
+            assert f"hifi-tls:{TLS_DIR}:ro" in service["volumes"]
             env = service["environment"]
             assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092" and env["HIFI_REDIS_URL"].startswith("redis://:")
             assert "@redis:6379/" in env["HIFI_REDIS_URL"]
@@ -131,10 +140,12 @@ def test_every_hifi_service_runs_a_hifi_command_the_cli_accepts():
             continue
         args = parser.parse_args(service["command"])
         commands.add(args.command)
+        if name == "certs":   # a one-shot: it ends, it is not watched
+            continue
         check = service["healthcheck"]["test"]
         assert check[:2] == ["CMD", "hifi"], name
         assert parser.parse_args(check[2:]).command == "health"
-    assert commands == {"node", "placement", "agents", "dashboard"}
+    assert commands == {"certs", "node", "placement", "agents", "dashboard"}
 
 
 def test_a_topology_outside_the_repository_is_mounted_into_the_containers(tmp_path):

@@ -50,7 +50,7 @@ def browser(hierarchy):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    driver.get(hierarchy.dashboard.url)
+    driver.get(f"{hierarchy.dashboard.url}#token={hierarchy.admin_token}")   # as `hifi up` prints it
     yield driver
     driver.quit()
 

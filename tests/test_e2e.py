@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from edge.truth import covered_windows, readings_per_node
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
+from services.auth import open_channel
 from services.paths import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
 from wire.codec import datetime_ms as _ms
@@ -185,7 +186,7 @@ def test_readings_produced_equal_consumed_plus_dead_lettered(hierarchy):
 
 def test_node_grpc_api_health_and_reflection(hierarchy):
     address = hierarchy.nodes["door1"].address
-    with grpc.insecure_channel(address) as channel:
+    with open_channel(address, hierarchy.security) as channel:
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="hifi.Node"))
         assert health.status == health_pb2.HealthCheckResponse.SERVING
         node = hifi_pb2_grpc.NodeStub(channel)

@@ -25,7 +25,7 @@ from google.protobuf.message import DecodeError
 from dsp.plan import output_columns
 from edge.agent import read_jsonl
 from glue.topology import parse_topology
-from protos import hifi_pb2, hifi_pb2_grpc
+from protos import hifi_pb2
 from tests.conftest import running_hierarchy, topic_records, wait_for
 from tests.judge import assert_equal_to_reference
 from wire import bus
@@ -170,7 +170,7 @@ def test_a_failing_part_shows_as_failed_everywhere_and_ends_its_results_stream(h
         raise RuntimeError("disk full (injected)")
 
     hierarchy.nodes["hx-a"].dsp.part(task.query_id).on_batch = broken
-    stub = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
+    stub = hierarchy.placement_stub()
     try:
         with pytest.raises(grpc.RpcError) as error:
             for _ in stub.Results(hifi_pb2.QueryRef(query_id=plan.query_id), timeout=150):
@@ -249,7 +249,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     producer.flush()
 
     # 500 malformed or over-limit queries while it runs: each refused with a position within 1 s
-    stub = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
+    stub = hierarchy.placement_stub()
     for sql in _bad_queries(random.Random(9), 500):
         started = time.monotonic()
         with pytest.raises(grpc.RpcError) as error:

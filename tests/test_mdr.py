@@ -4,6 +4,7 @@ import time
 
 from mdr.repository import ViewRecord, now_ms
 from tests.conftest import wait_for
+from wire.identity import readable_by
 
 
 def test_node_liveness_expires_when_heartbeats_stop(mdr):
@@ -46,7 +47,7 @@ def test_views_export_list_and_revoke(mdr):
     mdr.export_view(view)
     assert mdr.views() == [view]
     assert mdr.views("door2") == []
-    assert view.readable_by("warehouse") and not view.readable_by("someone")
+    assert readable_by(view.readers, "warehouse") and not readable_by(view.readers, "someone")
     assert mdr.revoke_view("door1", "smoothed")
     assert mdr.views() == []
     assert not mdr.revoke_view("door1", "smoothed")

@@ -16,12 +16,12 @@ import time
 import urllib.request
 from collections import Counter
 
-import grpc
 import pytest
 
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
-from services.compose import compose_model, node_service
+from services.auth import Security, open_channel
+from services.compose import TLS_DIR, compose_model, node_service
 from services.embedded import free_port
 from services.paths import SMALL_TOPOLOGY
 from tests.conftest import topic_rows, wait_for
@@ -47,7 +47,7 @@ class Deployment:
 
     def local(self, value: str, service: str) -> str:
         """A compose value with this machine's addresses."""
-        value = value.replace("/app/", REPO + "/")
+        value = value.replace("/app/", REPO + "/").replace(TLS_DIR, str(self.workdir / "tls"))
         for port in ("50050", "50051", "8470", "9464"):
             if value.endswith(f":{port}") or f":{port}/" in value:
                 key = f"{service}:{port}"
@@ -69,8 +69,14 @@ class Deployment:
                 env[name] = str(self.workdir / service / name.lower())
         self.envs[service] = {**os.environ, **env}
         log = open(self.workdir / f"{service}.log", "wb")  # noqa: SIM115 - closed with the process
-        self.processes[service] = subprocess.Popen([HIFI, *spec["command"]], env=self.envs[service], stdout=log,
+        command = [self.local(part, service) for part in spec["command"]]
+        self.processes[service] = subprocess.Popen([HIFI, *command], env=self.envs[service], stdout=log,
                                                    stderr=subprocess.STDOUT, cwd=self.workdir)
+
+    def run_once(self, service: str, timeout_s: float) -> None:
+        """A one-shot service (the certificates), to its successful end."""
+        self.start(service)
+        assert self.processes[service].wait(timeout=timeout_s) == 0, self.log(service)
 
     def healthy(self, service: str) -> bool:
         process = self.processes[service]
@@ -123,6 +129,7 @@ def window_rows(deployment, topic: str) -> list[tuple[int, str, int]]:
 
 def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, mdr):
     topology = load_topology(SMALL)
+    deployment.run_once("certs", 60)
     deployment.start_healthy("placement", 60)
     assert mdr.streams() and mdr.receptors(), "placement loads the topology's metadata"
     for spec in topology.bottom_up():   # compose starts a parent once its children are healthy
@@ -133,7 +140,11 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     # every node registered where the others reach it (its advertised host), not 0.0.0.0
     assert all(n.address.startswith("127.0.0.1:") for n in mdr.nodes())
 
-    env = {**deployment.envs["dashboard"],
+    # a user's token, made as an operator makes one in compose (`docker compose exec placement hifi users add`)
+    made = subprocess.run([HIFI, "users", "add", "tester"], env=deployment.envs["placement"], capture_output=True,
+                          text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    env = {**deployment.envs["dashboard"], "HIFI_TOKEN": made.stdout.strip(),
            "HIFI_PLACEMENT": f"127.0.0.1:{deployment.ports['placement:50050']}"}
     done = subprocess.run([HIFI, "query", QUERY, "--limit", "6", "--timeout", "240", "--format", "json"], env=env,
                           capture_output=True, text=True, timeout=300)
@@ -143,7 +154,8 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
 
     # kill -9 of an edge node mid-stream, started again on its state directory (compose's
     # restart policy): a query running through it goes on, its windows all equal to the log's
-    placement = hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(env["HIFI_PLACEMENT"]))
+    placement = hifi_pb2_grpc.PlacementStub(open_channel(env["HIFI_PLACEMENT"],
+                                                         Security(env["HIFI_TLS_DIR"], env["HIFI_TOKEN"])))
     running = placement.Submit(hifi_pb2.SubmitRequest(sql=QUERY.replace("AS reads", "AS n")), timeout=60)
     wait_for(lambda: len(window_rows(deployment, running.result_topic)) >= 2, 120, "the running query's windows")
     deployment.processes["node-dock-a"].kill()

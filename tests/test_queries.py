@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from glue.topology import load_topology
-from protos import hifi_pb2, hifi_pb2_grpc
+from protos import hifi_pb2
 from services.judge import as_ms
 from services.paths import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
@@ -238,7 +238,7 @@ def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(h
 
 
 def _placement(hierarchy):
-    return hifi_pb2_grpc.PlacementStub(grpc.insecure_channel(hierarchy.placement_address))
+    return hierarchy.placement_stub()
 
 
 def test_placement_grpc_rejects_bad_queries_with_position_and_reason(hierarchy):

@@ -51,9 +51,10 @@ def window_starts(t_ms: int, window: Window) -> range:
     return range(first, t_ms // window.slide_ms * window.slide_ms + 1, window.slide_ms)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*"
+                       r"(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$")
 _UNIT_MS = {"ms": 1, "milli": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
-            "hour": 3_600_000}
+            "hour": 3_600_000, "d": 86_400_000}
 
 
 def duration_ms(text: str | int | float) -> int:
@@ -64,7 +65,7 @@ def duration_ms(text: str | int | float) -> int:
     if not match:
         raise DurationError(f"not a duration: {text!r} (write e.g. '500 ms', '5 seconds', '2 minutes')")
     value, unit = float(match.group(1)), match.group(2)
-    for prefix in ("milli", "ms", "hour", "min", "sec", "h", "m", "s"):
+    for prefix in ("milli", "ms", "hour", "min", "sec", "h", "m", "s", "d"):
         if unit.startswith(prefix):
             return int(value * _UNIT_MS[prefix])
     raise DurationError(f"not a duration: {text!r}")

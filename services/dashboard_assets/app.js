@@ -297,6 +297,34 @@ function renderResults() {
   lineChart($("results-chart"), series, true);
 }
 
+// ------------------------------------------------------------------ login
+
+async function login(token) {
+  const answer = await fetch("/api/login", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ token }) });
+  return answer.ok;
+}
+
+// The token may come in the link's fragment (hifi up prints one; the browser never sends a
+// fragment to a server): log in with it, then drop it from the address bar and the history.
+async function start() {
+  const given = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (given) { history.replaceState(null, "", location.pathname); await login(given); }
+  const me = await fetch("/api/me");
+  if (!me.ok) {
+    $("login").hidden = false;
+    $("conn").textContent = "logged out";
+    return;
+  }
+  const who = await me.json();
+  $("who").textContent = `${who.principal} (${who.roles.join(", ")})`;
+  connect();
+}
+
+$("login").onsubmit = async (e) => {
+  e.preventDefault();
+  if (await login($("login-token").value.trim())) { $("login").hidden = true; $("login-token").value = ""; start(); }
+  else $("login-error").textContent = "unknown or expired token";
+};
 $("submit").onclick = () => submitQuery(false);
 $("explain").onclick = () => submitQuery(true);
-connect();
+start();

@@ -1,0 +1,256 @@
+"""Trust, tried as a hostile caller would, on a live hierarchy: every gRPC method (placement and
+node) and every dashboard endpoint without credentials, with a wrong token, with an expired one
+and with a principal lacking the right -- each refused with the right status, and nothing changed;
+the same calls with the right credentials work. A principal who may read only the core's
+`location_reads` gets its rows and is refused the raw stream and the doors' views.
+
+Topology of its own (node ids tr-*): a core over two doors; rfid_stream and the doors' views are
+the operators', `location_reads` is also the analyst's."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import grpc
+import pytest
+
+from dsp.plan import PLAN_FORMAT
+from glue.topology import parse_topology
+from protos import hifi_pb2, hifi_pb2_grpc
+from services.auth import mint_token, open_channel
+from tests.conftest import running_hierarchy
+from wire.codec import from_value
+
+TOPOLOGY = """
+name: trust
+parameters: {strength_T: 0.2, count_T: 1, t1: 2 seconds, t2: 2 seconds, level_lateness: 2 seconds}
+nodes:
+  - {id: tr-core, tier: core}
+  - {id: tr-a, tier: edge, parent: tr-core}
+  - {id: tr-b, tier: edge, parent: tr-core}
+receptors:
+  - {id: tr-a-r1, kind: rfid, node: tr-a, location: inbound-dock, x: 0.0, y: 0.0}
+  - {id: tr-b-r1, kind: rfid, node: tr-b, location: outbound-door, x: 10.0, y: 0.0}
+relations:
+  - name: receptor_locations
+    columns: [[receptor_id, string], [location, string]]
+    replicas: ["*"]
+stream_readers:
+  rfid_stream: [role:operator]
+  receptor_stream: [role:operator]
+views:
+  - tiers: [edge]
+    readers: [role:operator]
+    sql: |
+      CREATE VIEW door_reads AS
+      SELECT receptor_id, count(*) AS reads FROM rfid_stream [range by 't1'] GROUP BY receptor_id
+  - nodes: [tr-core]
+    readers: [analyst, role:operator]
+    sql: |
+      CREATE VIEW location_reads AS
+      SELECT location, sum(reads) AS reads FROM door_reads JOIN receptor_locations USING (receptor_id)
+      GROUP BY location
+scenario:
+  name: trust
+  seed: 5
+  cycle: 200 ms
+  world: {pallets: 3, arrival_gap: 8 seconds, dwell: 8 seconds, repeat: true}
+  readers:
+    - {id: tr-a-r1, node: tr-a, location: inbound-dock, antennas: 2}
+    - {id: tr-b-r1, node: tr-b, location: outbound-door, antennas: 2}
+"""
+ADMIN_QUERY = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
+
+
+@pytest.fixture(scope="module")
+def hierarchy(servers, spark, tmp_path_factory):
+    running = running_hierarchy(parse_topology(TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
+    hierarchy = next(running)
+    hierarchy.start_dashboard()
+    yield hierarchy
+    next(running, None)
+
+
+@pytest.fixture(scope="module")
+def tokens(hierarchy) -> dict[str, str]:
+    """A caller of each kind: none, a token nobody issued, an expired one, two users, the admin."""
+    mdr = hierarchy.mdr
+    return {"none": "", "wrong": "hifi_" + "x" * 43,
+            "expired": mint_token(mdr, "analyst", ("user",), expires_ms=int(time.time() * 1000) - 1),
+            "analyst": mint_token(mdr, "analyst", ("user",)), "mallory": mint_token(mdr, "mallory", ("user",)),
+            "admin": hierarchy.admin_token}
+
+
+def _node_calls(node: str) -> dict[str, tuple]:
+    plan = hifi_pb2.Plan(format=PLAN_FORMAT, body="{}")
+    view_part = "view.door_reads"
+    return {"Deploy": ("unary", hifi_pb2.DeployRequest(query_id="evil", plan=plan, output_topic="hifi.results.evil")),
+            "Cancel": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
+            "Suspend": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
+            "Resume": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
+            "ExportView": ("unary", hifi_pb2.ExportViewRequest(view="evil", plan=plan)),
+            "RevokeView": ("unary", hifi_pb2.ViewRef(view="door_reads")),
+            "ListViews": ("unary", hifi_pb2.Empty()), "ListQueries": ("unary", hifi_pb2.Empty()),
+            "Status": ("unary", hifi_pb2.Empty())}
+
+
+def _call(stub, method: str, request, stream: bool = False):
+    """The call's answer, or its refusal's (code, details)."""
+    try:
+        answer = getattr(stub, method)(request, timeout=20)
+        return list(answer) if stream else answer
+    except grpc.RpcError as exc:
+        return exc.code(), exc.details()
+
+
+def _state(hierarchy) -> tuple:
+    """What a refused call must not change: the MDR's queries, views and tokens, every node's parts."""
+    mdr = hierarchy.mdr
+    return (sorted(q.id for q in mdr.queries()), sorted(v.key for v in mdr.views()),
+            {n: sorted((q.query_id, q.status) for q in node.dsp.queries()) for n, node in hierarchy.nodes.items()})
+
+
+def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothing(hierarchy, tokens):
+    admin = hierarchy.placement_stub()
+    running = admin.Submit(hifi_pb2.SubmitRequest(sql=ADMIN_QUERY), timeout=60)
+    before = _state(hierarchy)
+    placement_calls = {"Submit": (hifi_pb2.SubmitRequest(sql=ADMIN_QUERY), False),
+                       "Cancel": (hifi_pb2.QueryRef(query_id=running.query_id), False),
+                       "List": (hifi_pb2.Empty(), False),
+                       "Results": (hifi_pb2.QueryRef(query_id=running.query_id), True)}
+    node_address = hierarchy.nodes["tr-a"].address
+    for who in ("none", "wrong", "expired"):
+        stub = hierarchy.placement_stub(tokens[who])
+        for method, (request, stream) in placement_calls.items():
+            code, details = _call(stub, method, request, stream)
+            assert code == grpc.StatusCode.UNAUTHENTICATED, (who, method, details)
+            assert "bearer token" in details
+        node = hifi_pb2_grpc.NodeStub(open_channel(node_address, hierarchy.security.with_token(tokens[who])))
+        for method, (_, request) in _node_calls("tr-a").items():
+            assert _call(node, method, request)[0] == grpc.StatusCode.UNAUTHENTICATED, (who, method)
+    # a user may call no node method, and may not touch another's query
+    node = hifi_pb2_grpc.NodeStub(open_channel(node_address, hierarchy.security.with_token(tokens["mallory"])))
+    for method, (_, request) in _node_calls("tr-a").items():
+        code, details = _call(node, method, request)
+        assert code == grpc.StatusCode.PERMISSION_DENIED, method
+        assert details.startswith(f"mallory may not call {method}: it needs the ")
+    mallory = hierarchy.placement_stub(tokens["mallory"])
+    for method in ("Cancel", "Results"):
+        request, stream = placement_calls[method]
+        code, details = _call(mallory, method, request, stream)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and running.query_id in details, (method, details)
+    assert _call(mallory, "List", hifi_pb2.Empty()).queries == []   # another's queries are not listed
+    code, details = _call(mallory, "Submit", hifi_pb2.SubmitRequest(sql=ADMIN_QUERY, principal="admin"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "may not ask as 'admin'" in details
+    # nothing changed
+    assert _state(hierarchy) == before
+    assert hierarchy.mdr.token("0" * 64) is None and len(hierarchy.mdr.tokens()) >= 5
+
+    # with the right credentials the same calls work
+    assert [q.query_id for q in admin.List(hifi_pb2.Empty()).queries] == [running.query_id]
+    operator_node = hifi_pb2_grpc.NodeStub(open_channel(node_address, hierarchy.security))
+    assert operator_node.Status(hifi_pb2.Empty(), timeout=20).node == "tr-a"
+    assert operator_node.Suspend(hifi_pb2.QueryRef(query_id="view.door_reads"), timeout=60).ok
+    assert operator_node.Resume(hifi_pb2.QueryRef(query_id="view.door_reads"), timeout=60).ok
+    results = admin.Results(hifi_pb2.QueryRef(query_id=running.query_id), timeout=120)
+    assert next(results).query_id == running.query_id
+    results.cancel()
+    assert admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60).ok
+    assert hierarchy.mdr.queries() == []
+
+
+def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_views(hierarchy, tokens):
+    analyst = hierarchy.placement_stub(tokens["analyst"])
+    for sql, name, column in (("SELECT receptor_id FROM rfid_stream", "stream 'rfid_stream'", 25),
+                              ("SELECT receptor_id, reads FROM door_reads", "view 'door_reads'", 32)):
+        code, details = _call(analyst, "Submit", hifi_pb2.SubmitRequest(sql=sql))
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+        assert details.startswith(f"line 1, column {column}: {name} is not ") and "'analyst'" in details
+    assert hierarchy.mdr.queries() == []
+
+    reply = analyst.Submit(hifi_pb2.SubmitRequest(sql="SELECT location, reads FROM location_reads"), timeout=60)
+    try:
+        assert [q.query_id for q in analyst.List(hifi_pb2.Empty()).queries] == [reply.query_id]
+        rows = []
+        for result in analyst.Results(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=120):
+            rows.append(result)
+            if len(rows) >= 2:
+                break
+        found = [dict(zip(r.columns, (from_value(v) for v in r.row.values), strict=True)) for r in rows]
+        assert {row["location"] for row in found} <= {"inbound-dock", "outbound-door"}
+        assert all(row["reads"] > 0 for row in found), found
+        # the admin sees every query; the analyst's own is the analyst's to cancel
+        assert reply.query_id in {q.query_id for q in hierarchy.placement_stub().List(hifi_pb2.Empty()).queries}
+    finally:
+        assert analyst.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60).ok
+
+
+def _http(url: str, method: str = "GET", body: dict | None = None, token: str = "", cookie: str = "",
+          read: bool = True) -> tuple[int, dict, str]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    if cookie:
+        headers["Cookie"] = cookie
+    data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=20) as reply:
+            text = reply.read().decode() if read else ""
+            return reply.status, dict(reply.headers), text
+    except urllib.error.HTTPError as refused:
+        return refused.code, dict(refused.headers), refused.read().decode()
+
+
+def test_every_dashboard_endpoint_refuses_a_caller_without_the_right(hierarchy, tokens):
+    base = hierarchy.dashboard.url.rstrip("/")
+    admin = hierarchy.placement_stub()
+    running = admin.Submit(hifi_pb2.SubmitRequest(sql=ADMIN_QUERY), timeout=60)
+    try:
+        endpoints = [("GET", "/api/me", None), ("GET", "/api/snapshot", None), ("GET", "/api/stream", None),
+                     ("GET", "/api/results?view=tr-a.door_reads", None),
+                     ("GET", f"/api/results?query={running.query_id}", None),
+                     ("POST", "/api/explain", {"sql": ADMIN_QUERY}), ("POST", "/api/queries", {"sql": ADMIN_QUERY}),
+                     ("DELETE", f"/api/queries/{running.query_id}", None)]
+        for who in ("none", "wrong", "expired"):
+            for method, path, body in endpoints:
+                status, _, text = _http(base + path, method, body, tokens[who])
+                assert status == 401, (who, method, path, text)
+                assert "log in" in json.loads(text)["error"]
+            if tokens[who]:
+                assert _http(base + "/api/login", "POST", {"token": tokens[who]})[0] == 401
+        # a user: not the doors' view, not another's query (neither its rows nor its cancel)
+        mallory = tokens["mallory"]
+        status, _, text = _http(base + "/api/results?view=tr-a.door_reads", token=mallory)
+        assert status == 403 and "not exported to mallory" in text
+        assert _http(base + f"/api/results?query={running.query_id}", token=mallory)[0] == 403
+        status, _, text = _http(base + f"/api/queries/{running.query_id}", "DELETE", token=mallory)
+        assert status == 403 and running.query_id in text
+        status, _, text = _http(base + "/api/explain", "POST", {"sql": "SELECT receptor_id FROM rfid_stream"},
+                                token=mallory)
+        assert status == 403 and "stream 'rfid_stream' is not readable by 'mallory'" in text
+        snapshot = json.loads(_http(base + "/api/snapshot", token=mallory)[2])
+        assert snapshot["queries"] == [] and snapshot["views"] == []    # neither the admin's query nor a view
+        assert [q.id for q in hierarchy.mdr.queries()] == [running.query_id]
+
+        # a session from a token: the cookie is HttpOnly and SameSite=Strict, and works like the token
+        status, headers, text = _http(base + "/api/login", "POST", {"token": tokens["analyst"]})
+        assert status == 200 and json.loads(text) == {"principal": "analyst", "roles": ["user"]}
+        cookie = headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        session = cookie.split(";")[0]
+        assert json.loads(_http(base + "/api/me", cookie=session)[2])["principal"] == "analyst"
+        views = json.loads(_http(base + "/api/snapshot", cookie=session)[2])["views"]
+        assert [(v["node"], v["name"]) for v in views] == [("tr-core", "location_reads")]
+        # the admin sees every query and view
+        snapshot = json.loads(_http(base + "/api/snapshot", token=tokens["admin"])[2])
+        assert [q["id"] for q in snapshot["queries"]] == [running.query_id]
+        assert {v["name"] for v in snapshot["views"]} >= {"door_reads", "location_reads"}
+        # once its token is removed, a session ends at once
+        hierarchy.mdr.drop_tokens("analyst")
+        assert _http(base + "/api/me", cookie=session)[0] == 401
+    finally:
+        admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60)
