@@ -46,7 +46,7 @@ from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
 from glue.topology import TopologyError
-from wire.identity import Identity
+from wire.identity import SYSTEM, Identity
 from wire.windows import duration_ms
 
 
@@ -517,7 +517,7 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
 PASSES = (_bind_joins, _bind_where, _bind_window, _bind_pattern, _bind_grouping, _bind_select_list, _bind_having)
 
 
-def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str | Identity = "*",
+def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str | Identity = SYSTEM,
                       text: str = "") -> LogicalQuery:
     view_name = statement.name if isinstance(statement, ast.CreateView) else None
     select = statement.select if isinstance(statement, ast.CreateView) else statement
@@ -585,8 +585,9 @@ def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog) -> None:
                    f"choose another view name", pos)
 
 
-def analyze(text: str, catalog: Catalog, principal: str | Identity = "*") -> LogicalQuery:
+def analyze(text: str, catalog: Catalog, principal: str | Identity = SYSTEM) -> LogicalQuery:
     """Parse and bind one statement as `principal` reads (a name, or an identity with roles: it
-    reads only the streams and views whose readers admit it); SqlError names the position and the
+    reads only the streams and views whose readers admit it; by default the deployment itself,
+    which reads everything: the API passes its caller); SqlError names the position and the
     problem, also for a query over the admission limits (glue.limits) of the catalog's parameters."""
     return analyze_statement(parse(text, Limits.from_parameters(catalog.parameters)), catalog, principal, text)

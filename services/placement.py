@@ -32,7 +32,7 @@ from services.metrics import ServiceMetrics
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
-from wire.identity import INTERNAL_READERS, Identity
+from wire.identity import INTERNAL_READERS, SYSTEM, Identity
 from wire.windows import WindowError
 
 log = logging.getLogger("hifi.placement")
@@ -98,7 +98,9 @@ class QueryPlacer:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
-    def plan(self, sql: str, principal: str | Identity = "*", naive: bool = False) -> DistributedPlan:
+    def plan(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False) -> DistributedPlan:
+        """`principal`: who reads (its API callers' identity; in-process callers, the benchmarks and
+        the tests, are the deployment itself and read everything)."""
         # syntax and admission limits first: a bad or oversized query is refused before the
         # catalog (every view, relation and receptor) is read
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
@@ -107,7 +109,7 @@ class QueryPlacer:
         query = analyze(sql, catalog, principal or "*")
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
-    def submit(self, sql: str, principal: str | Identity = "*", naive: bool = False,
+    def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
                replay: bool = False) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
 
