@@ -140,9 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     health.set_defaults(func=cmd_health)
 
     deploy = sub.add_parser("deploy", help="render deployment files for a topology")
-    deploy.add_argument("what", choices=["compose"], help="compose: a docker-compose.yml (Apache Kafka, Redis, "
-                                                          "every node, placement, dashboard, agents, Prometheus, "
-                                                          "Grafana)")
+    deploy.add_argument("what", choices=["compose", "secrets"],
+                        help="compose: a docker-compose.yml (Apache Kafka, Redis, every node, placement, dashboard, "
+                             "agents, Prometheus, Grafana); secrets: a .env of new random passwords for every secret "
+                             "that compose file needs (Redis, Grafana, each Kafka user), written 0600")
     deploy.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
     deploy.add_argument("--output", default=None, help="write here instead of to standard output")
     deploy.set_defaults(func=cmd_deploy)

@@ -302,11 +302,22 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from services.compose import render_compose
+    import secrets
 
-    text = render_compose(load_topology(args.topology), args.topology)
+    from services.compose import render_compose, secret_variables
+
+    topology = load_topology(args.topology)
+    if args.what == "secrets":
+        text = ("# secrets of the compose deployment of topology " + repr(topology.name) + ": keep this file private\n"
+                + "".join(f"{name}={secrets.token_urlsafe(24)}\n" for name in secret_variables(topology)))
+    else:
+        text = render_compose(topology, args.topology)
     if args.output:
-        with open(args.output, "w") as fh:
+        if args.what == "secrets" and os.path.exists(args.output):
+            raise CLIError(f"{args.output} exists: new secrets would lock the running deployment out of its "
+                           f"Redis and broker; remove it first to start afresh")
+        mode = 0o600 if args.what == "secrets" else 0o644
+        with open(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as fh:
             fh.write(text)
         _progress(f"wrote {args.output}")
     else:

@@ -34,6 +34,7 @@ DASHBOARD_PORT = 8470
 REDIS_PASSWORD = "${HIFI_REDIS_PASSWORD:?set HIFI_REDIS_PASSWORD (the MDR has no default password)}"
 GRAFANA_PASSWORD = "${HIFI_GRAFANA_PASSWORD:?set HIFI_GRAFANA_PASSWORD (Grafana has no default password)}"
 REDIS_URL = f"redis://:{REDIS_PASSWORD}@redis:6379/0"
+KAFKA_INTERNAL = "127.0.0.1:9094"   # the broker's own PLAINTEXT listener, inside its container only
 STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
 TLS_DIR = "/var/lib/hifi/tls"   # the deployment's CA and certificates (the certs service makes them)
@@ -90,18 +91,35 @@ def topology_location(source: str) -> tuple[str, list[str]]:
     return f"{MOUNTED_TOPOLOGY_DIR}/{os.path.basename(path)}", [f"{directory}:{MOUNTED_TOPOLOGY_DIR}:ro"]
 
 
+def required(variable: str, what: str) -> str:
+    """A value compose refuses to start without (`${VAR:?why}`)."""
+    return f"${{{variable}:?set {variable} ({what}; hifi deploy secrets makes them all)}}"
+
+
+def secret_variables(topology: Topology) -> list[str]:
+    """Every secret the compose file needs from the environment (`hifi deploy secrets` makes them)."""
+    from services.kafka_acls import password_variable, users
+
+    return ["HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD", *(password_variable(u) for u in users(topology))]
+
+
 def compose_model(topology: Topology, source: str) -> dict[str, Any]:
     """The compose file as plain data."""
+    from services.kafka_acls import password_variable, setup_script, users
     topology_path, mounts = topology_location(source)
     common_env = {"HIFI_REDIS_URL": REDIS_URL, "HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path,
                   "HIFI_TLS_DIR": TLS_DIR}
     certified = {"certs": {"condition": "service_completed_successfully"}}
 
-    def hifi(command: list[str], environment: dict[str, str], depends_on: dict, healthcheck: dict,
+    def hifi(command: list[str], kafka_user: str, environment: dict[str, str], depends_on: dict, healthcheck: dict,
              volumes: list[str] = (), ports: list[str] = ()) -> dict[str, Any]:
+        kafka = {"HIFI_KAFKA_USERNAME": kafka_user,
+                 "HIFI_KAFKA_PASSWORD": required(password_variable(kafka_user), f"the Kafka password of {kafka_user}")}
         service: dict[str, Any] = {
             "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"}, "command": command,
-            "environment": {**common_env, **environment}, "depends_on": {**certified, **depends_on},
+            "environment": {**common_env, **kafka, **environment},
+            "depends_on": {**certified, "kafka-setup": {"condition": "service_completed_successfully"},
+                           **depends_on},
             "healthcheck": healthcheck, "restart": "unless-stopped"}
         service["volumes"] = [*volumes, f"hifi-tls:{TLS_DIR}:ro", *mounts]   # only the certs service writes it
         if ports:
@@ -124,18 +142,36 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
             "image": KAFKA_IMAGE,
             "environment": {
                 "CLUSTER_ID": KAFKA_CLUSTER_ID, "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
-                "KAFKA_LISTENERS": "PLAINTEXT://:9092,CONTROLLER://:9093",
-                "KAFKA_ADVERTISED_LISTENERS": "PLAINTEXT://kafka:9092",
-                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@kafka:9093",
-                "KAFKA_INTER_BROKER_LISTENER_NAME": "PLAINTEXT", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+                # clients: SASL/SCRAM only, every right by ACL (services.kafka_acls); the broker's
+                # own traffic and kafka-setup's: PLAINTEXT on the container's loopback
+                "KAFKA_LISTENERS": f"SASL_PLAINTEXT://:9092,INTERNAL://{KAFKA_INTERNAL},CONTROLLER://127.0.0.1:9093",
+                "KAFKA_ADVERTISED_LISTENERS": f"SASL_PLAINTEXT://kafka:9092,INTERNAL://{KAFKA_INTERNAL}",
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":
+                    "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+                "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093",
+                "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+                "KAFKA_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
+                "KAFKA_LISTENER_NAME_SASL__PLAINTEXT_SCRAM___SHA___512_SASL_JAAS_CONFIG":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "KAFKA_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "KAFKA_SUPER_USERS": "User:ANONYMOUS;User:admin", "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
                 "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
                 "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
                 "KAFKA_NUM_PARTITIONS": "1", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true"},
             "volumes": ["kafka-data:/var/lib/kafka/data"],
             "healthcheck": _healthcheck(["CMD-SHELL", "/opt/kafka/bin/kafka-broker-api-versions.sh "
-                                         "--bootstrap-server localhost:9092 > /dev/null 2>&1"]),
+                                         f"--bootstrap-server {KAFKA_INTERNAL} > /dev/null 2>&1"]),
             "restart": "unless-stopped",
+        },
+        # the SCRAM users and their ACLs, made on the broker's loopback listener (its network)
+        "kafka-setup": {
+            "image": KAFKA_IMAGE,
+            "network_mode": "service:kafka",
+            "entrypoint": ["sh", "-c", setup_script(topology, KAFKA_INTERNAL)],
+            "environment": {password_variable(u): required(password_variable(u), f"the Kafka password of {u}")
+                            for u in users(topology)},
+            "depends_on": _healthy("kafka"),
+            "restart": "no",
         },
         "redis": {
             "image": REDIS_IMAGE,
@@ -147,7 +183,7 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
             "restart": "unless-stopped",
         },
         "placement": hifi(
-            ["placement"],
+            ["placement"], "placement",
             {"HIFI_LISTEN": f"0.0.0.0:{PLACEMENT_PORT}", "HIFI_ADVERTISE_HOST": "placement",
              "HIFI_METRICS_PORT": str(METRICS_PORT)},
             _healthy("kafka", "redis"),
@@ -156,7 +192,7 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
     for spec in topology.bottom_up():
         name = node_service(spec.id)
         services[name] = hifi(
-            ["node"],
+            ["node"], name,
             {"HIFI_NODE_ID": spec.id, "HIFI_LISTEN": f"0.0.0.0:{NODE_PORT}", "HIFI_ADVERTISE_HOST": name,
              "HIFI_METRICS_PORT": str(METRICS_PORT), "HIFI_STATE_DIR": STATE_DIR,
              "HIFI_SPARK_DRIVER_MEMORY": "1g", "HIFI_SPARK_CORES": "2"},
@@ -165,12 +201,12 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
             volumes=[f"{name}-state:{STATE_DIR}"])
     edges = sorted(n for n, spec in topology.nodes.items() if spec.tier == "edge")
     services["agents"] = hifi(
-        ["agents"], {"HIFI_RECEPTOR_DIR": ARCHIVE_DIR},
+        ["agents"], "agents", {"HIFI_RECEPTOR_DIR": ARCHIVE_DIR},
         _healthy("kafka", *(node_service(e) for e in edges)),
         _healthcheck(["CMD", "hifi", "health", "--fresh", f"{ARCHIVE_DIR}/readings.jsonl", "--max-age", "30"]),
         volumes=[f"hifi-archive:{ARCHIVE_DIR}"])
     services["dashboard"] = hifi(
-        ["dashboard"], {"HIFI_LISTEN": f"0.0.0.0:{DASHBOARD_PORT}", "HIFI_ADVERTISE_HOST": "dashboard"},
+        ["dashboard"], "dashboard", {"HIFI_LISTEN": f"0.0.0.0:{DASHBOARD_PORT}", "HIFI_ADVERTISE_HOST": "dashboard"},
         _healthy("kafka", "redis", "placement"),
         _healthcheck(["CMD", "hifi", "health", "--http", f"http://127.0.0.1:{DASHBOARD_PORT}/metrics"]),
         ports=[f"127.0.0.1:${{HIFI_DASHBOARD_PORT:-{DASHBOARD_PORT}}}:{DASHBOARD_PORT}"])

@@ -17,7 +17,8 @@ import yaml
 
 from glue.topology import load_topology
 from services.cli import build_parser
-from services.compose import TLS_DIR, compose_model, node_service, render_compose
+from services.compose import TLS_DIR, compose_model, node_service, render_compose, secret_variables
+from services.kafka_acls import users as kafka_users
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,22 +30,27 @@ def _validated(text: str, tmp_path) -> dict:
     """`docker-compose config` of the file, as docker-compose resolved it (defaults filled in)."""
     path = tmp_path / "docker-compose.yml"
     path.write_text(text)
-    done = _compose_config(path, {"HIFI_REDIS_PASSWORD": "a-secret", "HIFI_GRAFANA_PASSWORD": "another"})
+    done = _compose_config(path, {name: f"secret-{i}" for i, name in enumerate(ALL_SECRETS)})
     assert done.returncode == 0, done.stderr
     return yaml.safe_load(done.stdout)
 
 
 def _compose_config(path, passwords: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD",
+                                                                      "HIFI_KAFKA_PASSWORD"))}
     return subprocess.run(["docker-compose", "-f", str(path), "--project-directory", REPO, "config"],
                           capture_output=True, text=True, timeout=120, env={**env, **passwords})
 
 
-@pytest.mark.parametrize("missing", ["HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD"])
+# every secret any topology's compose file needs (a variable compose does not use is ignored)
+ALL_SECRETS = sorted({name for f in TOPOLOGY_FILES for name in secret_variables(load_topology(f))})
+
+
+@pytest.mark.parametrize("missing", ["HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD", "HIFI_KAFKA_PASSWORD_NODE_DOOR1"])
 def test_compose_refuses_to_start_without_each_password(missing, tmp_path):
     path = tmp_path / "docker-compose.yml"
     path.write_text(render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY))
-    given = {"HIFI_REDIS_PASSWORD": "a-secret", "HIFI_GRAFANA_PASSWORD": "another", missing: ""}
+    given = {**{name: "a-secret" for name in ALL_SECRETS}, missing: ""}
     done = _compose_config(path, given)
     assert done.returncode != 0 and f"set {missing}" in done.stderr, done.stderr
 
@@ -86,13 +92,22 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     assert certs["command"][:2] == ["certs", TLS_DIR] and certs["restart"] == "no"
     issued = {certs["command"][i + 1] for i, a in enumerate(certs["command"]) if a == "--service"}
     assert issued == {"placement", *topology.nodes}
+    # the Kafka users and ACLs: made on the broker's own loopback listener, before any HiFi service
+    setup = services.pop("kafka-setup")
+    assert setup["network_mode"] == "service:kafka" and setup["restart"] == "no"
+    script = setup["entrypoint"][-1]
+    assert all(f"--entity-name {user} " in script for user in kafka_users(topology))
+    assert "--bootstrap-server 127.0.0.1:9094" in script and "kafka:9092" not in script
+    assert "SASL_PLAINTEXT://:9092" in services["kafka"]["environment"]["KAFKA_LISTENERS"]
+    assert services["kafka"]["environment"]["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
         assert service["restart"] == "unless-stopped"
         waits = {k: c["condition"] for k, c in service.get("depends_on", {}).items()}
-        assert all(c == "service_healthy" for k, c in waits.items() if k != "certs")
+        assert all(c == "service_healthy" for k, c in waits.items() if k not in ("certs", "kafka-setup"))
         if service.get("image", "").startswith("hifi:"):
-            assert waits["certs"] == "service_completed_successfully"
+            assert waits["certs"] == waits["kafka-setup"] == "service_completed_successfully"
+            assert service["environment"]["HIFI_KAFKA_USERNAME"] in kafka_users(topology)
             assert service["environment"]["HIFI_TLS_DIR"] == TLS_DIR
             assert f"hifi-tls:{TLS_DIR}:ro" in service["volumes"]
             env = service["environment"]

@@ -60,6 +60,8 @@ class Deployment:
         env = {name: self.local(str(value), service) for name, value in spec["environment"].items()}
         env.update(HIFI_REDIS_URL=self.servers.redis_url, HIFI_KAFKA_BOOTSTRAP=self.servers.bootstrap,
                    HIFI_HOME=str(self.workdir / "home"))
+        for name in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD"):   # the embedded broker has no SASL
+            env.pop(name, None)
         if "HIFI_ADVERTISE_HOST" in env:
             env["HIFI_ADVERTISE_HOST"] = "127.0.0.1"
         if "HIFI_METRICS_PORT" in env:

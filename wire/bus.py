@@ -6,6 +6,7 @@ Topic names are built by wire.topics (DESIGN §3), never by hand.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -16,9 +17,20 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 
+def client_security() -> dict[str, str]:
+    """SASL/SCRAM settings of every client of this process, from HIFI_KAFKA_USERNAME and
+    HIFI_KAFKA_PASSWORD (compose's broker takes no other client; services.kafka_acls says what each
+    user may do); none without them (the embedded broker speaks PLAINTEXT on loopback only)."""
+    user = os.environ.get("HIFI_KAFKA_USERNAME", "")
+    if not user:
+        return {}
+    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": user,
+            "sasl_plain_password": os.environ.get("HIFI_KAFKA_PASSWORD", "")}
+
+
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:
     """Create the topics that do not exist yet (idempotent)."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="hifi-admin")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="hifi-admin", **client_security())
     try:
         existing = set(admin.list_topics())
         missing = [t for t in dict.fromkeys(topics) if t not in existing]
@@ -41,7 +53,7 @@ def make_producer(bootstrap: str, **overrides) -> KafkaProducer:
     config = {"bootstrap_servers": bootstrap, "linger_ms": 5, "acks": "all", "retries": 5,
               "max_request_size": 8 * 1024 * 1024, "enable_idempotence": False,
               "max_in_flight_requests_per_connection": 1, "request_timeout_ms": 10_000,
-              "delivery_timeout_ms": 20_000}
+              "delivery_timeout_ms": 20_000, **client_security()}
     config.update(overrides)
     return KafkaProducer(**config)
 
@@ -81,7 +93,8 @@ def send_and_wait(producer: KafkaProducer, messages: Sequence[tuple[str, bytes, 
 def make_consumer(bootstrap: str) -> KafkaConsumer:
     # Manual assignment only: a group join costs ~20 s on the embedded broker (DESIGN §11).
     return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024)
+                         max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+                         **client_security())
 
 
 # One client of each kind per bootstrap per process: Spark reuses Python workers across tasks.

@@ -1,0 +1,128 @@
+"""Who may read and write which Kafka topics in a compose deployment: SCRAM users and ACLs. Pure.
+
+The broker (docker-compose.yml's `kafka`) takes clients only over SASL/SCRAM-SHA-512 and denies
+what no ACL allows; its `kafka-setup` service creates the users and applies `acls(topology)`.
+Principals:
+  node-<id>   reads its raw topic (an edge) and the views and remote-query partials of the nodes
+              below it (a parent reads its children's exports; one adopting a dead child's
+              children reads theirs), writes its own views, partials, results and dead letters
+  placement   describes every topic (a query starts from the ends its sources have) and reads
+              results; agents write the edges' raw topics; dashboard reads views and dead letters
+              (it checks each view's readers before streaming it, as the placement API does)
+  operator    reads every topic (for an operator's own tools)
+  <principal> a principal a view's readers name reads that view's topic, and nothing else
+  admin       the super user kafka-setup acts as (besides the broker's own loopback listener)
+A role (`role:user`) grants rights through the API only: to read a topic directly a principal
+must be named. Remote-query partials are named `hifi.rqs.<query>.<node>`, so a node's rights on
+them are by the prefix `hifi.rqs.` (whoever reads them must also know a query id).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from glue.topology import Topology
+from services.compose import node_service
+from wire.topics import dead_topic, raw_topic, view_topic
+
+SERVICE_USERS = ("placement", "agents", "dashboard")
+OPERATOR_USER = "operator"
+ADMIN_USER = "admin"
+MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class Acl:
+    principal: str          # a user name (User:<name> to the broker)
+    operation: str          # Read, Write, Create, Describe
+    topic: str              # a topic name, or a prefix when `prefixed`
+    prefixed: bool = False
+
+    def allows(self, principal: str, operation: str, topic: str) -> bool:
+        implied = {"Read": {"Read", "Describe"}, "Write": {"Write", "Describe"}}.get(self.operation,
+                                                                                   {self.operation})
+        matches = topic.startswith(self.topic) if self.prefixed else topic == self.topic
+        return self.principal == principal and operation in implied and matches
+
+    def command(self, bootstrap: str) -> str:
+        """The kafka-acls.sh line that adds it."""
+        pattern = "PREFIXED" if self.prefixed else "LITERAL"
+        return (f"/opt/kafka/bin/kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal "
+                f"User:{self.principal} --operation {self.operation} --topic {self.topic} "
+                f"--resource-pattern-type {pattern}")
+
+
+def named_readers(topology: Topology) -> list[str]:
+    """The principals (not roles, not everyone) that any view's readers or stream_readers name."""
+    names = [r for v in topology.views for r in v.readers] + [r for rs in topology.stream_readers.values() for r in rs]
+    return sorted({r for r in names if r != "*" and not r.startswith("role:")})
+
+
+def users(topology: Topology) -> list[str]:
+    """Every SCRAM user of the deployment."""
+    return [ADMIN_USER, OPERATOR_USER, *SERVICE_USERS, *(node_service(n) for n in topology.nodes),
+            *named_readers(topology)]
+
+
+def password_variable(user: str) -> str:
+    """The environment variable holding `user`'s password (compose refuses to start without it)."""
+    return "HIFI_KAFKA_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", user.upper())
+
+
+def _below(topology: Topology, node: str) -> list[str]:
+    """The nodes whose exports `node` may read or, adopting them, write: those under it, and
+    those under a node that names it an alternate parent."""
+    def under(of: str) -> list[str]:
+        return [n for n, spec in topology.nodes.items() if spec.parent == of or of in spec.alternates]
+    found: set[str] = set()
+    todo = under(node)
+    while todo:
+        child = todo.pop()
+        if child not in found:
+            found.add(child)
+            todo.extend(under(child))
+    return sorted(found)
+
+
+def acls(topology: Topology) -> list[Acl]:
+    rules = [Acl("placement", "Describe", "hifi.", True), Acl("placement", "Read", "hifi.results.", True),
+             Acl("dashboard", "Read", "hifi.view.", True), Acl("dashboard", "Read", "hifi.dead.", True),
+             Acl(OPERATOR_USER, "Read", "hifi.", True)]
+    for node, spec in topology.nodes.items():
+        user = node_service(node)
+        if spec.tier == "edge":
+            rules += [Acl("agents", "Write", raw_topic(node)), Acl("agents", "Create", raw_topic(node)),
+                      Acl(user, "Read", raw_topic(node)), Acl(user, "Create", raw_topic(node))]
+        below = _below(topology, node)
+        # its own views, and those of the nodes below it (it runs a dead child's parts meanwhile)
+        views = [f"hifi.view.{n}." for n in (node, *below)]
+        rules += [Acl(user, op, prefix, True) for prefix in views for op in ("Read", "Write", "Create")]
+        rules += [Acl(user, op, prefix, True) for prefix in ("hifi.rqs.", "hifi.results.")
+                  for op in ("Write", "Create")]
+        rules += [Acl(user, op, dead_topic(node)) for op in ("Write", "Create")]
+        if below:
+            rules.append(Acl(user, "Read", "hifi.rqs.", True))
+    for node in topology.nodes:
+        for view in topology.views_at(node):
+            if view.materialize:
+                rules += [Acl(reader, "Read", view_topic(node, view.name)) for reader in view.readers
+                          if reader != "*" and not reader.startswith("role:")]
+    return rules
+
+
+def allowed(rules: list[Acl], principal: str, operation: str, topic: str) -> bool:
+    """What the broker's authorizer answers (deny unless an ACL allows; no deny rules here)."""
+    return principal == ADMIN_USER or any(rule.allows(principal, operation, topic) for rule in rules)
+
+
+def setup_script(topology: Topology, bootstrap: str = "127.0.0.1:9094") -> str:
+    """The kafka-setup service's shell script: each user's SCRAM credential (its password from its
+    environment variable), then every ACL, idempotently (kafka-acls adds an existing ACL once)."""
+    lines = ["set -eu"]
+    for user in users(topology):
+        lines.append(f"/opt/kafka/bin/kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type users "
+                     f"--entity-name {user} --add-config \"{MECHANISM}=[password=$${password_variable(user)}]\"")
+    lines += [rule.command(bootstrap) + " > /dev/null" for rule in acls(topology)]
+    lines.append("echo kafka users and ACLs in place")
+    return "\n".join(lines)
