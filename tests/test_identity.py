@@ -160,3 +160,40 @@ def test_certificates_a_ca_once_and_each_service_valid_for_its_names(tmp_path):
     # a service without its own certificate serves the shared one
     certs.ensure_certificates(directory)
     assert certs.server_files(directory, "hq") == certs.server_files(directory, "hifi")
+
+
+def test_hifi_users_adds_lists_and_removes_tokens_in_the_mdr(mdr, monkeypatch, capsys):
+    from services.auth import Authenticator
+    from services.cli import main
+
+    monkeypatch.setenv("HIFI_REDIS_URL", mdr.url)
+    assert main(["users", "add", "bob", "--role", "operator", "--expires", "1 hours"]) == 0
+    token = capsys.readouterr().out.strip()
+    identity = Authenticator(mdr).identify(token)
+    assert identity == Identity("bob", frozenset({"operator"}))
+    assert main(["users", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "bob" in listing and "operator" in listing and token not in listing and token_hash(token)[:12] in listing
+    assert main(["users", "add", "eve", "--expires", "soon"]) == 2
+    assert "not a duration: 'soon'" in capsys.readouterr().err
+    assert main(["users", "add", "role:admin"]) == 2
+    assert "a principal is a letter" in capsys.readouterr().err
+    assert main(["users", "remove", "bob"]) == 0
+    assert Authenticator(mdr).identify(token) is None   # at once
+    assert main(["users", "remove", "bob"]) == 2
+
+
+def test_hifi_deploy_secrets_writes_every_secret_privately_and_never_over_an_existing_file(tmp_path, capsys):
+    from glue.topology import load_topology
+    from services.cli import main
+    from services.compose import secret_variables
+    from services.paths import DEFAULT_TOPOLOGY
+
+    path = tmp_path / ".env"
+    assert main(["deploy", "secrets", "--output", str(path)]) == 0
+    values = dict(line.split("=", 1) for line in path.read_text().splitlines() if not line.startswith("#"))
+    assert list(values) == secret_variables(load_topology(DEFAULT_TOPOLOGY))
+    assert len(set(values.values())) == len(values) and all(len(v) >= 32 for v in values.values())
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert main(["deploy", "secrets", "--output", str(path)]) == 2
+    assert "exists" in capsys.readouterr().err
