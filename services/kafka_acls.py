@@ -19,11 +19,10 @@ them are by the prefix `hifi.rqs.` (whoever reads them must also know a query id
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from glue.topology import Topology
-from services.compose import node_service
+from services.compose import node_service, secret_variable
 from wire.topics import dead_topic, raw_topic, view_topic
 
 SERVICE_USERS = ("placement", "agents", "dashboard")
@@ -67,7 +66,7 @@ def users(topology: Topology) -> list[str]:
 
 def password_variable(user: str) -> str:
     """The environment variable holding `user`'s password (compose refuses to start without it)."""
-    return "HIFI_KAFKA_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", user.upper())
+    return secret_variable("KAFKA", user)
 
 
 def _below(topology: Topology, node: str) -> list[str]:

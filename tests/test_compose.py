@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -46,7 +47,8 @@ def _compose_config(path, passwords: dict[str, str]) -> subprocess.CompletedProc
 ALL_SECRETS = sorted({name for f in TOPOLOGY_FILES for name in secret_variables(load_topology(f))})
 
 
-@pytest.mark.parametrize("missing", ["HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD", "HIFI_KAFKA_PASSWORD_NODE_DOOR1"])
+@pytest.mark.parametrize("missing", ["HIFI_REDIS_PASSWORD_NODE_DOOR1", "HIFI_GRAFANA_PASSWORD",
+                                     "HIFI_KAFKA_PASSWORD_NODE_DOOR1"])
 def test_compose_refuses_to_start_without_each_password(missing, tmp_path):
     path = tmp_path / "docker-compose.yml"
     path.write_text(render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY))
@@ -111,8 +113,14 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
             assert service["environment"]["HIFI_TLS_DIR"] == TLS_DIR
             assert f"hifi-tls:{TLS_DIR}:ro" in service["volumes"]
             env = service["environment"]
-            assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092" and env["HIFI_REDIS_URL"].startswith("redis://:")
-            assert "@redis:6379/" in env["HIFI_REDIS_URL"]
+            assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092"
+            if name == "agents":   # it publishes readings only: no MDR user
+                assert "HIFI_REDIS_URL" not in env
+                continue
+            # each service its own MDR user, whose password the redis service knows
+            user = env["HIFI_KAFKA_USERNAME"]
+            assert env["HIFI_REDIS_URL"].startswith(f"redis://{user}:") and "@redis:6379/" in env["HIFI_REDIS_URL"]
+            assert f'"--user" "{user}" "on"' in services["redis"]["command"][-1]
 
     # only the dashboard and Grafana are published, on the host's loopback; every volume named
     # and declared (bind mounts only for config files)
@@ -136,10 +144,10 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     assert {"kafka-data", "redis-data", "hifi-archive"} <= declared
 
 
-def test_redis_keeps_an_append_only_file_behind_a_password_and_kafka_runs_kraft():
+def test_redis_keeps_an_append_only_file_with_a_user_per_service_and_kafka_runs_kraft():
     services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
     redis_command = " ".join(services["redis"]["command"])
-    assert "--appendonly yes" in redis_command and "--requirepass" in redis_command
+    assert "--appendonly yes" in redis_command and '"--user" "default" "off"' in redis_command
     kafka = services["kafka"]
     assert kafka["image"].startswith("apache/kafka:")
     assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
@@ -190,3 +198,44 @@ def test_grafana_shows_only_metrics_the_services_expose():
         prometheus = yaml.safe_load(fh)
     sd = prometheus["scrape_configs"][0]["http_sd_configs"][0]["url"]
     assert sd == "http://dashboard:8470/api/prometheus-targets"
+
+
+def test_a_services_redis_user_runs_the_mdr_and_nothing_else(tmp_path):
+    """compose's Redis users, on a real redis-server started with the same options: a node's user
+    does all the MDR does (scripts, streams, scans) on its keys, and no administrative command;
+    without credentials nothing."""
+    import redis
+
+    from mdr.repository import MDR, ViewRecord, now_ms
+    from services.compose import redis_server_args
+    from services.embedded import free_port
+
+    port = free_port()
+    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                               "--dir", str(tmp_path), *redis_server_args(["node-door1"], lambda u: f"pw-{u}")],
+                              stdout=subprocess.DEVNULL)
+    try:
+        mdr = MDR.connect(f"redis://node-door1:pw-node-door1@127.0.0.1:{port}/0")
+        for _ in range(50):
+            try:
+                mdr.r.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.1)
+        mdr.register_node("door1", "edge", "warehouse", [], "127.0.0.1:1")
+        assert mdr.heartbeat("door1", 5000)
+        mdr.export_view(ViewRecord("v", "door1", "t", "", "", "", (), ("*",), now_ms()))
+        assert mdr.add_counts("door1", "q", 1, {"rows_in": 3}) and mdr.stats("door1")["rows_in"] == 3
+        assert mdr.changes()
+        mdr.clear()
+        assert mdr.nodes() == []
+        for command in (("FLUSHALL",), ("CONFIG", "SET", "requirepass", "x"), ("KEYS", "*"), ("ACL", "LIST"),
+                        ("SET", "elsewhere", "1")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                mdr.r.execute_command(*command)
+        anonymous = redis.Redis(port=port, socket_timeout=5)
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            anonymous.get("hifi:nodes")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

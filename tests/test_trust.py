@@ -67,11 +67,9 @@ ADMIN_QUERY = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 s
 
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    running = running_hierarchy(parse_topology(TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
-    hierarchy = next(running)
-    hierarchy.start_dashboard()
-    yield hierarchy
-    next(running, None)
+    for running in running_hierarchy(parse_topology(TOPOLOGY), servers, str(tmp_path_factory.mktemp("state"))):
+        running.start_dashboard()
+        yield running
 
 
 @pytest.fixture(scope="module")
