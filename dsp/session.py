@@ -13,10 +13,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
 from dsp.kafka_source import KafkaDataSource
+from wire.errors import HiFiError
 
 _lock = threading.Lock()
 WORKER_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_worker.sh")
@@ -51,6 +53,24 @@ def _java_options(archive_at_exit: str = "") -> str:
     return options
 
 
+def network_settings(master: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """How the driver listens: on loopback only in local mode (nothing off this machine needs it);
+    for a cluster, whose executors must reach it, with every connection authenticated by the
+    shared secret HIFI_SPARK_SECRET (the cluster's spark.authenticate.secret) and encrypted."""
+    if master.startswith("local"):
+        return {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+    secret = environ.get("HIFI_SPARK_SECRET", "")
+    if not secret:
+        raise SparkSecretMissing("SPARK_MASTER is set: set HIFI_SPARK_SECRET to the cluster's "
+                                 "spark.authenticate.secret (its driver listens beyond loopback)")
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret,
+            "spark.network.crypto.enabled": "true"}
+
+
+class SparkSecretMissing(HiFiError):
+    """A Spark cluster without the secret that authenticates its connections."""
+
+
 def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSession:
     """Get or create the process's Spark session, with the Kafka data source registered.
     `archive_at_exit`: write the class-data archive there when the JVM exits (see class_archive)."""
@@ -78,12 +98,11 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
+        for key, value in network_settings(master, os.environ).items():
+            builder = builder.config(key, value)
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).
-            # The driver and its block manager listen on loopback only: nothing off this machine
-            # needs them (a cluster's executors do, and a cluster needs spark.authenticate).
-            builder = (builder.config("spark.python.daemon.module", "dsp.worker_daemon")
-                       .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1"))
+            builder = builder.config("spark.python.daemon.module", "dsp.worker_daemon")
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("HIFI_SPARK_LOG_LEVEL", "ERROR"))
         spark.dataSource.register(KafkaDataSource)

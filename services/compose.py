@@ -42,7 +42,8 @@ STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
 TLS_DIR = "/var/lib/hifi/tls"   # the deployment's CA and certificates (the certs service makes them)
 MOUNTED_TOPOLOGY_DIR = "/etc/hifi/topology"
-SPARK_MASTER_COMMENT = "# SPARK_MASTER: spark://spark-master:7077   # a Spark cluster instead of local mode (below)"
+SPARK_MASTER_COMMENT = ("# SPARK_MASTER: spark://spark-master:7077   # a Spark cluster instead of local mode (below)\n"
+                        "      # HIFI_SPARK_SECRET: ${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}")
 
 HEADER = """\
 # HiFi on docker compose: Apache Kafka (KRaft), Redis, the nodes of topology {name!r}, the
@@ -58,16 +59,21 @@ HEADER = """\
 
 SPARK_SERVICES = """\
   # A Spark cluster for the nodes instead of each node's local mode: uncomment these two services
-  # and the SPARK_MASTER line in each node's environment. The workers run the HiFi image: the
-  # nodes' Python code (the Kafka data source, the sinks) runs on them.
+  # and the SPARK_MASTER and HIFI_SPARK_SECRET lines in each node's environment. The workers run
+  # the HiFi image: the nodes' Python code (the Kafka data source, the sinks) runs on them. Every
+  # connection is authenticated with the shared secret HIFI_SPARK_SECRET and encrypted.
   # spark-master:
   #   image: hifi:${HIFI_VERSION:-latest}
   #   entrypoint: ["spark-class", "org.apache.spark.deploy.master.Master", "--host", "spark-master"]
+  #   environment:
+  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}
   #   ports: ["127.0.0.1:8080:8080"]
   #   restart: unless-stopped
   # spark-worker:
   #   image: hifi:${HIFI_VERSION:-latest}
   #   entrypoint: ["spark-class", "org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
+  #   environment:
+  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}
   #   depends_on: [spark-master]
   #   restart: unless-stopped
 """

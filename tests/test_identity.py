@@ -197,3 +197,15 @@ def test_hifi_deploy_secrets_writes_every_secret_privately_and_never_over_an_exi
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert main(["deploy", "secrets", "--output", str(path)]) == 2
     assert "exists" in capsys.readouterr().err
+
+
+def test_the_spark_driver_listens_on_loopback_or_authenticated_and_encrypted():
+    from dsp.session import SparkSecretMissing, network_settings
+
+    assert network_settings("local[2]", {}) == {"spark.driver.bindAddress": "127.0.0.1",
+                                                "spark.driver.host": "127.0.0.1"}
+    with pytest.raises(SparkSecretMissing, match="set HIFI_SPARK_SECRET"):
+        network_settings("spark://spark-master:7077", {})
+    cluster = network_settings("spark://spark-master:7077", {"HIFI_SPARK_SECRET": "s3cret"})
+    assert cluster == {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret",
+                       "spark.network.crypto.enabled": "true"}
