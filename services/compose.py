@@ -66,14 +66,14 @@ SPARK_SERVICES = """\
   #   image: hifi:${HIFI_VERSION:-latest}
   #   entrypoint: ["spark-class", "org.apache.spark.deploy.master.Master", "--host", "spark-master"]
   #   environment:
-  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}
+  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?}
   #   ports: ["127.0.0.1:8080:8080"]
   #   restart: unless-stopped
   # spark-worker:
   #   image: hifi:${HIFI_VERSION:-latest}
   #   entrypoint: ["spark-class", "org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
   #   environment:
-  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}
+  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?}
   #   depends_on: [spark-master]
   #   restart: unless-stopped
 """
