@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--principal", default="",
                        help="ask as this principal (an admin only; default: the token's own principal); "
                             "with --reference: read as it")
+    query.add_argument("--reader", action="append", default=[],
+                       help="CREATE VIEW: who may read the view besides you and the operators (a principal, "
+                            "role:NAME, or '*' for everyone; repeat)")
     query.add_argument("--keep", action="store_true", help="leave a SELECT running after this command exits")
     query.add_argument("--detach", action="store_true", help="submit, print the query id and exit (keeps it)")
     query.add_argument("--replay", action="store_true",

@@ -529,8 +529,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         return 0
     stub = _placement_stub()
     try:
-        reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal,
-                                                   explain_only=args.explain, replay=args.replay), timeout=120)
+        reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal, explain_only=args.explain,
+                                                   replay=args.replay, readers=args.reader), timeout=120)
     except grpc.RpcError as exc:
         raise _rpc_error(exc) from None
     if args.explain:

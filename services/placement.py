@@ -32,7 +32,7 @@ from services.metrics import ServiceMetrics
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
-from wire.identity import INTERNAL_READERS, SYSTEM, Identity
+from wire.identity import INTERNAL_READERS, SYSTEM, Identity, IdentityError, checked_readers
 from wire.windows import WindowError
 
 log = logging.getLogger("hifi.placement")
@@ -110,17 +110,17 @@ class QueryPlacer:
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
-               replay: bool = False) -> DistributedPlan:
+               replay: bool = False, readers: tuple[str, ...] = ()) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
 
         A query answers what its sources receive from its submission on: every source is read
         from the end it had then, and the root drops windows that started earlier (they would
         be partial). `replay` reads the sources from their beginning instead (a long-running
         hierarchy then catches up first). `naive` deploys the lag benchmark's baseline plan.
-        A view it creates is readable by its principal and by operators (README, "Users, tokens
-        and roles"); by everyone when the principal is the anonymous "*"."""
+        A view it creates is readable by its principal, by operators and by `readers` (README,
+        "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
-        readers = ("*",) if name in ("", "*") else (name, "role:operator")
+        readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
         with self._lock:  # plans see the views that earlier submissions created
             plan = self.plan(sql, principal, naive)
             start_offsets = None
@@ -280,10 +280,15 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
     def Submit(self, request, context):  # noqa: N802 - gRPC method names
         reader = self._asking_as(request, context)
         try:
+            readers = checked_readers(list(request.readers))
+            if readers and not request.sql.lstrip().upper().startswith("CREATE"):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "readers are given to a view: CREATE VIEW only")
             if request.explain_only:
                 plan = self.placement.plan(request.sql, reader)
             else:
-                plan = self.placement.submit(request.sql, reader, replay=request.replay)
+                plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers)
+        except IdentityError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except AccessError as exc:
             context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         except (SqlError, PlanError, WindowError) as exc:

@@ -80,6 +80,15 @@ def test_a_token_is_stored_only_as_its_hash_and_expires():
         TokenRecord.from_json('{"principal": "a"}')
 
 
+def test_readers_a_user_gives_are_checked():
+    from wire.identity import checked_readers
+
+    assert checked_readers(["analyst", "role:user", "*", "analyst"]) == ("analyst", "role:user", "*")
+    for bad in (["role:root"], ["a b"], [""]):
+        with pytest.raises(IdentityError):
+            checked_readers(bad)
+
+
 def test_principals_and_roles_are_checked():
     assert checked_principal("alice@example.com") == "alice@example.com"
     for bad in ("", "*", "role:admin", "a b", "x" * 65):

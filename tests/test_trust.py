@@ -185,6 +185,25 @@ def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_v
     finally:
         assert analyst.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60).ok
 
+    # a view a query creates is its principal's and the readers it names
+    admin = hierarchy.placement_stub()
+    for readers, sql, says in ((["role:root"], "CREATE VIEW x AS SELECT location FROM location_reads", "a role is one"),
+                               (["analyst"], "SELECT location FROM location_reads", "CREATE VIEW only")):
+        code, details = _call(admin, "Submit", hifi_pb2.SubmitRequest(sql=sql, readers=readers))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and says in details
+    created = admin.Submit(hifi_pb2.SubmitRequest(
+        sql="CREATE VIEW busy_locations AS SELECT location, reads FROM location_reads WHERE reads > 1",
+        readers=["analyst"]), timeout=60)
+    try:
+        assert next(v for v in hierarchy.mdr.views() if v.name == "busy_locations").readers == \
+            ("admin", "role:operator", "analyst")
+        explain = hifi_pb2.SubmitRequest(sql="SELECT location FROM busy_locations", explain_only=True)
+        assert analyst.Submit(explain, timeout=60).plan
+        code, details = _call(hierarchy.placement_stub(tokens["mallory"]), "Submit", explain)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "'busy_locations' is not exported to 'mallory'" in details
+    finally:
+        admin.Cancel(hifi_pb2.QueryRef(query_id=created.query_id), timeout=60)
+
 
 def _http(url: str, method: str = "GET", body: dict | None = None, token: str = "", cookie: str = "",
           read: bool = True) -> tuple[int, dict, str]:

@@ -131,6 +131,19 @@ def checked_principal(name: str) -> str:
     return name
 
 
+def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A readers list as a user gives it: `*`, `role:<a role>` or principals."""
+    for reader in readers:
+        if reader == "*":
+            continue
+        if reader.startswith("role:"):
+            if reader.removeprefix("role:") not in ROLES:
+                raise IdentityError(f"reader {reader!r}: a role is one of {', '.join(ROLES)}")
+            continue
+        checked_principal(reader)
+    return tuple(dict.fromkeys(readers))
+
+
 def checked_roles(roles: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     unknown = [r for r in roles if r not in ROLES]
     if unknown or not roles:
