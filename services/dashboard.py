@@ -519,6 +519,7 @@ class _Handler(BaseHTTPRequestHandler):
                 token = self.owner.sessions.token(cookies[SESSION_COOKIE].value)
         identity = self.owner.authenticator.identify(token)
         if identity is None:
+            self.close_connection = True   # a body it sent is not read: where the next request starts is unknown
             self._error(HTTPStatus.UNAUTHORIZED, "log in first: POST /api/login {\"token\": ...} (hifi users add "
                                                  "makes a token; hifi up prints a login link)")
             return None
@@ -558,6 +559,7 @@ class _Handler(BaseHTTPRequestHandler):
         through a browser that can reach it)."""
         if same_origin(self.headers.get("Origin"), self.headers.get("Host"), self.headers.get("Sec-Fetch-Site")):
             return False
+        self.close_connection = True   # its body is not read
         self._error(HTTPStatus.FORBIDDEN, "cross-origin request refused: queries are started and cancelled "
                                           "from the dashboard's own page (or without a browser: hifi query)")
         return True

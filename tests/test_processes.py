@@ -57,7 +57,7 @@ class Deployment:
 
     def start(self, service: str) -> None:
         spec = self.model[service]
-        env = {name: self.local(str(value), service) for name, value in spec["environment"].items()}
+        env = {name: self.local(str(value), service) for name, value in spec.get("environment", {}).items()}
         env.update(HIFI_REDIS_URL=self.servers.redis_url, HIFI_KAFKA_BOOTSTRAP=self.servers.bootstrap,
                    HIFI_HOME=str(self.workdir / "home"))
         for name in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD"):   # the embedded broker has no SASL

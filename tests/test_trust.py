@@ -192,7 +192,8 @@ def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_v
         code, details = _call(admin, "Submit", hifi_pb2.SubmitRequest(sql=sql, readers=readers))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and says in details
     created = admin.Submit(hifi_pb2.SubmitRequest(
-        sql="CREATE VIEW busy_locations AS SELECT location, reads FROM location_reads WHERE reads > 1",
+        sql="CREATE VIEW busy_locations AS SELECT window_start, window_end, location, reads FROM location_reads "
+            "WHERE reads > 1",
         readers=["analyst"]), timeout=60)
     try:
         assert next(v for v in hierarchy.mdr.views() if v.name == "busy_locations").readers == \
