@@ -17,6 +17,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import grpc
+
 from dsp.plan import RAW_STREAMS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
@@ -85,6 +87,7 @@ class Hierarchy:
     # the admin token `start` makes (the CLI's and the tests' calls carry it)
     admin_token: str = ""
     _placement_service: PlacementService | None = None
+    _channels: dict[str, grpc.Channel] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
@@ -100,10 +103,12 @@ class Hierarchy:
         return Security(self.tls_dir, self.admin_token)
 
     def placement_stub(self, token: str | None = None) -> hifi_pb2_grpc.PlacementStub:
-        """A Placement client over TLS carrying `token` (default: the admin token; "" for none)."""
-        channel = open_channel(self.placement_address, self.security.with_token(
-            self.admin_token if token is None else token))
-        return hifi_pb2_grpc.PlacementStub(channel)
+        """A Placement client over TLS carrying `token` (default: the admin token; "" for none);
+        one channel per token, closed when the hierarchy stops."""
+        token = self.admin_token if token is None else token
+        if token not in self._channels:
+            self._channels[token] = open_channel(self.placement_address, self.security.with_token(token))
+        return hifi_pb2_grpc.PlacementStub(self._channels[token])
 
     def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
         self.mdr.clear()
@@ -173,6 +178,9 @@ class Hierarchy:
                 for topic in self.view_topics(v.name)]
 
     def stop(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
         if self.agent is not None:
             self.agent.stop()
         if self.dashboard is not None:
