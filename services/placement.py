@@ -120,9 +120,11 @@ class QueryPlacer:
         A view it creates is readable by its principal, by operators and by `readers` (README,
         "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
-        readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
+        view_readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
         with self._lock:  # plans see the views that earlier submissions created
             plan = self.plan(sql, principal, naive)
+            if readers and plan.query.view_name is None:
+                raise SqlError("readers are given to a view: CREATE VIEW only")
             start_offsets = None
             if not replay:
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
@@ -139,7 +141,8 @@ class QueryPlacer:
                     spec = {"plan": to_json(task.plan), "export_as": task.export_as,
                             "output_topic": "" if task.export_as else task.topic, "definition": definition,
                             "start_offsets": start_offsets or {},
-                            "readers": list(readers if task.role == "final" and task.export_as else INTERNAL_READERS)}
+                            "readers": list(view_readers if task.role == "final" and task.export_as
+                                            else INTERNAL_READERS)}
                     if self._deploy(task.node, task.query_id, spec):
                         deployed.append((task.node, task.query_id))
                         desired.setdefault(task.node, {})[task.query_id] = spec
@@ -281,8 +284,6 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
         reader = self._asking_as(request, context)
         try:
             readers = checked_readers(list(request.readers))
-            if readers and not request.sql.lstrip().upper().startswith("CREATE"):
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "readers are given to a view: CREATE VIEW only")
             if request.explain_only:
                 plan = self.placement.plan(request.sql, reader)
             else:
