@@ -77,7 +77,7 @@ def restart_node(hierarchy, node_id: str, while_down: Callable[[], None] = lambd
     old.stop()
     while_down()
     node = HiFiNode(node_id, hierarchy.topology, old.mdr, old.dsp.spark, hierarchy.bootstrap, hierarchy.state_dir,
-                    hierarchy.trigger_ms)
+                    hierarchy.trigger_ms, security=old.security)
     node.start()
     hierarchy.nodes[node_id] = node
     return node
