@@ -365,9 +365,19 @@ class ReceptorAgent:
         return events
 
 
-def read_jsonl(path: str) -> list[dict[str, Any]]:
+def read_jsonl(path: str, until_ms: int | None = None) -> list[dict[str, Any]]:
+    """The lines of a log; `until_ms`: only those up to that time (the agent writes its lines in
+    tick order, so reading stops at the first later one: a long run's log is not parsed whole)."""
+    lines = []
     with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for text in fh:
+            if not text.strip():
+                continue
+            line = json.loads(text)
+            if until_ms is not None and line["t"] > until_ms:
+                break
+            lines.append(line)
+    return lines
 
 
 def tag_locations(truth: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, str]]]:

@@ -12,6 +12,9 @@ from services.judge import as_ms, rows_in_span, same_rows, time_column, topic_ro
 from tests.conftest import wait_for
 
 WINDOWS_TO_COMPARE = 2
+# The span compared ends at most this long after the query's start: a query checked late in a
+# module (its windows accumulating since the module began) costs the judge no more than the first.
+SPAN_CAP_MS = 60_000
 
 
 def _span(hierarchy, plan) -> tuple[int, int] | None:
@@ -20,13 +23,13 @@ def _span(hierarchy, plan) -> tuple[int, int] | None:
     start = max(hierarchy.agent.stats.started_ms, plan.start_ms or 0)
     rows = topic_rows(hierarchy.bootstrap, plan.result_topic)
     if plan.query.is_aggregate:
-        starts = sorted({as_ms(r["window_start"]) for r in rows if as_ms(r["window_start"]) >= start})
+        starts = sorted({at for r in rows if start <= (at := as_ms(r["window_start"])) <= start + SPAN_CAP_MS})
         return (start, starts[-1]) if len(starts) >= WINDOWS_TO_COMPARE else None
     column = time_column(plan)
     times = [as_ms(r[column]) for r in rows if as_ms(r[column]) >= start]
     # rows of the last seconds may still be on their way, so they are left out; enough rows must
     # lie before them (a reader seeing many tags puts 20 rows in the last 3 s alone)
-    high = max(times, default=0) - 3000
+    high = min(max(times, default=0) - 3000, start + SPAN_CAP_MS)
     return (start, high) if sum(t <= high for t in times) >= 20 else None
 
 
