@@ -132,6 +132,10 @@ class SourceOp(Operator):
                     self.marks[topic] = max(self.marks.get(topic, newest), newest)
                     self.first_mark_ms = _none_min(self.first_mark_ms, newest)
             batch = batch.filter(pc.invert(is_marker))
+        if self.plan.format == "samples" and batch.num_rows:
+            # a sample batch's clock row (no receptor: dsp.kafka_source) moves event time, nothing else
+            self.newest_ms = _none_max(self.newest_ms, pc.max(epoch_ms(batch[self.plan.event_time])).as_py())
+            batch = batch.filter(pc.is_valid(batch["receptor_id"]))
         rows = batch.select([name for name, _ in self.plan.columns]).cast(self.schema)
         if not self.plan.markers and rows.num_rows:
             newest = pc.max(epoch_ms(rows[self.plan.event_time])).as_py()

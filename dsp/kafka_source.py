@@ -10,7 +10,9 @@ Options:
                      given in `schema`: receptor_id, the quantities, ts (read cycles are skipped)
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
   heartbeats "true" (format "rfid"): also a row with no tag (tag_id, antenna, read_strength null) for
-             every valid read cycle, so a query knows the cycles that read nothing (adaptive smoothing)
+             every valid read cycle, so a query knows the cycles that read nothing (adaptive smoothing);
+             (format "samples"): a row with no receptor at every sample batch's time, so event time
+             moves on while the motes hold samples back (the sensor proxy)
   schema     Spark DDL of the rows (format "rows")
   markers    "true": a RowBatch progress marker (no rows, watermark_ms set) becomes one row with
              `__progress` true, every column null but the event-time ones (timestamps), which
@@ -228,7 +230,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                 rows.extend(decoded)
             elif self.format == "samples":
                 if is_sensor_batch(record.headers):
-                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules)[0])
+                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
             else:
                 batch, problem = parse_row_batch(record.value)
                 if batch is not None:

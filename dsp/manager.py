@@ -244,6 +244,11 @@ class DSPManager:
 
     # ------------------------------------------------------------ inspection
 
+    def plans(self) -> list[Plan]:
+        """The plans of the queries it compiled (not the readers it runs), whatever their state."""
+        with self._lock:
+            return [q.plan for q in self._queries.values() if q.plan is not None]
+
     def queries(self) -> list[ManagedQuery]:
         """The node's queries; one found dead with an error is restarted from its checkpoint (its
         sink's fence keeps the replayed batch from being written twice) after the next wait of

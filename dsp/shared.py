@@ -200,7 +200,9 @@ class SharedRuntime:
         def start(writer: Callable[[DataFrame], object]):
             ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(),
                                  mdr_url=self.mdr_url, start_offsets=start_offsets)
-            df = topic_reader(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows", event_time)
+            # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
+            df = topic_reader(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows", event_time,
+                              heartbeats=reader.format == "samples")
             stream = writer(df)
             if reader.format == "rows":
                 # a child's view carries few rows per batch (partials, markers); polling it twice
@@ -418,6 +420,12 @@ class SharedRuntime:
     def part(self, query_id: str) -> Part:
         """A plan running on the shared readers (KeyError if it runs elsewhere or nowhere)."""
         return self._parts[query_id]
+
+    def plans(self) -> list[Plan]:
+        """The plans of every part and Spark query deployed, whatever their state (no side effects,
+        unlike queries(): the sensor proxy reads them)."""
+        return [p.managed.plan for p in list(self._parts.values()) if p.managed.plan is not None] + \
+            self.spark_queries.plans()
 
     def queries(self) -> list[ManagedQuery]:
         """The node's queries (readers are not queries of their own): a part whose reader is

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any
 
+from edge.control import ControlFollower
 from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, replay
 from edge.motes import MoteReading
 from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
@@ -39,6 +40,7 @@ from edge.spool import Spool, SpooledRecord
 from edge.supply_chain import AWAY, SupplyChainWorld
 from wire import bus
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
+from wire.receptor_settings import wants
 from wire.topics import raw_topic
 
 READINGS_FILE = "readings.jsonl"
@@ -61,6 +63,7 @@ class AgentStats:
     cycles: int = 0
     readings: int = 0
     samples: int = 0
+    held: int = 0          # samples the motes held back: no running query could use them (the sensor proxy)
     messages: int = 0
     payload_bytes: int = 0
     started_ms: int = 0
@@ -127,6 +130,7 @@ class ReceptorAgent:
         self._tags_told = 0
         self._told_fires: set[tuple[int, str]] = set()
         self._seq: dict[str, int] = defaultdict(int)
+        self.control: ControlFollower | None = None   # the sensor proxies' settings (while running)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -164,6 +168,7 @@ class ReceptorAgent:
         bus.ensure_topics(self.bootstrap, [raw_topic(n) for n in self.nodes()])
         producer = bus.make_producer(self.bootstrap, **PRODUCER_TIMEOUTS)
         outbox = Outbox(producer, Spool(self.spool_dir, self.spool_bytes))
+        self.control = ControlFollower(self.bootstrap, self.nodes())
         rng = random.Random(self.scenario.seed)
         readings_out: IO[str] | None = None
         truth_out: IO[str] | None = None
@@ -191,6 +196,7 @@ class ReceptorAgent:
                     self.stats.late_ticks += late_ms > self.tick_ms
                 if wall_start is None:
                     wall_start = time.time()
+                self.control.poll()   # the motes obey their proxy's newest settings from this tick on
                 tick = self._tick(t, rng)
                 sent_ms = int(time.time() * 1000)
                 outbox.send([SpooledRecord(topic, key, value, headers, sent_ms)
@@ -212,6 +218,8 @@ class ReceptorAgent:
             outbox.forward()   # what is still spooled then is taken up by the next agent on the directory
             self._count(outbox)
             producer.close(timeout=5)
+            self.control.close()
+            self.control = None
             for out in (readings_out, truth_out):
                 if out is not None:
                     out.close()
@@ -244,6 +252,7 @@ class ReceptorAgent:
         if (t - self.start_ms) % self.scenario.cycle_ms == 0:
             self._read_cycles(tick, rng)
         samples: dict[str, list[Sample]] = defaultdict(list)
+        held: dict[str, list[Sample]] = defaultdict(list)   # taken, not sent: no query could use them
         for mote in self.scenario.motes:
             if mote.due(t, self.start_ms):
                 reading = mote.sample(self.scenario.environment, t, self.start_ms, rng)
@@ -251,23 +260,37 @@ class ReceptorAgent:
                 fault = mote.fault.kind if mote.fault is not None and mote.fault.active(t) else ""
                 tick.motes[mote.receptor_id] = {"true": truth, "fault": fault}
                 if reading is not None:
-                    samples[mote.edge_node].append(self._sample(reading))
+                    self._route(mote.edge_node, self._sample(reading), samples, held)
         while self._pending_replay is not None and self._pending_replay.t_ms <= t:
             lab = self._pending_replay
             assert self.scenario.replay is not None
             receptor = replay_receptor(lab.mote_id)
             tick.motes[receptor] = {"true": lab.true_values, "fault": lab.fault}
-            samples[self.scenario.replay.node].append(self._sample(MoteReading(receptor, lab.t_ms, lab.values, {})))
+            self._route(self.scenario.replay.node, self._sample(MoteReading(receptor, lab.t_ms, lab.values, {})),
+                        samples, held)
             self._pending_replay = next(self._replay, None)
         tick_number = (t - self.start_ms) // self.tick_ms
-        for node, batch in sorted(samples.items()):
-            key, value = encode_sensor_batch(node, tick_number, batch)
+        for node in sorted(samples.keys() | held.keys()):
+            batch, version = samples[node], self.control.version(node) if self.control is not None else 0
+            # sent even when every mote held its sample back: the batch's time moves the node's event time
+            key, value = encode_sensor_batch(node, tick_number, batch, t, version)
             topic = raw_topic(node)
             tick.messages.append((topic, key, value, [(RECORD_TYPE_HEADER, SENSOR_BATCH)]))
-            tick.readings.append({"t": t, "node": node, "topic": topic, "key": key.decode(),
-                                  "samples": [asdict(s) for s in batch]})
+            line = {"t": t, "node": node, "topic": topic, "key": key.decode(), "samples": [asdict(s) for s in batch]}
+            if held[node]:
+                line["held"] = [asdict(s) for s in held[node]]
+            if version:
+                line["settings_version"] = version
+            tick.readings.append(line)
             self.stats.samples += len(batch)
+            self.stats.held += len(held[node])
         return tick
+
+    def _route(self, node: str, sample: Sample, samples: dict[str, list[Sample]],
+               held: dict[str, list[Sample]]) -> None:
+        """Send the sample, or hold it back when its mote's settings say no query could use it."""
+        keep = self.control is None or wants(self.control.rule(node, sample.receptor_id), sample.values)
+        (samples if keep else held)[node].append(sample)
 
     def _read_cycles(self, tick: _Tick, rng: random.Random) -> None:
         t = tick.t

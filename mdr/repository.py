@@ -9,6 +9,8 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    so a node that stops heartbeating turns dead by itself
   streams                    HASH  stream name -> JSON [[attribute, type], ...] (mediated schema)
   receptors                  HASH  receptor id -> JSON {kind, node, location, area}
+  told:<node>                HASH  mote id -> JSON {rule, version}: what the edge node's sensor proxy
+                                   told each of its motes last (glue.proxy; `always`, `never` or thresholds)
   parameters                 HASH  deployment parameter -> JSON value (strength_T, t1, ...)
   relations                  SET   static relation names
   relation:<name>            HASH  columns (JSON), rows (JSON), replicas (JSON list of node ids)
@@ -284,6 +286,13 @@ class MDR:
 
     def receptors(self) -> dict[str, dict[str, Any]]:
         return {rid: json.loads(info) for rid, info in self.r.hgetall(self.k("receptors")).items()}
+
+    def put_told(self, node_id: str, told: dict[str, dict[str, Any]]) -> None:
+        """What the node's sensor proxy told its motes: {mote: {rule, version}}."""
+        self._put_json_hash(f"told:{node_id}", told)
+
+    def told(self, node_id: str) -> dict[str, dict[str, Any]]:
+        return {mote: json.loads(info) for mote, info in self.r.hgetall(self.k("told", node_id)).items()}
 
     def put_parameters(self, parameters: dict[str, Any]) -> None:
         self._put_json_hash("parameters", parameters)

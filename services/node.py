@@ -38,10 +38,11 @@ from services.adoption import Adoptions
 from services.auth import Security
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
+from services.sensor_proxy import SensorProxy
 from wire import bus
 from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
-from wire.topics import dead_topic, part_topic, raw_topic
+from wire.topics import control_topic, dead_topic, part_topic, raw_topic
 from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
@@ -75,7 +76,7 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
-        self._guard(context, self.node.dsp.cancel, request.query_id)
+        self._guard(context, self.node.cancel, request.query_id)
         return hifi_pb2.Ack(ok=True)
 
     def Suspend(self, request, context):  # noqa: N802
@@ -148,6 +149,7 @@ class HiFiNode:
         self._exports: dict[str, ViewRecord] = {}   # what it exports, put again if the MDR lost it
         self._endpoints: dict[str, str] = {}
         self.adoptions = Adoptions(self)   # re-parenting: a dead parent's parts, and its own taken back
+        self.proxy = SensorProxy(node_id, bootstrap, mdr) if tier == "edge" else None
 
     def intake_rules(self) -> IntakeRules:
         """What this node's readers check every record against (wire.intake): its receptors from
@@ -180,7 +182,7 @@ class HiFiNode:
         self._gauges.start()
         bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
-            bus.ensure_topics(self.bootstrap, [raw_topic(self.id)])
+            bus.ensure_topics(self.bootstrap, [raw_topic(self.id), control_topic(self.id)])
         self.adoptions.returning()   # before any part: a node whose parts another ran takes them back bounded
         for standing in self.standing:
             for task in standing.tasks:
@@ -197,6 +199,7 @@ class HiFiNode:
                         view_plan.view.definition)
         self.dsp.ensure_ingest()
         self.reconcile()
+        self.tell_motes()
         self._reconciler = threading.Thread(target=self._reconcile_loop, name=f"reconcile-{self.id}", daemon=True)
         self._reconciler.start()
 
@@ -287,6 +290,7 @@ class HiFiNode:
             try:
                 self.reconcile()
                 self.adoptions.round()
+                self.tell_motes()   # parts cancelled or moved by any path since the last round
             except Exception:  # noqa: BLE001 - the MDR unreachable: try again next round
                 log.exception("node %s: reconciling with the desired state failed", self.id)
 
@@ -308,6 +312,15 @@ class HiFiNode:
                 log.exception("node %s: gauges failed", self.id)
 
     # ------------------------------------------------------------ views and queries
+
+    def tell_motes(self) -> None:
+        """The sensor proxy: the motes send only what the running parts can use."""
+        if self.proxy is not None:
+            self.proxy.update(self.dsp.plans())
+
+    def cancel(self, query_id: str) -> None:
+        self.dsp.cancel(query_id)
+        self.tell_motes()
 
     def _count(self, query_id: str):
         def on_batch(report: BatchReport) -> None:
@@ -333,6 +346,7 @@ class HiFiNode:
         topic = part_topic(self.id, query_id, export_as, output_topic)
         bus.ensure_topics(self.bootstrap, [topic])
         self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
+        self.tell_motes()
         if export_as:
             self._export(export_as, plan, topic, readers, definition)
         return topic

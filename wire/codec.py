@@ -57,32 +57,45 @@ class Sample:
     values: dict[str, float]
 
 
-def encode_sensor_batch(node: str, tick: int, samples: Iterable[Sample]) -> tuple[bytes, bytes]:
-    """Return (key, value) for the samples an edge node's motes took at one tick."""
-    msg = hifi_pb2.SensorBatch()
+def encode_sensor_batch(node: str, tick: int, samples: Iterable[Sample], timestamp_ms: int = 0,
+                        settings_version: int = 0) -> tuple[bytes, bytes]:
+    """Return (key, value) for the samples an edge node's motes sent at one tick (`timestamp_ms`,
+    under the sensor proxy's settings `settings_version`)."""
+    msg = hifi_pb2.SensorBatch(timestamp_ms=timestamp_ms, settings_version=settings_version)
     for sample in samples:
         msg.samples.add(receptor_id=sample.receptor_id, seq=sample.seq, timestamp_ms=sample.timestamp_ms,
                         values=sample.values)
     return f"{node}:samples:{tick}".encode(), msg.SerializeToString()
 
 
-def decode_sensor_batch(value: bytes) -> list[Sample]:
+def parse_sensor_batch(value: bytes) -> tuple[list[Sample], int, int]:
+    """(samples, the batch's time, its settings version) of a SensorBatch record."""
     msg = hifi_pb2.SensorBatch()
     msg.ParseFromString(value)
-    return [Sample(s.receptor_id, s.seq, s.timestamp_ms, dict(s.values)) for s in msg.samples]
+    return ([Sample(s.receptor_id, s.seq, s.timestamp_ms, dict(s.values)) for s in msg.samples], msg.timestamp_ms,
+            msg.settings_version)
+
+
+def decode_sensor_batch(value: bytes) -> list[Sample]:
+    return parse_sensor_batch(value)[0]
 
 
 def decode_sample_rows(value: bytes | None, quantities: Sequence[str], arrival_ms: int,
-                       rules: IntakeRules = NO_RULES) -> tuple[list[tuple], list[str]]:
+                       rules: IntakeRules = NO_RULES, clock: bool = False) -> tuple[list[tuple], list[str]]:
     """Rows (receptor_id, *quantities, ts) of a SensorBatch record, one per sample that passes (a
-    quantity the sample lacks is None), and why each other sample, or the whole record, was refused."""
+    quantity the sample lacks is None), and why each other sample, or the whole record, was refused.
+    `clock`: first a row with no receptor at the batch's own time, when it has one the intake rules
+    trust, so event time moves on while the motes hold their samples back (the sensor proxy)."""
     if value is None:
         return [], [TOMBSTONE]
     try:
-        samples = decode_sensor_batch(value)
+        samples, batch_ms, _ = parse_sensor_batch(value)
     except _BAD_VALUES as exc:
         return [], [f"undecodable SensorBatch: {exc}"]
-    rows, problems = [], []
+    rows: list[tuple] = []
+    problems: list[str] = []
+    if clock and batch_ms and rules.time_problem(batch_ms, arrival_ms) is None:
+        rows.append((None, *(None for _ in quantities), ms_to_datetime(batch_ms)))
     for i, s in enumerate(samples):
         problem = ("missing receptor_id" if not s.receptor_id else
                    rules.receptor_problem(s.receptor_id) or rules.time_problem(s.timestamp_ms, arrival_ms))

@@ -27,3 +27,8 @@ def results_topic(query_id: str) -> str:
 
 def dead_topic(node: str) -> str:
     return f"hifi.dead.{node}"
+
+
+def control_topic(edge_node: str) -> str:
+    """What an edge node's sensor proxy tells its receptors (wire.receptor_settings)."""
+    return f"hifi.control.{edge_node}"

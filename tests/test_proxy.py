@@ -1,0 +1,169 @@
+"""The sensor proxy's rules (glue.proxy, wire.receptor_settings), pure: a mote under its rule sends
+every sample a running part could use, so each query's answer is the one it gets from every
+sample — checked against SQL's own semantics on generated predicates, and against the central
+answer over every sample for queries planned over the hierarchy while the motes hold back."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Func, Lit
+from glue.analyzer import analyze
+from glue.proxy import mote_rules, rule_for
+from glue.reference import Reference, evaluate_expr
+from glue.rewrite.distribute import distribute
+from services.judge import as_ms, same_rows
+from tests.test_equivalence import MOTES, SENSOR_CATALOG, SENSOR_QUERIES, SENSOR_RELATIONS, run_bottom_up, sample_batch
+from tests.test_equivalence import samples as generated_samples
+from wire.receptor_settings import ALWAYS, NEVER, ReceptorSettings, describe, wants
+
+# ------------------------------------------------------------------ generated predicates
+
+MOTE = "door1-m1"
+_numbers = st.sampled_from([10, 20.5, 25, 30, 40])
+_operands = st.one_of(   # (column, a constant of its type, or NULL)
+    st.tuples(st.sampled_from(SAMPLE_QUANTITIES[:3]), st.one_of(_numbers, st.none())),
+    st.tuples(st.just("receptor_id"), st.sampled_from(["door1-m1", "door1-m2", None])))
+
+
+def _comparison(operands, op, flipped):
+    left, right = Col(operands[0]), Lit(operands[1])
+    if flipped:
+        left, right = right, left
+    return BinOp(op, left, right)
+
+
+_atoms = st.one_of(
+    st.builds(_comparison, _operands, st.sampled_from(["<", "<=", ">", ">=", "=", "!="]), st.booleans()),
+    st.builds(lambda c, n: BinOp(">", BinOp("*", Col(c), Lit(2)), Lit(n)), st.sampled_from(SAMPLE_QUANTITIES[:3]),
+              _numbers),                                        # arithmetic: a mote cannot check it
+    st.builds(lambda c: BinOp(">", Func("double", (Col(c),)), Lit(20)), st.sampled_from(SAMPLE_QUANTITIES[:3])),
+    st.sampled_from([Lit(True), Lit(False), Lit(None)]),
+)
+_predicates = st.recursive(_atoms, lambda inner: st.one_of(
+    st.builds(lambda a, b: BinOp("AND", a, b), inner, inner),
+    st.builds(lambda a, b: BinOp("OR", a, b), inner, inner),
+    st.builds(lambda a: Func("not", (a,)), inner)), max_leaves=6)
+_samples = st.fixed_dictionaries({q: st.one_of(st.none(), st.sampled_from([5.0, 10, 20.5, 25, 31.0, 45]))
+                                  for q in SAMPLE_QUANTITIES[:3]})
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(predicate=_predicates, values=_samples, mote=st.sampled_from(["door1-m1", "door1-m2"]))
+def test_a_motes_rule_keeps_every_sample_its_predicate_keeps(predicate, values, mote):
+    row = {"receptor_id": mote, **values}
+    if evaluate_expr(predicate, row) is True:   # a filter keeps only true (SQL's three-valued logic)
+        sent = {q: v for q, v in values.items() if v is not None}   # a missing quantity is not sent
+        assert wants(rule_for(predicate, mote), sent), (predicate, describe(rule_for(predicate, mote)))
+
+
+# ------------------------------------------------------------------ rules of planned queries
+
+def edge_rules(sql: str, edge: str = "door1") -> dict[str, str]:
+    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    plans = [task.plan for task in plan.tasks if task.node == edge]
+    return {mote: describe(rule) for mote, rule in mote_rules(plans, MOTES[edge]).items()}
+
+
+@pytest.mark.parametrize(("sql", "told"), [
+    ("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35",
+     {"door1-m1": "(temperature > 35)", "door1-m2": "(temperature > 35)"}),
+    ("SELECT receptor_id, avg(temperature) AS t FROM sensor_stream [range by '4 seconds'] GROUP BY receptor_id",
+     {"door1-m1": "always", "door1-m2": "always"}),
+    ("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE receptor_id = 'door1-m2' AND NOT humidity >= 40",
+     {"door1-m1": "never", "door1-m2": "(humidity < 40)"}),
+    ("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature * 1.8 + 32 > 100",
+     {"door1-m1": "always", "door1-m2": "always"}),
+    ("SELECT location, count(*) AS n FROM sensor_stream [range by '2 seconds'] JOIN receptor_locations "
+     "USING (receptor_id) WHERE location = 'inbound-dock' AND temperature > 30 GROUP BY location",
+     {"door1-m1": "(temperature > 30)", "door1-m2": "(temperature > 30)"}),
+    # a pattern over readings and samples: its steps' conditions reach the motes, the weaker one kept
+    ("SELECT a.receptor_id AS m, b.ts AS ts FROM receptor_stream PATTERN SEQ(a, b) WITHIN '3 seconds' "
+     "PARTITION BY receptor_id DEFINE a AS temperature > 40, b AS temperature > 45",
+     {"door1-m1": "(temperature > 40)", "door1-m2": "(temperature > 40)"}),
+])
+def test_the_proxy_tells_each_mote_the_thresholds_of_the_parts_reading_it(sql, told):
+    assert edge_rules(sql) == told
+
+
+def test_a_mote_no_part_reads_sends_nothing_and_one_any_part_reads_in_full_sends_everything():
+    threshold = analyze("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35", SENSOR_CATALOG)
+    everything = analyze("SELECT receptor_id, count(*) AS n FROM sensor_stream [range by '2 seconds'] "
+                         "GROUP BY receptor_id", SENSOR_CATALOG)
+    plans = [t.plan for q in (threshold, everything) for t in distribute(q, SENSOR_CATALOG, "q").tasks
+             if t.node == "door1"]
+    assert mote_rules([], MOTES["door1"]) == dict.fromkeys(MOTES["door1"], NEVER)
+    assert mote_rules(plans, MOTES["door1"]) == dict.fromkeys(MOTES["door1"], ALWAYS)
+    rfid_only = [t.plan for t in distribute(analyze("SELECT tag_id, ts FROM rfid_stream", SENSOR_CATALOG),
+                                            SENSOR_CATALOG, "q").tasks if t.node == "door1"]
+    assert mote_rules(rfid_only, MOTES["door1"]) == dict.fromkeys(MOTES["door1"], NEVER)
+
+
+# ------------------------------------------------------------------ answers while the motes hold back
+
+THRESHOLD_QUERIES = {
+    **SENSOR_QUERIES,
+    "a threshold alert per mote over windows": (
+        "SELECT receptor_id, count(*) AS hot, max(temperature) AS hottest FROM sensor_stream [range by '4 seconds'] "
+        "WHERE temperature >= 33 GROUP BY receptor_id", "warehouse"),
+    "two thresholds, OR": (
+        "SELECT receptor_id, temperature, humidity, ts FROM sensor_stream WHERE temperature > 38 OR humidity < 25",
+        "warehouse"),
+}
+
+
+@pytest.mark.parametrize("name", THRESHOLD_QUERIES)
+def test_answers_are_those_of_every_sample_while_the_motes_hold_back_what_the_proxy_says(name):
+    sql = THRESHOLD_QUERIES[name][0]
+    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    taken = generated_samples(5)
+    held = 0
+    sent: dict[str, list] = {}
+    for edge, rows in taken.items():
+        rules = mote_rules([t.plan for t in plan.tasks if t.node == edge], MOTES[edge])
+        # a held sample leaves only its batch's clock (no receptor): event time moves on
+        sent[edge] = [row if wants(rules[row[0]], {"temperature": row[1], "humidity": row[2], "voltage": 2.9})
+                      else (None, None, None, row[3]) for row in rows]
+        held += sum(row[0] is None for row in sent[edge])
+    emitted = run_bottom_up([(t.topic, t.plan) for t in plan.tasks], sent, clock_batch,
+                            lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms), SENSOR_RELATIONS)
+    got = [tuple(as_ms(v) for v in row) for row in emitted[plan.result_topic]]
+    every = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9,
+              "ts": ms} for rows in taken.values() for m, t, h, ms in rows]
+    want = [tuple(r[c] for c in plan.columns)
+            for r in Reference([], SENSOR_CATALOG, samples=every).run(analyze(sql, SENSOR_CATALOG))]
+    if not plan.query.is_aggregate:   # the sentinel row that closes the windows is a sample too
+        got = [r for r in got if r[plan.columns.index("ts")] < max(r["ts"] for r in every) + 1000]
+    assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])
+    if "WHERE temperature" in sql or "OR humidity" in sql:
+        assert held > 0, "a threshold query lets the motes hold samples back"
+
+
+def clock_batch(rows: list[tuple]) -> pa.Table:
+    """sample_batch, where a held sample's clock row has no receptor and no values."""
+    table = sample_batch([(m or "", t or 0.0, h or 0.0, ms) for m, t, h, ms in rows])
+    held = pa.array([m is None for m, *_ in rows])
+    return table.set_column(0, "receptor_id", pa.compute.if_else(held, pa.scalar(None, pa.string()),
+                                                                  table["receptor_id"]))
+
+
+# ------------------------------------------------------------------ the control record
+
+def test_settings_travel_as_a_control_record_and_a_malformed_one_is_refused():
+    told = ReceptorSettings("door1", 7, 1_700_000_000_000, {
+        "door1-m1": ((("temperature", ">", 35.0),), (("humidity", "<", 20.0), ("voltage", ">=", 2.5))),
+        "door1-m2": NEVER, "door1-m3": ALWAYS})
+    key, value = told.encode()
+    assert key == b"door1" and ReceptorSettings.decode(value) == told
+    assert told.rule("a-mote-not-named") == ALWAYS
+    assert wants(told.rule("door1-m1"), {"temperature": 36.0}) and not wants(told.rule("door1-m1"), {"humidity": 19.0})
+    assert wants(told.rule("door1-m1"), {"humidity": 19.0, "voltage": 2.6})
+    assert not wants(told.rule("door1-m2"), {"temperature": 99.0}) and wants(told.rule("door1-m3"), {})
+    with pytest.raises(ValueError, match="undecodable"):
+        ReceptorSettings.decode(b"\xff\xff\xff")
+    strange = ReceptorSettings("door1", 8, 0, {"door1-m1": ((("temperature", "~", 1.0),),)})
+    with pytest.raises(ValueError, match="unknown comparison"):
+        ReceptorSettings.decode(strange.encode()[1])
