@@ -64,6 +64,7 @@ class AgentStats:
     readings: int = 0
     samples: int = 0
     held: int = 0          # samples the motes held back: no running query could use them (the sensor proxy)
+    settings_refused: int = 0   # control records the agent could not take (edge.control)
     messages: int = 0
     payload_bytes: int = 0
     started_ms: int = 0
@@ -218,6 +219,7 @@ class ReceptorAgent:
             outbox.forward()   # what is still spooled then is taken up by the next agent on the directory
             self._count(outbox)
             producer.close(timeout=5)
+            self.stats.settings_refused = self.control.refused
             self.control.close()
             self.control = None
             for out in (readings_out, truth_out):

@@ -171,3 +171,44 @@ def test_a_paced_agent_never_publishes_a_reading_before_its_time(servers, tmp_pa
     logged = [line for line in read_jsonl(agent.readings_path) if line["node"] == f"t{run}-a"]
     assert len(logged) == len(stamped) > 10
     assert all(stamped[line["key"]] >= line["t"] for line in logged), "published ahead of its timestamp"
+
+
+def test_the_motes_obey_their_proxys_newest_settings_within_a_tick_and_refuse_malformed_ones(servers, tmp_path):
+    import threading
+    import time
+
+    from wire import bus
+    from wire.receptor_settings import ALWAYS, NEVER, ReceptorSettings
+    from wire.topics import control_topic
+
+    start_ms = (int(time.time() * 1000) // 1000 + 1) * 1000
+    run = f"c{start_ms}"
+    node = f"t{run}-a"
+    scenario = parse_scenario(SCENARIO.replace("{run}", run), start_ms)
+    agent = ReceptorAgent(scenario, servers.bootstrap, str(tmp_path), speed=1.0)
+    running = threading.Thread(target=agent.run, args=(4.0,))
+    running.start()
+    time.sleep(max(0.0, start_ms / 1000 + 1.5 - time.time()))
+    told = ReceptorSettings(node, 5, int(time.time() * 1000), {
+        f"t{run}-m1": ((("temperature", ">", 1000.0),),), f"t{run}-m2": NEVER, f"t{run}-m3": ALWAYS})
+    producer = bus.make_producer(servers.bootstrap)
+    topic = control_topic(node)
+    sent = [producer.send(topic, key=b"x", value=b"\xff\xff not settings"),                         # refused
+            producer.send(topic, *reversed(ReceptorSettings("other", 9, 0, {}).encode())),       # not its node's
+            producer.send(topic, key=told.encode()[0], value=told.encode()[1])]
+    bus.deliver(producer, sent)
+    published_ms = int(time.time() * 1000)
+    producer.close()
+    running.join()
+    batches = [line for line in read_jsonl(agent.readings_path) if "samples" in line and line["node"] == node]
+    obeyed = [line for line in batches if line.get("settings_version") == 5]
+    late = [line["t"] for line in batches if line["t"] >= published_ms + 2 * agent.tick_ms and line not in obeyed]
+    assert obeyed and not late, f"every sample batch from two ticks after the settings obeys them; not {late}"
+    before = [line for line in batches if "settings_version" not in line]
+    assert before and all("held" not in line for line in before)
+    sent_by = {s["receptor_id"] for line in obeyed for s in line["samples"]}
+    held_by = {s["receptor_id"] for line in obeyed for s in line.get("held", ())}
+    assert sent_by <= {f"t{run}-m3"} and held_by >= {f"t{run}-m1"}, (sent_by, held_by)
+    assert all(line["samples"] or line["held"] for line in obeyed), "a batch goes out even when all is held"
+    assert agent.stats.held == sum(len(line.get("held", ())) for line in batches) > 0
+    assert agent.stats.settings_refused == 2
