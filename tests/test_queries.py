@@ -27,10 +27,11 @@ from tests.judge import assert_equal_to_reference
 
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    # Only the edges' CSAVA views (the queries below read smoothed_rfid_stream): on two cores every
-    # streaming query costs about a second of CPU per micro-batch, so the suite runs lean.
+    # Only the edges' CSAVA views (the queries below read smoothed_rfid_stream), not the views placed
+    # at named nodes (the dock's mote quality and people in danger): the suite runs lean, and no
+    # standing view reads the dock's motes, so the sensor proxy's effect shows.
     topology = load_topology(DEFAULT_TOPOLOGY)
-    topology.views = [v for v in topology.views if v.tiers == ("edge",)]
+    topology.views = [v for v in topology.views if v.tiers == ("edge",) and not v.nodes]
     yield from running_hierarchy(topology, servers, str(tmp_path_factory.mktemp("state")))
 
 
@@ -235,6 +236,61 @@ def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(h
         for query in (coarse, sliding, tumbling):
             if any(q.id == query.query_id for q in hierarchy.mdr.queries()):
                 hierarchy.placement.cancel(query.query_id)
+
+
+def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_of_every_sample(hierarchy):
+    """door1's motes (no standing view reads them here) send nothing until a threshold query runs;
+    then they send only the samples above it, within two ticks of being told, and the query's
+    windows equal the central answer over every sample they took, sent or held back; its cancel
+    silences them again."""
+    from edge.agent import read_jsonl
+    from glue.analyzer import analyze
+    from glue.reference import Reference
+    from services.judge import same_rows
+    from services.placement import load_catalog
+
+    motes = sorted(r for r, info in hierarchy.mdr.receptors().items()
+                   if info["kind"] == "mote" and info["node"] == "door1")
+    assert motes
+
+    def told() -> set[str]:
+        return {hierarchy.mdr.told("door1").get(m, {}).get("rule", "") for m in motes}
+    wait_for(lambda: told() == {"never"}, 30, lambda: f"door1's motes told never, not {told()}")
+    version_never = hierarchy.mdr.told("door1")[motes[0]]["version"]
+    wait_for(lambda: read_jsonl(hierarchy.readings_path)[-1]["t"] > version_never + 2000, 30, "samples held back")
+    taken = [s["values"]["temperature"] for line in read_jsonl(hierarchy.readings_path)
+             for s in line.get("samples", []) + line.get("held", []) if s["receptor_id"] in motes]
+    threshold = round(sorted(taken)[len(taken) // 2], 1)   # the median: some samples above, some below
+    plan = hierarchy.placement.submit(
+        f"SELECT receptor_id, count(*) AS warm, max(temperature) AS warmest FROM sensor_stream [range by '2 seconds'] "
+        f"WHERE temperature > {threshold} GROUP BY receptor_id")
+    try:
+        wait_for(lambda: told() == {f"(temperature > {threshold:g})"}, 30, lambda: f"the threshold told, not {told()}")
+        version = hierarchy.mdr.told("door1")[motes[0]]["version"]
+        wait_for(lambda: sum(as_ms(r["window_start"]) > version for r in topic_rows(hierarchy.bootstrap,
+                                                                                  plan.result_topic)) >= 4,
+                 120, "windows after the motes were told")
+        logged = read_jsonl(hierarchy.readings_path)
+        lines = [line for line in logged if line.get("node") == "door1" and "samples" in line]
+        late = [line["t"] for line in lines if line["t"] >= version + 2 * hierarchy.agent.tick_ms
+                and line.get("settings_version", 0) < version]
+        assert not late, f"sample batches not obeying the settings two ticks after they were issued: {late[:3]}"
+        obeying = [line for line in lines if line.get("settings_version") == version]
+        assert all(s["values"]["temperature"] > threshold for line in obeying for s in line["samples"])
+        assert sum(len(line.get("held", [])) for line in obeying) > 0 < sum(len(line["samples"]) for line in obeying)
+        # the answer from what was sent equals the one from every sample taken, window by window
+        got = [tuple(as_ms(r[c]) for c in plan.columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
+        first = min(line["t"] for line in obeying)
+        last = max(r[0] for r in got)
+        every = [{**line, "samples": line["samples"] + line.get("held", [])} if "samples" in line else line
+                 for line in logged]
+        want = [tuple(r[c] for c in plan.columns) for r in Reference.from_log(every, load_catalog(hierarchy.mdr))
+                .run(analyze(plan.query.text, load_catalog(hierarchy.mdr)))]
+        span = [r for r in got if first <= r[0] < last], [r for r in want if first <= r[0] < last]
+        assert span[1] and same_rows(*span), span
+    finally:
+        hierarchy.placement.cancel(plan.query_id)
+    wait_for(lambda: told() == {"never"}, 10, lambda: f"the motes silenced after the cancel, not {told()}")
 
 
 def _placement(hierarchy):
