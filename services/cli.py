@@ -17,6 +17,7 @@ from services.commands import (
     cmd_dashboard,
     cmd_deploy,
     cmd_health,
+    cmd_motes,
     cmd_node,
     cmd_nodes,
     cmd_placement,
@@ -82,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     views = sub.add_parser("views", help="exported views with node, window and topic")
     views.add_argument("--node", default=None, help="only this node's views")
     views.set_defaults(func=cmd_views)
+
+    motes = sub.add_parser("motes", help="what each edge node's sensor proxy told its motes to send (always, "
+                                         "never, or thresholds) and the settings version")
+    motes.add_argument("--node", default=None, help="only this edge node's motes")
+    motes.set_defaults(func=cmd_motes)
 
     status = sub.add_parser("status", help="health per node (alive, lagging, dead), input rate, lag, dead letters, "
                                            "receptor telemetry, running queries")

@@ -369,6 +369,16 @@ def cmd_views(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_motes(args: argparse.Namespace) -> int:
+    mdr = _mdr()
+    edges = [args.node] if args.node else sorted(n.id for n in mdr.nodes() if n.tier == "edge")
+    rows = [[node, mote, told["rule"], str(told["version"])]
+            for node in edges for mote, told in sorted(mdr.told(node).items())]
+    _say(_table(["node", "mote", "sends", "version"], rows) if rows else
+         "no sensor proxy has told any mote yet (no edge node with motes is running)")
+    return 0
+
+
 def status_report(mdr, rates: RateWindow | None = None) -> str:
     """The health summary `hifi status` prints (the dashboard shows the same); with `rates` (kept
     across redraws), each receptor's reads/s and read-cycle time since the earlier ones."""

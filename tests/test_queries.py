@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 import time
@@ -257,7 +258,8 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
         return {hierarchy.mdr.told("door1").get(m, {}).get("rule", "") for m in motes}
     wait_for(lambda: told() == {"never"}, 30, lambda: f"door1's motes told never, not {told()}")
     version_never = hierarchy.mdr.told("door1")[motes[0]]["version"]
-    wait_for(lambda: read_jsonl(hierarchy.readings_path)[-1]["t"] > version_never + 2000, 30, "samples held back")
+    wait_for(lambda: max((line["t"] for line in read_jsonl(hierarchy.readings_path)), default=0) > version_never + 2000,
+             30, "samples held back")
     taken = [s["values"]["temperature"] for line in read_jsonl(hierarchy.readings_path)
              for s in line.get("samples", []) + line.get("held", []) if s["receptor_id"] in motes]
     threshold = round(sorted(taken)[len(taken) // 2], 1)   # the median: some samples above, some below
@@ -267,6 +269,10 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
     try:
         wait_for(lambda: told() == {f"(temperature > {threshold:g})"}, 30, lambda: f"the threshold told, not {told()}")
         version = hierarchy.mdr.told("door1")[motes[0]]["version"]
+        hierarchy.write_run_file()
+        shown = _hifi("motes", "--node", "door1")
+        assert shown.returncode == 0 and re.search(rf"{motes[0]}\s+\(temperature > {threshold:g}\)", shown.stdout), \
+            shown
         wait_for(lambda: sum(as_ms(r["window_start"]) > version for r in topic_rows(hierarchy.bootstrap,
                                                                                   plan.result_topic)) >= 4,
                  120, "windows after the motes were told")
