@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos", "events"],
+                                         "sharing", "capacity", "chaos", "events", "proxy"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -250,12 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "until results flow again, readings published vs counted, duplicates, windows "
                             "equal to the fault-free answer; events: the topology's alerting event views "
                             "(default store.yaml) against the events its scenario stages: precision, recall, "
-                            "seconds from a match's end to its alert")
+                            "seconds from a match's end to its alert; proxy: the sensor proxy on the Intel Lab "
+                            "replay (offline): samples and bytes from the motes with and without it, per "
+                            "workload of standing queries, and whether each answer is identical")
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
                             "dashboard, store.yaml for events, supply-chain.yaml otherwise)")
     bench.add_argument("--duration", type=float, default=None,
-                       help="seconds the agents run (lag: per query; default 60; events: 300)")
+                       help="seconds the agents run (lag: per query; default 60; events: 300; proxy: 240)")
     bench.add_argument("--offline", action="store_true",
                        help="events: evaluate the event views centrally by the reference evaluator over the "
                             "readings the agents would publish (no broker or Spark), instead of running them")

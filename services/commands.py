@@ -692,6 +692,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 BENCH_DURATION_S = 60.0     # seconds the agents run in a benchmark
 EVENTS_DURATION_S = 300.0   # events: the store's first shoplifting comes ~1 min in, a missing pallet each 40 s
+PROXY_DURATION_S = 240.0    # proxy: the whole Intel Lab replay (240 half-hour steps, one a second)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -705,6 +706,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             return 0
         _say(table(run_live(topology, duration, _progress, args.trigger_ms), live=True))
         _stop_spark()
+        return 0
+    if args.which == "proxy":
+        from services.bench.proxy import run, table
+
+        _say(table(run(args.duration if args.duration is not None else PROXY_DURATION_S)))
         return 0
     if args.duration is None:
         args.duration = BENCH_DURATION_S

@@ -167,3 +167,14 @@ def test_settings_travel_as_a_control_record_and_a_malformed_one_is_refused():
     strange = ReceptorSettings("door1", 8, 0, {"door1-m1": ((("temperature", "~", 1.0),),)})
     with pytest.raises(ValueError, match="unknown comparison"):
         ReceptorSettings.decode(strange.encode()[1])
+
+
+def test_the_proxy_bench_on_the_intel_lab_replay_sends_far_fewer_samples_for_alerts_with_identical_answers():
+    from services.bench.proxy import run, table
+
+    alerts, with_averages = run(120.0)
+    assert alerts.samples >= 5 * alerts.sent > 0 and alerts.batch_bytes > 4 * alerts.sent_bytes
+    assert all(alerts.identical.values()) and all(with_averages.identical.values())
+    # a per-room average needs every sample: its workload saves nothing, and says so
+    assert with_averages.sent == with_averages.samples and set(with_averages.rules.values()) == {"always"}
+    assert "identical" in table([alerts]) and "DIFFERENT" not in table([alerts, with_averages])

@@ -1,0 +1,119 @@
+"""`hifi bench proxy`: what the sensor proxy (glue.proxy) saves on the Intel Lab replay, and
+whether every query still gets its exact answer. Offline: no broker or Spark.
+
+The 50 real motes are replayed (edge.agent, one 30-minute step a second, faults injected) under
+one edge node, `lab`, with each mote in a room by its position in the lab plan. For each workload
+(a set of standing queries), every query is planned as a user's query is; the proxy derives each
+mote's rule from the queries' parts at `lab`; a sample is sent when its mote's rule wants it.
+Printed per workload: samples (the motes' radio messages) and SensorBatch bytes to the edge with
+and without the proxy, and per query whether its answer from the samples sent equals its answer
+from every sample taken (the reference evaluator over each).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dsp.plan import RAW_STREAMS
+from edge.agent import ReceptorAgent, replay_receptor
+from edge.intel_lab import load_intel_lab
+from edge.scenario import load_scenario
+from glue.analyzer import analyze
+from glue.catalog import Catalog, NodeInfo, ReceptorInfo, Relation
+from glue.proxy import mote_rules
+from glue.reference import Reference, sensor_samples
+from glue.rewrite.distribute import distribute
+from services.bench.report import figures_table
+from services.paths import SCENARIOS
+from wire.codec import Sample, encode_sensor_batch
+from wire.receptor_settings import describe, wants
+
+INTEL_LAB_SCENARIO = os.path.join(SCENARIOS, "intel-lab.yaml")
+EDGE = "lab"
+START_MS = 1_700_000_000_000   # a whole number of every window
+
+# Standing queries of a building's operators, in replay time (one lab half hour a second).
+HOT_SPOTS = "SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 30"
+HUMID_TREND = ("SELECT receptor_id, max(humidity) - min(humidity) AS swing, count(*) AS samples "
+               "FROM sensor_stream [range by '12 seconds'] WHERE humidity >= 45 GROUP BY receptor_id")
+ROOM_AVERAGES = ("SELECT location, avg(temperature) AS temperature, avg(humidity) AS humidity "
+                 "FROM sensor_stream [range by '12 seconds'] JOIN receptor_locations USING (receptor_id) "
+                 "GROUP BY location")
+WORKLOADS = {
+    "alerts: hot spots, humid trend": {"hot spots": HOT_SPOTS, "humid trend": HUMID_TREND},
+    "alerts and per-room averages": {"hot spots": HOT_SPOTS, "humid trend": HUMID_TREND,
+                                     "room averages": ROOM_AVERAGES},
+}
+
+
+@dataclass(frozen=True)
+class WorkloadResult:
+    name: str
+    samples: int              # every sample the motes took
+    sent: int                 # those the proxy let through
+    batch_bytes: int          # SensorBatch bytes to the edge without the proxy
+    sent_bytes: int           # with it
+    identical: dict[str, bool]
+    rules: dict[str, str]     # a few motes' rules, as told
+
+
+def room(x: float) -> str:
+    """The lab plan's thirds, west to east (its x runs 0-41 m)."""
+    return "west" if x < 14 else "centre" if x < 28 else "east"
+
+
+def lab_catalog(data: str) -> Catalog:
+    motes = [(replay_receptor(m.mote_id), room(m.x)) for m in load_intel_lab(data)]
+    return Catalog(
+        streams={name: raw.columns for name, raw in RAW_STREAMS.items()},
+        views=[],
+        relations={"receptor_locations": Relation("receptor_locations", (("receptor_id", "string"),
+                                                                         ("location", "string")),
+                                                  tuple(motes), ("*",))},
+        nodes={EDGE: NodeInfo(EDGE, "edge", "")},
+        receptors=[ReceptorInfo(mote, EDGE, location, "", "mote") for mote, location in motes])
+
+
+def run(duration_s: float = 240.0) -> list[WorkloadResult]:
+    scenario = load_scenario(INTEL_LAB_SCENARIO, START_MS)
+    assert scenario.replay is not None
+    catalog = lab_catalog(scenario.replay.data)
+    motes = sorted(r.id for r in catalog.receptors)
+    lines = [line for line in ReceptorAgent(scenario, "").offline_readings(duration_s) if "samples" in line]
+    taken = sensor_samples(lines)
+    results = []
+    for name, queries in WORKLOADS.items():
+        planned = {q: analyze(sql, catalog) for q, sql in queries.items()}
+        parts = [t.plan for q in planned.values() for t in distribute(q, catalog, "bench").tasks if t.node == EDGE]
+        rules = mote_rules(parts, motes)
+        sent_lines = [{**line, "samples": [s for s in line["samples"] if wants(rules[s["receptor_id"]], s["values"])]}
+                      for line in lines]
+        sent = sensor_samples(sent_lines)
+        identical = {q: Reference([], catalog, samples=sent).run(query) == Reference([], catalog, samples=taken)
+                     .run(query) for q, query in planned.items()}
+        results.append(WorkloadResult(
+            name, len(taken), len(sent), _bytes(lines), _bytes(sent_lines), identical,
+            {mote: describe(rules[mote]) for mote in motes[:2]}))
+    return results
+
+
+def _bytes(lines: list[dict]) -> int:
+    """The SensorBatch records' bytes (key and value), one a tick as the agent sends them."""
+    total = 0
+    for tick, line in enumerate(lines):
+        key, value = encode_sensor_batch(EDGE, tick, [Sample(**s) for s in line["samples"]], line["t"])
+        total += len(key) + len(value)
+    return total
+
+
+def table(results: list[WorkloadResult]) -> str:
+    rows: list[tuple[str, str]] = []
+    for r in results:
+        rows += [(f"{r.name}", ""),
+                 ("  samples taken / sent", f"{r.samples} / {r.sent}  ({r.samples / max(r.sent, 1):.1f}x fewer)"),
+                 ("  bytes to the edge without / with", f"{r.batch_bytes} / {r.sent_bytes}  "
+                                                        f"({r.batch_bytes / max(r.sent_bytes, 1):.1f}x fewer)"),
+                 *((f"  answer of {q}", "identical" if same else "DIFFERENT") for q, same in r.identical.items()),
+                 *((f"  {mote} told", rule) for mote, rule in r.rules.items())]
+    return figures_table(rows)
