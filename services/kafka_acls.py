@@ -3,12 +3,14 @@
 The broker (docker-compose.yml's `kafka`) takes clients only over SASL/SCRAM-SHA-512 and denies
 what no ACL allows; its `kafka-setup` service creates the users and applies `acls(topology)`.
 Principals:
-  node-<id>   reads its raw topic (an edge) and the views and remote-query partials of the nodes
-              below it (a parent reads its children's exports; one adopting a dead child's
-              children reads theirs), writes its own views, partials, results and dead letters
+  node-<id>   reads its raw topic and writes its motes' settings (an edge); reads the views and
+              remote-query partials of the nodes below it (a parent reads its children's exports;
+              one adopting a dead child's children reads theirs), writes its own views, partials,
+              results and dead letters
   placement   describes every topic (a query starts from the ends its sources have) and reads
-              results; agents write the edges' raw topics; dashboard reads views and dead letters
-              (it checks each view's readers before streaming it, as the placement API does)
+              results; agents write the edges' raw topics and read their control topics; dashboard
+              reads views and dead letters (it checks each view's readers before streaming it, as
+              the placement API does)
   operator    reads every topic (for an operator's own tools)
   <principal> a principal a view's readers name reads that view's topic, and nothing else
   admin       the super user kafka-setup acts as (besides the broker's own loopback listener)
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 
 from glue.topology import Topology
 from services.compose import node_service, secret_variable
-from wire.topics import dead_topic, raw_topic, view_topic
+from wire.topics import control_topic, dead_topic, raw_topic, view_topic
 
 SERVICE_USERS = ("placement", "agents", "dashboard")
 OPERATOR_USER = "operator"
@@ -92,7 +94,10 @@ def acls(topology: Topology) -> list[Acl]:
         user = node_service(node)
         if spec.tier == "edge":
             rules += [Acl("agents", "Write", raw_topic(node)), Acl("agents", "Create", raw_topic(node)),
-                      Acl(user, "Read", raw_topic(node)), Acl(user, "Create", raw_topic(node))]
+                      Acl(user, "Read", raw_topic(node)), Acl(user, "Create", raw_topic(node)),
+                      # the sensor proxy: the node tells its motes, the agents follow
+                      Acl(user, "Write", control_topic(node)), Acl(user, "Create", control_topic(node)),
+                      Acl("agents", "Read", control_topic(node)), Acl("agents", "Create", control_topic(node))]
         below = _below(topology, node)
         # its own views, and those of the nodes below it (it runs a dead child's parts meanwhile)
         views = [f"hifi.view.{n}." for n in (node, *below)]

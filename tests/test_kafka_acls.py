@@ -7,7 +7,7 @@ from __future__ import annotations
 from glue.topology import parse_topology
 from services.kafka_acls import acls, allowed, password_variable, setup_script, users
 from services.paths import DEFAULT_TOPOLOGY
-from wire.topics import dead_topic, raw_topic, results_topic, rqs_topic, view_topic
+from wire.topics import control_topic, dead_topic, raw_topic, results_topic, rqs_topic, view_topic
 
 
 def _topology():
@@ -58,6 +58,10 @@ def test_the_services_and_the_operator_have_their_own_rights():
     assert allowed(rules, "agents", "Write", raw_topic("door2")) and not allowed(rules, "agents", "Read",
                                                                                   raw_topic("door2"))
     assert not allowed(rules, "agents", "Write", view_topic("door1", "smoothed_rfid_stream"))
+    assert allowed(rules, "agents", "Read", control_topic("door1")) and \
+        not allowed(rules, "agents", "Write", control_topic("door1"))
+    assert allowed(rules, "node-door1", "Write", control_topic("door1")) and \
+        not allowed(rules, "node-door1", "Write", control_topic("door2"))
     assert allowed(rules, "placement", "Read", results_topic("q1"))
     assert allowed(rules, "placement", "Describe", raw_topic("door1"))
     assert not allowed(rules, "placement", "Read", raw_topic("door1"))
