@@ -150,6 +150,7 @@ class HiFiNode:
         self._endpoints: dict[str, str] = {}
         self.adoptions = Adoptions(self)   # re-parenting: a dead parent's parts, and its own taken back
         self.proxy = SensorProxy(node_id, bootstrap, mdr) if tier == "edge" else None
+        self._telling = False   # the motes are told once every standing part is deployed (start)
 
     def intake_rules(self) -> IntakeRules:
         """What this node's readers check every record against (wire.intake): its receptors from
@@ -199,6 +200,7 @@ class HiFiNode:
                         view_plan.view.definition)
         self.dsp.ensure_ingest()
         self.reconcile()
+        self._telling = True
         self.tell_motes()
         self._reconciler = threading.Thread(target=self._reconcile_loop, name=f"reconcile-{self.id}", daemon=True)
         self._reconciler.start()
@@ -314,9 +316,15 @@ class HiFiNode:
     # ------------------------------------------------------------ views and queries
 
     def tell_motes(self) -> None:
-        """The sensor proxy: the motes send only what the running parts can use."""
-        if self.proxy is not None:
+        """The sensor proxy: the motes send only what the running parts can use. Not while the node
+        starts (its first parts alone would silence motes its later ones read); a failure is logged
+        and the next reconcile round tells them again."""
+        if self.proxy is None or not self._telling:
+            return
+        try:
             self.proxy.update(self.dsp.plans())
+        except Exception:  # noqa: BLE001 - a part deployed or cancelled stays so; the motes are told later
+            log.exception("node %s: telling its motes their settings failed", self.id)
 
     def cancel(self, query_id: str) -> None:
         self.dsp.cancel(query_id)
