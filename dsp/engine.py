@@ -47,6 +47,7 @@ from dsp.plan import (
     Project,
     Source,
     Union_,
+    conjuncts,
     event_time_column,
     output_columns,
 )
@@ -161,15 +162,21 @@ class FilterOp(Operator):
 
     def __post_init__(self) -> None:
         self.columns = self.child.columns
+        self.terms = conjuncts(self.plan.predicate)
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
         rows = self.child.push(topic, batch)
-        if rows is None or not rows.num_rows:
-            return rows
-        keep = evaluate(self.plan.predicate, rows)
-        if isinstance(keep, pa.Scalar):
-            return rows if keep.as_py() else rows.slice(0, 0)
-        return rows.filter(keep)   # NULL is not true: dropped, as in SQL
+        # term by term, in the plan's order (the planner puts the most selective first,
+        # glue.rewrite.selectivity): each later term is evaluated on the rows the earlier kept
+        for term in self.terms:
+            if rows is None or not rows.num_rows:
+                return rows
+            keep = evaluate(term, rows)
+            if isinstance(keep, pa.Scalar):
+                rows = rows if keep.as_py() else rows.slice(0, 0)
+            else:
+                rows = rows.filter(keep)   # NULL is not true: dropped, as in SQL
+        return rows
 
     def bound(self) -> int | None:
         return self.child.bound()

@@ -70,9 +70,11 @@ from wire.codec import (
     RAW_RFID_COLUMNS,
     RAW_RFID_DDL,
     DecodedBatch,
+    Histograms,
     batch_identity,
     cycle_key,
     datetime_ms,
+    decode_histograms,
     decode_read_cycle,
     decode_sample_rows,
     encode_dead_letter,
@@ -219,6 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                     # mote samples share the raw topic; they are not rfid_stream readings
                     if ingest is not None:
                         ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
+                        ingest.add_histograms(record, *decode_histograms(record.value, self.rules))
                     continue
                 # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
                 decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
@@ -281,10 +284,11 @@ class Refusal:
     offset: int
     reason: str
     payload: bytes
-    part: int = -1     # which sample of a sensor batch; -1: the whole record
+    part: int = -1     # which sample (or histogram) of a sensor batch; -1: the whole record
+    histogram: bool = False
 
     def key(self, topic: str, partition: int) -> str:
-        suffix = f":{self.part}" if self.part >= 0 else ""
+        suffix = f":{'histogram' if self.histogram else ''}{self.part}" if self.part >= 0 else ""
         return f"{topic}:{partition}:{self.offset}{suffix}"
 
 
@@ -347,6 +351,7 @@ class IngestTally:
         self.weak_below = weak_below
         self.duplicates = 0
         self.samples = 0
+        self.histograms: Histograms = {}             # the motes' newest, (receptor, quantity) -> counts
         self.newest: dt.datetime | None = None        # the latest reading's event time
         self.dead: list[Refusal] = []
         # per receptor: readings, read cycles, weak readings (keyed by the id alone: a formatted key
@@ -379,6 +384,13 @@ class IngestTally:
         for i, problem in enumerate(problems):
             self.dead.append(Refusal(record.offset, problem, record.value or b"", -1 if whole else i))
 
+    def add_histograms(self, record, found: Histograms, problems: list[str]) -> None:
+        """A sensor batch's histograms of its motes' recent values: the newest of each kept, each
+        refused one dead-lettered."""
+        self.histograms.update(found)
+        for i, problem in enumerate(problems):
+            self.dead.append(Refusal(record.offset, problem, record.value or b"", i, histogram=True))
+
     def flush(self, bootstrap: str, node: str, mdr_url: str) -> None:
         topic = self.partition.topic
         if self.dead:
@@ -388,6 +400,8 @@ class IngestTally:
                   "samples_in": self.samples, "dead": len(self.dead)}
         mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
                              self.max_event_ms, counts, self.per_receptor)
+        if self.histograms:
+            mdr.put_histograms(node, self.histograms)
 
     @property
     def good(self) -> int:

@@ -38,14 +38,15 @@ from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
 from edge.scenario import Scenario
 from edge.spool import Spool, SpooledRecord
 from edge.supply_chain import AWAY, SupplyChainWorld
-from wire import bus
-from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_read_cycle, encode_sensor_batch
+from wire import bus, histogram
+from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Histograms, Sample, encode_read_cycle, encode_sensor_batch
 from wire.receptor_settings import wants
 from wire.topics import raw_topic
 
 READINGS_FILE = "readings.jsonl"
 TRUTH_FILE = "truth.jsonl"
 LOG_FLUSH_S = 0.5   # the logs reach the disk at least this often while the agent runs
+HISTOGRAM_PERIOD_MS = 10_000   # how often the motes send their histograms of recent values (scenario time)
 
 
 def tick_ms(scenario: Scenario) -> int:
@@ -132,6 +133,9 @@ class ReceptorAgent:
         self._told_fires: set[tuple[int, str]] = set()
         self._seq: dict[str, int] = defaultdict(int)
         self.control: ControlFollower | None = None   # the sensor proxies' settings (while running)
+        # each mote's recent values (wire.histogram), per node: sent every HISTOGRAM_PERIOD_MS
+        self._histograms: dict[str, Histograms] = defaultdict(dict)
+        self._histograms_sent: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -146,6 +150,10 @@ class ReceptorAgent:
     @property
     def receptors(self) -> int:
         return self.scenario.receptors + self.replay_motes   # replay motes come from the data
+
+    def histograms(self, node: str) -> Histograms:
+        """The recent values of the node's motes, as they send them (wire.histogram)."""
+        return {key: list(counts) for key, counts in self._histograms[node].items()}
 
     def nodes(self) -> list[str]:
         s = self.scenario
@@ -274,8 +282,11 @@ class ReceptorAgent:
         tick_number = (t - self.start_ms) // self.tick_ms
         for node in sorted(samples.keys() | held.keys()):
             batch, version = samples[node], self.control.version(node) if self.control is not None else 0
+            histograms = None
+            if t - self._histograms_sent.get(node, t - HISTOGRAM_PERIOD_MS) >= HISTOGRAM_PERIOD_MS:
+                histograms, self._histograms_sent[node] = self._histograms[node], t
             # sent even when every mote held its sample back: the batch's time moves the node's event time
-            key, value = encode_sensor_batch(node, tick_number, batch, t, version)
+            key, value = encode_sensor_batch(node, tick_number, batch, t, version, histograms)
             topic = raw_topic(node)
             tick.messages.append((topic, key, value, [(RECORD_TYPE_HEADER, SENSOR_BATCH)]))
             line = {"t": t, "node": node, "topic": topic, "key": key.decode(), "samples": [asdict(s) for s in batch]}
@@ -290,7 +301,12 @@ class ReceptorAgent:
 
     def _route(self, node: str, sample: Sample, samples: dict[str, list[Sample]],
                held: dict[str, list[Sample]]) -> None:
-        """Send the sample, or hold it back when its mote's settings say no query could use it."""
+        """Send the sample, or hold it back when its mote's settings say no query could use it; its
+        mote's histograms count it either way."""
+        for quantity, value in sample.values.items():
+            if quantity in histogram.RANGES:
+                counts = self._histograms[node].setdefault((sample.receptor_id, quantity), histogram.empty())
+                histogram.add(counts, quantity, value)
         keep = self.control is None or wants(self.control.rule(node, sample.receptor_id), sample.values)
         (samples if keep else held)[node].append(sample)
 

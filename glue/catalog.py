@@ -66,6 +66,8 @@ class Catalog:
     parameters: dict[str, Any] = field(default_factory=dict)
     # raw stream -> who may read it (principals, role:NAME, *); a stream not named: everyone
     stream_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # (mote, quantity) -> its histogram of recent values (wire.histogram): selectivity estimates
+    histograms: dict[tuple[str, str], list[int]] = field(default_factory=dict)
 
     def parameter(self, name: str) -> Any | None:
         lowered = {k.lower(): v for k, v in self.parameters.items()}

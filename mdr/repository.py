@@ -11,6 +11,8 @@ Key layout (all keys under the prefix, default "hifi:"):
   receptors                  HASH  receptor id -> JSON {kind, node, location, area}
   told:<node>                HASH  mote id -> JSON {rule, version}: what the edge node's sensor proxy
                                    told each of its motes last (glue.proxy; `always`, `never` or thresholds)
+  hist:<node>                HASH  "<mote>:<quantity>" -> JSON counts: the newest histogram of the mote's
+                                   recent values it sent (wire.histogram), for selectivity estimates
   parameters                 HASH  deployment parameter -> JSON value (strength_T, t1, ...)
   relations                  SET   static relation names
   relation:<name>            HASH  columns (JSON), rows (JSON), replicas (JSON list of node ids)
@@ -293,6 +295,20 @@ class MDR:
 
     def told(self, node_id: str) -> dict[str, dict[str, Any]]:
         return {mote: json.loads(info) for mote, info in self.r.hgetall(self.k("told", node_id)).items()}
+
+    def put_histograms(self, node_id: str, histograms: dict[tuple[str, str], list[int]]) -> None:
+        """The newest histograms of recent values the node's motes sent (wire.histogram)."""
+        self.r.hset(self.k("hist", node_id), mapping={f"{receptor}:{quantity}": json.dumps(counts)
+                                                      for (receptor, quantity), counts in histograms.items()})
+
+    def histograms(self) -> dict[tuple[str, str], list[int]]:
+        """Every edge node's motes' histograms: (receptor, quantity) -> counts."""
+        found = {}
+        for node in self.r.smembers(self.k("nodes")):
+            for field_name, counts in self.r.hgetall(self.k("hist", node)).items():
+                receptor, _, quantity = field_name.rpartition(":")
+                found[(receptor, quantity)] = json.loads(counts)
+        return found
 
     def put_parameters(self, parameters: dict[str, Any]) -> None:
         self._put_json_hash("parameters", parameters)

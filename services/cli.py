@@ -252,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default store.yaml) against the events its scenario stages: precision, recall, "
                             "seconds from a match's end to its alert; proxy: the sensor proxy on the Intel Lab "
                             "replay (offline): samples and bytes from the motes with and without it, per "
-                            "workload of standing queries, and whether each answer is identical")
+                            "workload of standing queries, and whether each answer is identical; the motes' "
+                            "histograms' selectivity estimates against the true shares; a filter's time in "
+                            "its worst written order and as planned")
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
                             "dashboard, store.yaml for events, supply-chain.yaml otherwise)")

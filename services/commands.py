@@ -708,9 +708,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _stop_spark()
         return 0
     if args.which == "proxy":
-        from services.bench.proxy import run, table
+        from services.bench.proxy import run, run_selectivity, selectivity_table, table
 
-        _say(table(run(args.duration if args.duration is not None else PROXY_DURATION_S)))
+        duration = args.duration if args.duration is not None else PROXY_DURATION_S
+        _say(table(run(duration)) + "\n\n" + selectivity_table(run_selectivity(duration)))
         return 0
     if args.duration is None:
         args.duration = BENCH_DURATION_S

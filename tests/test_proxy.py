@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Func, Lit
+from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Filter, Func, Lit, conjuncts
 from glue.analyzer import analyze
 from glue.proxy import mote_rules, rule_for
 from glue.reference import Reference, evaluate_expr
@@ -178,3 +178,86 @@ def test_the_proxy_bench_on_the_intel_lab_replay_sends_far_fewer_samples_for_ale
     # a per-room average needs every sample: its workload saves nothing, and says so
     assert with_averages.sent == with_averages.samples and set(with_averages.rules.values()) == {"always"}
     assert "identical" in table([alerts]) and "DIFFERENT" not in table([alerts, with_averages])
+
+
+# ------------------------------------------------------------------ selectivity from the motes' history
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(values=st.lists(st.one_of(st.floats(-30, 120), st.sampled_from([-25.0, 20.0, 108.0, 130.0])), min_size=1,
+                       max_size=300),
+       threshold=st.floats(-30, 120), op=st.sampled_from(["<", "<=", ">", ">="]))
+def test_a_histogram_estimates_a_thresholds_share_within_the_bucket_it_falls_in(values, threshold, op):
+    from wire import histogram
+    from wire.receptor_settings import COMPARISONS
+
+    counts = histogram.empty()
+    for value in values:
+        histogram.add(counts, "temperature", value)
+    true = sum(COMPARISONS[op](v, threshold) for v in values) / len(values)
+    # the one bucket the threshold cuts is where the estimate may err: at most its share
+    slack = counts[histogram.bucket_of("temperature", threshold)] / len(values)
+    assert abs(histogram.fraction(counts, "temperature", op, threshold) - true) <= slack + 1e-9
+
+
+def test_a_histogram_forgets_by_halving_and_refuses_what_is_not_a_mote_histogram():
+    from wire import histogram
+    from wire.codec import decode_histograms, encode_sensor_batch
+    from wire.intake import IntakeRules
+
+    counts = histogram.empty()
+    for i in range(5000):
+        histogram.add(counts, "humidity", 40.0 + i % 10)
+    assert 0 < sum(counts) <= histogram.RECENT_SAMPLES and histogram.fraction(counts, "humidity", "<", 0.0) == 0.0
+    _, value = encode_sensor_batch("door1", 1, [], 1, 0, {("door1-m1", "humidity"): counts,
+                                                          ("door1-m1", "colour"): counts,
+                                                          ("nobody", "humidity"): counts,
+                                                          ("door1-m2", "humidity"): [1, 2, 3]})
+    found, problems = decode_histograms(value, IntakeRules("door1", {"door1-m1": "door1", "door1-m2": "door1"}))
+    assert found == {("door1-m1", "humidity"): counts}
+    assert sorted(p.split(": ", 1)[1] for p in problems) == [
+        "3 counts, not 66", "receptor 'nobody' is not registered", "unknown quantity 'colour'"]
+
+
+def _with_histograms():
+    from dataclasses import replace
+
+    from wire import histogram
+
+    made = {}
+    for mote in MOTES["door1"] + MOTES["door2"]:
+        for quantity, values in (("temperature", range(15, 40)), ("humidity", range(20, 70, 2))):
+            counts = histogram.empty()
+            for value in values:
+                histogram.add(counts, quantity, float(value))
+            made[(mote, quantity)] = counts
+    return replace(SENSOR_CATALOG, histograms=made)
+
+
+def test_the_planner_evaluates_the_most_selective_term_first_and_explains_its_estimates():
+    catalog = _with_histograms()
+    sql = ("SELECT receptor_id, temperature, ts FROM sensor_stream "
+           "WHERE humidity >= 25 AND temperature * 2 > 10 AND temperature > 35")
+    plan = distribute(analyze(sql, catalog), catalog, "q")
+    assert [e.describe() for e in plan.estimates] == [
+        "temperature > 35 ~0.20", "humidity >= 25 ~0.90", "temperature * 2 > 10 (no estimate)"]   # true: 0.16, 0.92
+    assert "filter, most selective first (the motes' recent values): temperature > 35 ~0.20" in plan.explain()
+    edge = next(t.plan for t in plan.tasks if t.node == "door1")
+    filtered = edge.child
+    while not isinstance(filtered, Filter):
+        filtered = filtered.child
+    assert conjuncts(filtered.predicate)[0] == BinOp(">", Col("temperature"), Lit(35))
+    # without histograms, or over another stream, the terms stay as written
+    assert not distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").estimates
+    assert not distribute(analyze("SELECT tag_id, ts FROM rfid_stream WHERE read_strength > 0.5 AND antenna = 1",
+                                  catalog), catalog, "q").estimates
+
+
+def test_the_proxy_bench_estimates_the_replays_selectivities_and_a_planned_filter_is_no_slower():
+    import statistics
+
+    from services.bench.proxy import run_selectivity
+
+    result = run_selectivity(120.0, passes=30)
+    assert statistics.median(abs(share - then) for _, share, then, _ in result.terms) <= 0.05
+    assert result.planned_order.startswith("temperature > 25")
+    assert result.planned_ms <= result.worst_ms * 1.5   # fastest passes, interleaved: no slower, give or take noise

@@ -243,7 +243,8 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
     """door1's motes (no standing view reads them here) send nothing until a threshold query runs;
     then they send only the samples above it, within two ticks of being told, and the query's
     windows equal the central answer over every sample they took, sent or held back; its cancel
-    silences them again."""
+    silences them again. The planner estimated the threshold's share from the histograms of
+    recent values the motes send."""
     from edge.agent import read_jsonl
     from glue.analyzer import analyze
     from glue.reference import Reference
@@ -267,6 +268,10 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
         f"SELECT receptor_id, count(*) AS warm, max(temperature) AS warmest FROM sensor_stream [range by '2 seconds'] "
         f"WHERE temperature > {threshold} GROUP BY receptor_id")
     try:
+        # the motes' histograms of what they took reached the MDR: the planner estimated the median at about half
+        assert {m for m, quantity in hierarchy.mdr.histograms() if quantity == "temperature"} >= set(motes)
+        assert [e.share is not None and 0.2 <= e.share <= 0.8 for e in plan.estimates] == [True], plan.explain()
+        assert f"most selective first (the motes' recent values): temperature > {threshold:g} ~" in plan.explain()
         wait_for(lambda: told() == {f"(temperature > {threshold:g})"}, 30, lambda: f"the threshold told, not {told()}")
         version = hierarchy.mdr.told("door1")[motes[0]]["version"]
         hierarchy.write_run_file()

@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from protos import hifi_pb2
+from wire import histogram
 from wire.intake import DUPLICATE, NO_RULES, IntakeRules, RecentCycles
 
 TOMBSTONE = "record has no value (a tombstone)"
@@ -57,15 +58,43 @@ class Sample:
     values: dict[str, float]
 
 
+Histograms = dict[tuple[str, str], list[int]]   # (receptor, quantity) -> wire.histogram counts
+
+
 def encode_sensor_batch(node: str, tick: int, samples: Iterable[Sample], timestamp_ms: int = 0,
-                        settings_version: int = 0) -> tuple[bytes, bytes]:
+                        settings_version: int = 0, histograms: Histograms | None = None) -> tuple[bytes, bytes]:
     """Return (key, value) for the samples an edge node's motes sent at one tick (`timestamp_ms`,
-    under the sensor proxy's settings `settings_version`)."""
+    under the sensor proxy's settings `settings_version`), with their motes' `histograms` if given."""
     msg = hifi_pb2.SensorBatch(timestamp_ms=timestamp_ms, settings_version=settings_version)
     for sample in samples:
         msg.samples.add(receptor_id=sample.receptor_id, seq=sample.seq, timestamp_ms=sample.timestamp_ms,
                         values=sample.values)
+    for (receptor_id, quantity), counts in sorted((histograms or {}).items()):
+        msg.histograms.add(receptor_id=receptor_id, quantity=quantity, counts=counts)
     return f"{node}:samples:{tick}".encode(), msg.SerializeToString()
+
+
+def decode_histograms(value: bytes | None, rules: IntakeRules = NO_RULES) -> tuple[Histograms, list[str]]:
+    """The motes' histograms a SensorBatch record carries, and why each other one was refused (an
+    unknown receptor or quantity, counts not in the fixed buckets). An undecodable record is
+    decode_sample_rows' to refuse."""
+    try:
+        msg = hifi_pb2.SensorBatch()
+        msg.ParseFromString(value or b"")
+    except _BAD_VALUES:
+        return {}, []
+    found: Histograms = {}
+    problems = []
+    for i, h in enumerate(msg.histograms):
+        problem = (rules.receptor_problem(h.receptor_id) if h.receptor_id else "missing receptor_id") or \
+            (f"unknown quantity {h.quantity!r}" if h.quantity not in histogram.RANGES else None) or \
+            (f"{len(h.counts)} counts, not {histogram.BUCKETS + 2}" if len(h.counts) != histogram.BUCKETS + 2
+             else None)
+        if problem is None:
+            found[(h.receptor_id, h.quantity)] = list(h.counts)
+        else:
+            problems.append(f"histogram {i}: {problem}")
+    return found, problems
 
 
 def parse_sensor_batch(value: bytes) -> tuple[list[Sample], int, int]:

@@ -53,6 +53,7 @@ from glue.catalog import Catalog, ExportedView
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place
 from glue.rewrite.reuse import subsuming
+from glue.rewrite.selectivity import Estimate, order_terms
 from glue.sql.lexer import SqlError
 from wire.topics import raw_topic, results_topic, view_topic
 from wire.windows import duration_ms, pane_of
@@ -84,6 +85,7 @@ class DistributedPlan:
     tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
     start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
     uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
+    estimates: list[Estimate] = field(default_factory=list)      # its WHERE's terms, in evaluation order
 
     @property
     def result_topic(self) -> str:
@@ -107,6 +109,9 @@ class DistributedPlan:
             within = f" within {q.pattern.within_ms / 1000:g} s" if q.pattern.within_ms else ""
             by = f", partition by {', '.join(q.pattern.partition)}" if q.pattern.partition else ""
             lines.append(f"  pattern SEQ({steps}){within}{by}: matched at {self.placement.root}")
+        if self.estimates:
+            lines.append("  filter, most selective first (the motes' recent values): "
+                         + ", ".join(e.describe() for e in self.estimates))
         if self.start_ms is not None:
             since = dt.datetime.fromtimestamp(self.start_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
             lines.append(f"  answers {'windows' if q.is_aggregate else 'rows'} from {since} (its start)")
@@ -383,9 +388,10 @@ def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool
     placement = place(query, catalog, at)
     if naive and query.arbitration is not None:
         raise SqlError("the naive baseline does not plan arbitration")
+    query, estimates = order_terms(query, catalog)
     builder = _Builder(query, catalog, query_id, placement, naive)
     builder.build(placement.root)
-    plan = DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses)
+    plan = DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses, estimates=estimates)
     for task in plan.tasks:
         output_columns(task.plan)  # every plan type-checks before anything is deployed
     return plan
