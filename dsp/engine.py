@@ -137,6 +137,10 @@ class SourceOp(Operator):
             # a sample batch's clock row (no receptor: dsp.kafka_source) moves event time, nothing else
             self.newest_ms = _none_max(self.newest_ms, pc.max(epoch_ms(batch[self.plan.event_time])).as_py())
             batch = batch.filter(pc.is_valid(batch["receptor_id"]))
+            if self.plan.sample_ms:   # `sample every`: the samples on the period only
+                ms = epoch_ms(batch[self.plan.event_time])
+                batch = batch.filter(pc.equal(pc.subtract(ms, pc.multiply(pc.divide(ms, self.plan.sample_ms),
+                                                                           self.plan.sample_ms)), 0))
         rows = batch.select([name for name, _ in self.plan.columns]).cast(self.schema)
         if not self.plan.markers and rows.num_rows:
             newest = pc.max(epoch_ms(rows[self.plan.event_time])).as_py()

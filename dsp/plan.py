@@ -2,7 +2,7 @@
 
 A plan is a tree of operators ending in the rows a node's query emits:
 
-  Source(topics, format, columns, event_time, watermark_ms, markers)
+  Source(topics, format, columns, event_time, watermark_ms, markers, window, sample_ms)
                                                               Kafka topics read as one stream; with
                                                               `markers`, each topic is its own input
                                                               whose progress markers advance its
@@ -189,6 +189,7 @@ class Source:
     watermark_ms: int
     markers: bool = False
     window: Window | None = None     # the window a view's rows stand for (their window_start, window_end)
+    sample_ms: int = 0               # raw samples: only those whose time is a multiple of it (`sample every`)
 
 
 @dataclass(frozen=True)
@@ -333,6 +334,8 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
             raise PlanError(f"source {plan.topics}: unknown format {plan.format!r}")
         if plan.event_time not in dict(plan.columns):
             raise PlanError(f"source {plan.topics}: event time column {plan.event_time!r} is not a column")
+        if plan.sample_ms and (plan.format != "samples" or plan.sample_ms < 0):
+            raise PlanError(f"source {plan.topics}: sample_ms {plan.sample_ms} (a positive period of raw samples)")
         return plan.columns
     if isinstance(plan, Filter):
         cols = output_columns(plan.child)
@@ -505,6 +508,8 @@ def _encode(value: Any) -> Any:
         return {f.name: getattr(value, f.name) for f in fields(value)}
     if is_dataclass(value):
         body = {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
+        if isinstance(value, Source) and not value.sample_ms:
+            del body["sample_ms"]   # a plan without it keeps the JSON (and the view names) it had
         return {"op": type(value).__name__.rstrip("_"), **body}
     if isinstance(value, tuple | list):
         return [_encode(v) for v in value]
@@ -528,7 +533,7 @@ def _decode(data: dict) -> Plan:
     if op == "Source":
         return Source(tuple(data["topics"]), data["format"], tuple(tuple(c) for c in data["columns"]),
                       data["event_time"], int(data["watermark_ms"]), bool(data.get("markers", False)),
-                      Window(**data["window"]) if data.get("window") else None)
+                      Window(**data["window"]) if data.get("window") else None, int(data.get("sample_ms", 0)))
     if op == "Filter":
         return Filter(_decode(data["child"]), _decode_expr(data["predicate"]))
     if op == "Project":

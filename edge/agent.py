@@ -307,7 +307,8 @@ class ReceptorAgent:
             if quantity in histogram.RANGES:
                 counts = self._histograms[node].setdefault((sample.receptor_id, quantity), histogram.empty())
                 histogram.add(counts, quantity, value)
-        keep = self.control is None or wants(self.control.rule(node, sample.receptor_id), sample.values)
+        keep = self.control is None or wants(self.control.rule(node, sample.receptor_id), sample.values,
+                                             sample.timestamp_ms)
         (samples if keep else held)[node].append(sample)
 
     def _read_cycles(self, tick: _Tick, rng: random.Random) -> None:

@@ -109,6 +109,7 @@ class LogicalQuery:
     smoothing: Smoothing | None = None       # the source is read through adaptive smoothing
     derived: tuple[tuple[str, Expr], ...] = ()   # grouping columns computed from each row (GROUP BY an alias)
     pattern: EventPattern | None = None      # an event query: its matches are its rows
+    sample_ms: int = 0                       # `sample every`: only the samples whose time is a multiple of it
 
     @property
     def is_aggregate(self) -> bool:
@@ -329,6 +330,16 @@ def _bind_window(binder: _Binder, scope: _Scope) -> None:
     stream, one row per receptor, tag and epoch in which the tag is present (like a view's rows)."""
     select = scope.select
     scope.window = binder.window(select.source.window)
+    clause = select.source.window
+    if clause is not None and clause.sample is not None:
+        assert clause.sample_pos is not None
+        if scope.facts["source"] != "sensor_stream":
+            raise _err(f"sample every is for sensor_stream (its motes sample on a period), not "
+                       f"{select.source.name!r}", clause.sample_pos)
+        sample_ms = binder.duration(clause.sample, clause.sample_pos)
+        if sample_ms <= 0:
+            raise _err("sample every needs a positive period", clause.sample_pos)
+        scope.facts = {**scope.facts, "sample_ms": sample_ms}
     if select.source.window is None or not select.source.window.adaptive:
         return
     if scope.facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(scope.columns):

@@ -5,12 +5,13 @@ Every part reading the node's samples sees them through the operators above its 
 the filters on that path (through projections, whose columns they are rewritten in, unions, which
 pass rows on unchanged, and joins with static relations) are what a sample must meet to be of any
 use to the part. Above any other operator (an aggregate, a pattern, smoothing, the quality stage)
-every sample may count. For one mote, a part's predicate is relaxed into thresholds over the
-sample's quantities: its `receptor_id` comparisons are decided for that mote, a comparison the mote
-cannot check (arithmetic, time, functions, a relation's columns) holds always, and NULL compares to
-nothing — so the rule keeps every sample the predicate keeps, and a mote under the union of its
-parts' rules sends every sample any part could use: each query's answer is the one it gets from
-every sample.
+every sample may count; a source's `sample every` period keeps only the samples on it. For one
+mote, a part's predicate is relaxed into thresholds over the sample's quantities: its
+`receptor_id` comparisons are decided for that mote, a comparison the mote cannot check
+(arithmetic, time, functions, a relation's columns) holds always, and NULL compares to nothing —
+so the rule keeps every sample the predicate keeps, and a mote under the union of its parts'
+rules sends every sample any part could use: each query's answer is the one it gets from every
+sample.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dsp.plan import (
     Source,
     Union_,
 )
-from wire.receptor_settings import ALWAYS, COMPARISONS, NEVER, Bound, Clause, Rule
+from wire.receptor_settings import ALWAYS, COMPARISONS, EVERY, NEVER, Bound, Clause, Rule
 
 TRUE = Lit(True)
 _RELATION = "relation column"   # stands for a static relation's column above a join: no threshold of it
@@ -50,7 +51,10 @@ def mote_rules(plans: Iterable[Plan], motes: Iterable[str]) -> dict[str, Rule]:
 def sample_predicates(plan: Plan, above: Expr = TRUE) -> list[Expr]:
     """For each samples source of `plan`, what a sample must meet to reach past the filters above it."""
     if isinstance(plan, Source):
-        return [above] if plan.format == "samples" else []
+        if plan.format != "samples":
+            return []
+        return [BinOp("AND", BinOp(EVERY, Col(plan.event_time), Lit(plan.sample_ms)), above) if plan.sample_ms
+                else above]
     if isinstance(plan, Filter):
         return sample_predicates(plan.child, above if plan.predicate == TRUE else
                                  plan.predicate if above == TRUE else BinOp("AND", plan.predicate, above))
@@ -99,6 +103,8 @@ def _covers(wide: Clause, narrow: Clause) -> bool:
 
 def _implies(strong: Bound, weak: Bound) -> bool:
     (quantity, op, value), (weak_quantity, weak_op, weak_value) = strong, weak
+    if op == EVERY or weak_op == EVERY:   # every 6 s is also every 2 s
+        return op == weak_op == EVERY and value % weak_value == 0
     if quantity != weak_quantity:
         return False
     if op == "=":
@@ -138,6 +144,9 @@ def rule_for(predicate: Expr, mote: str, negated: bool = False) -> Rule:
     if predicate.op in ("AND", "OR"):
         left, right = rule_for(predicate.left, mote, negated), rule_for(predicate.right, mote, negated)
         return _both(left, right) if (predicate.op == "AND") != negated else union((left, right))
+    if predicate.op == EVERY:   # a source's `sample every` (sample_predicates), never under a NOT
+        assert isinstance(predicate.right, Lit)
+        return ALWAYS if negated else ((("", EVERY, float(predicate.right.value)),),)
     if predicate.op not in COMPARISONS:
         return ALWAYS
     op = _NEGATED[predicate.op] if negated else predicate.op

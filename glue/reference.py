@@ -140,7 +140,10 @@ class Reference:
         return rows
 
     def run(self, query: LogicalQuery) -> list[Row]:
-        rows = self.joined(self.source_rows(query), query)
+        rows = self.source_rows(query)
+        if query.sample_ms:   # `sample every`: the samples whose time is a multiple of the period
+            rows = [row for row in rows if row["ts"] % query.sample_ms == 0]
+        rows = self.joined(rows, query)
         if query.predicate is not None:
             rows = [row for row in rows if evaluate_expr(query.predicate, row) is True]
         if query.smoothing is not None:   # WHERE filtered the readings; the rest sees smoothed rows

@@ -172,12 +172,14 @@ def test_settings_travel_as_a_control_record_and_a_malformed_one_is_refused():
 def test_the_proxy_bench_on_the_intel_lab_replay_sends_far_fewer_samples_for_alerts_with_identical_answers():
     from services.bench.proxy import run, table
 
-    alerts, with_averages = run(120.0)
+    alerts, with_averages, sampled = run(120.0)
     assert alerts.samples >= 5 * alerts.sent > 0 and alerts.batch_bytes > 4 * alerts.sent_bytes
-    assert all(alerts.identical.values()) and all(with_averages.identical.values())
-    # a per-room average needs every sample: its workload saves nothing, and says so
+    assert all(alerts.identical.values()) and all(with_averages.identical.values()) and all(sampled.identical.values())
+    # a per-room average over every sample needs every sample: its workload saves nothing, and says so
     assert with_averages.sent == with_averages.samples and set(with_averages.rules.values()) == {"always"}
-    assert "identical" in table([alerts]) and "DIFFERENT" not in table([alerts, with_averages])
+    # over the samples taken every 6 s, it needs a sixth of them and the alerts' few
+    assert sampled.samples >= 3 * sampled.sent and all("every 6 s" in rule for rule in sampled.rules.values())
+    assert "identical" in table([alerts]) and "DIFFERENT" not in table([alerts, with_averages, sampled])
 
 
 # ------------------------------------------------------------------ selectivity from the motes' history
@@ -261,3 +263,51 @@ def test_the_proxy_bench_estimates_the_replays_selectivities_and_a_planned_filte
     assert statistics.median(abs(share - then) for _, share, then, _ in result.terms) <= 0.05
     assert result.planned_order.startswith("temperature > 25")
     assert result.planned_ms <= result.worst_ms * 1.5   # fastest passes, interleaved: no slower, give or take noise
+
+
+# ------------------------------------------------------------------ `sample every`: a query's sample period
+
+SAMPLED = ("SELECT receptor_id, avg(temperature) AS t, count(*) AS n FROM sensor_stream "
+           "[range by '4 seconds', sample every '1 second'] GROUP BY receptor_id")
+
+
+def test_sample_every_is_for_sensor_windows_and_errors_name_the_position():
+    from glue.sql.lexer import SqlError
+
+    assert analyze(SAMPLED, SENSOR_CATALOG).sample_ms == 1000
+    cases = {
+        "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '4 seconds', sample every '1 second'] GROUP BY tag_id":
+            "line 1, column 83: sample every is for sensor_stream",
+        SAMPLED.replace("'1 second'", "'0 seconds'"): "sample every needs a positive period",
+        SAMPLED.replace("sample every", "sample"): "expected EVERY",
+    }
+    for sql, message in cases.items():
+        with pytest.raises(SqlError, match=message):
+            analyze(sql, SENSOR_CATALOG)
+    assert edge_rules(SAMPLED) == dict.fromkeys(MOTES["door1"], "(every 1 s)")
+    both = edge_rules(SAMPLED.replace("GROUP BY", "WHERE humidity > 40 GROUP BY"))
+    assert both == dict.fromkeys(MOTES["door1"], "(every 1 s AND humidity > 40)")
+
+
+def test_a_sampled_query_answers_over_its_period_while_the_motes_send_only_that():
+    plan = distribute(analyze(SAMPLED, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    # samples every 500 ms on the half second (the generated ones, moved onto it): every other one is on the period
+    taken = {edge: [(m, t, h, ms - ms % 500) for m, t, h, ms in rows] for edge, rows in generated_samples(6).items()}
+    sent = {}
+    for edge, rows in taken.items():
+        rules = mote_rules([t.plan for t in plan.tasks if t.node == edge], MOTES[edge])
+        sent[edge] = [row if wants(rules[row[0]], {"temperature": row[1], "humidity": row[2]}, row[3])
+                      else (None, None, None, row[3]) for row in rows]
+    held = sum(row[0] is None for rows in sent.values() for row in rows)
+    assert held >= sum(len(rows) for rows in taken.values()) // 3
+    emitted = run_bottom_up([(t.topic, t.plan) for t in plan.tasks], sent, clock_batch,
+                            lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms), SENSOR_RELATIONS)
+    got = [tuple(as_ms(v) for v in row) for row in emitted[plan.result_topic]]
+    every = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9,
+              "ts": ms} for rows in taken.values() for m, t, h, ms in rows]
+    want = [tuple(r[c] for c in plan.columns)
+            for r in Reference([], SENSOR_CATALOG, samples=every).run(analyze(SAMPLED, SENSOR_CATALOG))]
+    assert want and same_rows(got, want), (sorted(got)[:5], sorted(want)[:5])
+    unsampled = Reference([], SENSOR_CATALOG, samples=every).run(
+        analyze(SAMPLED.replace(", sample every '1 second'", ""), SENSOR_CATALOG))
+    assert sum(r["n"] for r in unsampled) > sum(r[-1] for r in want), "the period keeps fewer samples per window"

@@ -1,7 +1,8 @@
 """What an edge node's sensor proxy tells its motes, and how a mote obeys. Pure.
 
 A mote's rule is a disjunction of clauses, each a conjunction of bounds on the sample's own
-quantities (`temperature > 45`): the mote sends a sample when any clause holds. One empty clause
+quantities (`temperature > 45`) and perhaps a period (`every 6 s`: the sample's time a multiple of
+it, a query's `sample every`): the mote sends a sample when any clause holds. One empty clause
 holds always (every sample is sent); no clause at all: no running query needs the mote, and it
 sends nothing. Thresholds of this form are what a mote can check before it transmits (Fjords'
 sensor proxy, TinyDB's pushed-down predicates); the proxy (glue.proxy) derives them from the
@@ -16,22 +17,24 @@ from dataclasses import dataclass
 
 from protos import hifi_pb2
 
-Bound = tuple[str, str, float]        # (quantity, op, value)
+Bound = tuple[str, str, float]        # (quantity, op, value); ("", "every", P): a sample time multiple of P ms
 Clause = tuple[Bound, ...]
 Rule = tuple[Clause, ...]
 
 ALWAYS: Rule = ((),)
 NEVER: Rule = ()
+EVERY = "every"   # a query's `sample every`: the mote samples on that period only
 
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "=": operator.eq, "!=": operator.ne,
 }
 
 
-def wants(rule: Rule, values: Mapping[str, float]) -> bool:
-    """Whether a mote under `rule` sends a sample of `values` (a quantity it lacks meets no bound)."""
-    return any(all(quantity in values and COMPARISONS[op](values[quantity], value) for quantity, op, value in clause)
-               for clause in rule)
+def wants(rule: Rule, values: Mapping[str, float], t_ms: int = 0) -> bool:
+    """Whether a mote under `rule` sends a sample of `values` taken at `t_ms` (a quantity it lacks
+    meets no bound)."""
+    return any(all(t_ms % value == 0 if op == EVERY else quantity in values and
+                   COMPARISONS[op](values[quantity], value) for quantity, op, value in clause) for clause in rule)
 
 
 def describe(rule: Rule) -> str:
@@ -40,7 +43,8 @@ def describe(rule: Rule) -> str:
         return "always"
     if rule == NEVER:
         return "never"
-    return " OR ".join("(" + " AND ".join(f"{q} {op} {v:g}" for q, op, v in clause) + ")" for clause in rule)
+    return " OR ".join("(" + " AND ".join(f"every {v / 1000:g} s" if op == EVERY else f"{q} {op} {v:g}"
+                                          for q, op, v in clause) + ")" for clause in rule)
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class ReceptorSettings:
             raise ValueError(f"undecodable ReceptorSettings: {exc}") from exc
         rules = {m.receptor_id: tuple(tuple((b.quantity, b.op, b.value) for b in c.bounds) for c in m.clauses)
                  for m in msg.motes}
-        unknown = {b[1] for rule in rules.values() for clause in rule for b in clause} - set(COMPARISONS)
+        unknown = {b[1] for rule in rules.values() for clause in rule for b in clause} - {*COMPARISONS, EVERY}
         if unknown:
             raise ValueError(f"ReceptorSettings of {msg.node!r}: unknown comparison(s) {sorted(unknown)}")
         return cls(msg.node, msg.version, msg.issued_ms, rules)

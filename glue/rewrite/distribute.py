@@ -149,7 +149,8 @@ class _Builder:
             return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
                           Window(q.smoothing.epoch_ms, q.smoothing.epoch_ms))
         if q.source_kind == "stream":
-            return raw_stream_plan(q.source, raw_topic(node), self.lateness_ms)
+            read = raw_stream_plan(q.source, raw_topic(node), self.lateness_ms)
+            return replace(read, sample_ms=q.sample_ms) if q.sample_ms else read   # sensor_stream only (analyzer)
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, q.event_time, 0, True, view.window)
 

@@ -71,7 +71,8 @@ Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll]  # noqa: UP
 
 @dataclass(frozen=True)
 class WindowClause:
-    """`[range by 'R', slide by 'S']`, or `[adaptive epoch 'E', delta D]` (range holds the epoch)."""
+    """`[range by 'R', slide by 'S', sample every 'P']`, or `[adaptive epoch 'E', delta D]` (range
+    holds the epoch)."""
 
     range: str
     slide: str | None
@@ -81,6 +82,8 @@ class WindowClause:
     adaptive: bool = False
     delta: float | None = None
     delta_pos: Pos | None = None
+    sample: str | None = None        # `, sample every 'P'`: the source's samples on that period only
+    sample_pos: Pos | None = None
 
 
 @dataclass(frozen=True)
