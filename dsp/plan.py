@@ -139,6 +139,27 @@ def conjuncts(expr: Expr | None) -> list[Expr]:
     return [expr]
 
 
+_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
+
+
+def plain_comparison(expr: Expr) -> tuple[Col | Lit, str, Col | Lit] | None:
+    """A comparison of plain operands (a column or a constant, seen through casts to double), a
+    column on the left when there is one (`5 < x` is `x > 5`); None for anything else."""
+    if not isinstance(expr, BinOp) or expr.op not in _FLIPPED:
+        return None
+    left, right = _uncast(expr.left), _uncast(expr.right)
+    if not isinstance(left, Col | Lit) or not isinstance(right, Col | Lit):
+        return None
+    return (right, _FLIPPED[expr.op], left) if isinstance(left, Lit) and isinstance(right, Col) else \
+        (left, expr.op, right)
+
+
+def _uncast(expr: Expr) -> Expr:
+    while isinstance(expr, Func) and expr.name == "double":
+        expr = expr.args[0]
+    return expr
+
+
 def expr_columns(expr: Expr) -> set[str]:
     """The columns an expression reads."""
     if isinstance(expr, Col):

@@ -31,13 +31,13 @@ from dsp.plan import (
     Project,
     Source,
     Union_,
+    plain_comparison,
 )
 from wire.receptor_settings import ALWAYS, COMPARISONS, EVERY, NEVER, Bound, Clause, Rule
 
 TRUE = Lit(True)
 _RELATION = "relation column"   # stands for a static relation's column above a join: no threshold of it
 MAX_CLAUSES = 32   # a rule with more is sent as `always`: a mote checks few thresholds
-_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "=": "!=", "!=": "="}
 
 
@@ -147,14 +147,11 @@ def rule_for(predicate: Expr, mote: str, negated: bool = False) -> Rule:
     if predicate.op == EVERY:   # a source's `sample every` (sample_predicates), never under a NOT
         assert isinstance(predicate.right, Lit)
         return ALWAYS if negated else ((("", EVERY, float(predicate.right.value)),),)
-    if predicate.op not in COMPARISONS:
+    comparison = plain_comparison(predicate)
+    if comparison is None:
         return ALWAYS
-    op = _NEGATED[predicate.op] if negated else predicate.op
-    left, right = _operand(predicate.left), _operand(predicate.right)
-    if left is None or right is None:
-        return ALWAYS
-    if isinstance(left, Lit) and isinstance(right, Col):
-        left, right, op = right, left, _FLIPPED[op]
+    left, op, right = comparison
+    op = _NEGATED[op] if negated else op
     if (isinstance(left, Lit) and left.value is None) or (isinstance(right, Lit) and right.value is None):
         return NEVER   # NULL compares to nothing, negated or not
     if isinstance(left, Col) and isinstance(right, Lit):
@@ -164,10 +161,3 @@ def rule_for(predicate: Expr, mote: str, negated: bool = False) -> Rule:
         if left.name in SAMPLE_QUANTITIES and number:
             return (((left.name, op, float(right.value)),),)
     return ALWAYS
-
-
-def _operand(expr: Expr) -> Col | Lit | None:
-    """A column or a constant, seen through casts to double; None for anything else."""
-    while isinstance(expr, Func) and expr.name == "double":
-        expr = expr.args[0]
-    return expr if isinstance(expr, Col | Lit) else None

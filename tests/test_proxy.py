@@ -115,19 +115,16 @@ THRESHOLD_QUERIES = {
 }
 
 
-@pytest.mark.parametrize("name", THRESHOLD_QUERIES)
-def test_answers_are_those_of_every_sample_while_the_motes_hold_back_what_the_proxy_says(name):
-    sql = THRESHOLD_QUERIES[name][0]
+def answered_while_held_back(sql: str, taken: dict[str, list[tuple]]) -> tuple[int, list, list]:
+    """`sql` planned over the hierarchy and run bottom-up on the samples its motes send of those
+    they `taken`: (how many were held back, its rows, the central answer over every sample taken)."""
     plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
-    taken = generated_samples(5)
-    held = 0
     sent: dict[str, list] = {}
     for edge, rows in taken.items():
         rules = mote_rules([t.plan for t in plan.tasks if t.node == edge], MOTES[edge])
         # a held sample leaves only its batch's clock (no receptor): event time moves on
-        sent[edge] = [row if wants(rules[row[0]], {"temperature": row[1], "humidity": row[2], "voltage": 2.9})
+        sent[edge] = [row if wants(rules[row[0]], {"temperature": row[1], "humidity": row[2], "voltage": 2.9}, row[3])
                       else (None, None, None, row[3]) for row in rows]
-        held += sum(row[0] is None for row in sent[edge])
     emitted = run_bottom_up([(t.topic, t.plan) for t in plan.tasks], sent, clock_batch,
                             lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms), SENSOR_RELATIONS)
     got = [tuple(as_ms(v) for v in row) for row in emitted[plan.result_topic]]
@@ -137,7 +134,14 @@ def test_answers_are_those_of_every_sample_while_the_motes_hold_back_what_the_pr
             for r in Reference([], SENSOR_CATALOG, samples=every).run(analyze(sql, SENSOR_CATALOG))]
     if not plan.query.is_aggregate:   # the sentinel row that closes the windows is a sample too
         got = [r for r in got if r[plan.columns.index("ts")] < max(r["ts"] for r in every) + 1000]
-    assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])
+    return sum(row[0] is None for rows in sent.values() for row in rows), got, want
+
+
+@pytest.mark.parametrize("name", THRESHOLD_QUERIES)
+def test_answers_are_those_of_every_sample_while_the_motes_hold_back_what_the_proxy_says(name):
+    sql = THRESHOLD_QUERIES[name][0]
+    held, got, want = answered_while_held_back(sql, generated_samples(5))
+    assert want and same_rows(got, want), (sql, sorted(got)[:5], sorted(want)[:5])
     if "WHERE temperature" in sql or "OR humidity" in sql:
         assert held > 0, "a threshold query lets the motes hold samples back"
 
@@ -290,24 +294,10 @@ def test_sample_every_is_for_sensor_windows_and_errors_name_the_position():
 
 
 def test_a_sampled_query_answers_over_its_period_while_the_motes_send_only_that():
-    plan = distribute(analyze(SAMPLED, SENSOR_CATALOG), SENSOR_CATALOG, "q")
     # samples every 500 ms on the half second (the generated ones, moved onto it): every other one is on the period
     taken = {edge: [(m, t, h, ms - ms % 500) for m, t, h, ms in rows] for edge, rows in generated_samples(6).items()}
-    sent = {}
-    for edge, rows in taken.items():
-        rules = mote_rules([t.plan for t in plan.tasks if t.node == edge], MOTES[edge])
-        sent[edge] = [row if wants(rules[row[0]], {"temperature": row[1], "humidity": row[2]}, row[3])
-                      else (None, None, None, row[3]) for row in rows]
-    held = sum(row[0] is None for rows in sent.values() for row in rows)
+    held, got, want = answered_while_held_back(SAMPLED, taken)
     assert held >= sum(len(rows) for rows in taken.values()) // 3
-    emitted = run_bottom_up([(t.topic, t.plan) for t in plan.tasks], sent, clock_batch,
-                            lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms), SENSOR_RELATIONS)
-    got = [tuple(as_ms(v) for v in row) for row in emitted[plan.result_topic]]
-    every = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9,
-              "ts": ms} for rows in taken.values() for m, t, h, ms in rows]
-    want = [tuple(r[c] for c in plan.columns)
-            for r in Reference([], SENSOR_CATALOG, samples=every).run(analyze(SAMPLED, SENSOR_CATALOG))]
     assert want and same_rows(got, want), (sorted(got)[:5], sorted(want)[:5])
-    unsampled = Reference([], SENSOR_CATALOG, samples=every).run(
-        analyze(SAMPLED.replace(", sample every '1 second'", ""), SENSOR_CATALOG))
-    assert sum(r["n"] for r in unsampled) > sum(r[-1] for r in want), "the period keeps fewer samples per window"
+    _, _, unsampled = answered_while_held_back(SAMPLED.replace(", sample every '1 second'", ""), taken)
+    assert sum(r[-1] for r in unsampled) > sum(r[-1] for r in want), "the period keeps fewer samples per window"

@@ -12,13 +12,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, conjuncts, expr_columns
+from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, conjuncts, expr_columns, plain_comparison
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.reference import evaluate_expr
 from wire import histogram
-
-_FLIPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "!=": "!="}
 
 
 @dataclass(frozen=True)
@@ -58,13 +56,10 @@ def estimate(term: Expr, catalog: Catalog, motes: list[str]) -> float | None:
         if left is None or right is None:
             return None
         return left * right if term.op == "AND" else left + right - left * right
-    if not isinstance(term, BinOp) or term.op not in _FLIPPED:
+    comparison = plain_comparison(term)
+    if comparison is None or not isinstance(comparison[0], Col) or not isinstance(comparison[2], Lit):
         return None
-    left, right, op = _bare(term.left), _bare(term.right), term.op
-    if isinstance(left, Lit) and isinstance(right, Col):
-        left, right, op = right, left, _FLIPPED[op]
-    if not (isinstance(left, Col) and isinstance(right, Lit)):
-        return None
+    left, op, right = comparison
     if left.name == "receptor_id":
         return sum(evaluate_expr(term, {"receptor_id": m}) is True for m in motes) / len(motes) if motes else None
     if left.name not in SAMPLE_QUANTITIES or not isinstance(right.value, int | float) or isinstance(right.value, bool):
@@ -76,12 +71,6 @@ def estimate(term: Expr, catalog: Catalog, motes: list[str]) -> float | None:
         if share is not None:
             kept, total = kept + share * sum(counts), total + sum(counts)
     return kept / total if total else None
-
-
-def _bare(expr: Expr) -> Expr:
-    while isinstance(expr, Func) and expr.name == "double":
-        expr = expr.args[0]
-    return expr
 
 
 def expr_sql(expr: Expr) -> str:
