@@ -28,7 +28,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import IO, Any
 
 from edge.control import ControlFollower
@@ -301,15 +301,18 @@ class ReceptorAgent:
 
     def _route(self, node: str, sample: Sample, samples: dict[str, list[Sample]],
                held: dict[str, list[Sample]]) -> None:
-        """Send the sample, or hold it back when its mote's settings say no query could use it; its
-        mote's histograms count it either way."""
+        """Send the sample with the quantities the queries read, or hold it back when its mote's
+        settings say no query could use it; its mote's histograms count it whole either way."""
         for quantity, value in sample.values.items():
             if quantity in histogram.RANGES:
                 counts = self._histograms[node].setdefault((sample.receptor_id, quantity), histogram.empty())
                 histogram.add(counts, quantity, value)
-        keep = self.control is None or wants(self.control.rule(node, sample.receptor_id), sample.values,
-                                             sample.timestamp_ms)
-        (samples if keep else held)[node].append(sample)
+        if self.control is None:
+            samples[node].append(sample)
+        elif wants(self.control.rule(node, sample.receptor_id), sample.values, sample.timestamp_ms):
+            samples[node].append(replace(sample, values=self.control.sent(node, sample.receptor_id, sample.values)))
+        else:
+            held[node].append(sample)
 
     def _read_cycles(self, tick: _Tick, rng: random.Random) -> None:
         t = tick.t

@@ -49,6 +49,10 @@ class ControlFollower:
         settings = self.settings.get(node)
         return settings.rule(receptor_id) if settings is not None else ALWAYS
 
+    def sent(self, node: str, receptor_id: str, values: dict[str, float]) -> dict[str, float]:
+        settings = self.settings.get(node)
+        return settings.sent(receptor_id, values) if settings is not None else values
+
     def version(self, node: str) -> int:
         settings = self.settings.get(node)
         return settings.version if settings is not None else 0

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from dsp.plan import (
     SAMPLE_QUANTITIES,
+    Aggregate,
     BinOp,
     Col,
     Expr,
@@ -27,10 +28,14 @@ from dsp.plan import (
     Func,
     Lit,
     LookupJoin,
+    Match,
     Plan,
     Project,
+    Qualify,
     Source,
     Union_,
+    expr_columns,
+    output_columns,
     plain_comparison,
 )
 from wire.receptor_settings import ALWAYS, COMPARISONS, EVERY, NEVER, Bound, Clause, Rule
@@ -46,6 +51,57 @@ def mote_rules(plans: Iterable[Plan], motes: Iterable[str]) -> dict[str, Rule]:
     could use; a mote no part reads sends nothing."""
     needs = [predicate for plan in plans for predicate in sample_predicates(plan)]
     return {mote: union(rule_for(predicate, mote) for predicate in needs) for mote in motes}
+
+
+def mote_fields(plans: Iterable[Plan], motes: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Per mote, the quantities the parts that may use its samples read (() for every quantity: a
+    part reads them all, or none reads the mote)."""
+    reading = [(plan, predicates) for plan in plans if (predicates := sample_predicates(plan))]
+    found = {}
+    for mote in motes:
+        wanted: set[str] = set()
+        for plan, predicates in reading:
+            if all(rule_for(predicate, mote) == NEVER for predicate in predicates):
+                continue
+            read = quantities_read(plan)
+            if read is None:
+                wanted = set(SAMPLE_QUANTITIES)
+                break
+            wanted |= read
+        found[mote] = () if wanted in (set(), set(SAMPLE_QUANTITIES)) else tuple(q for q in SAMPLE_QUANTITIES
+                                                                                 if q in wanted)
+    return found
+
+
+def quantities_read(plan: Plan) -> set[str] | None:
+    """The sample quantities a plan names anywhere (a renamed one is named where it is renamed), and
+    those it passes out unnamed; None when an operator reads them all (the quality stage)."""
+    if isinstance(plan, Qualify):
+        return None
+    names: set[str] = {name for name, _ in output_columns(plan)}
+
+    def visit(node: Plan) -> bool:
+        if isinstance(node, Qualify):
+            return False
+        exprs: list[Expr] = []
+        if isinstance(node, Filter):
+            exprs.append(node.predicate)
+        elif isinstance(node, Project):
+            exprs.extend(e for _, e in node.outputs)
+        elif isinstance(node, Aggregate):
+            names.update(node.keys)
+            names.update(n for spec in node.aggregates for n in (spec.column, spec.by) if n)
+            exprs.extend([node.having] if node.having is not None else [])
+        elif isinstance(node, LookupJoin):
+            names.add(node.on)
+        elif isinstance(node, Match):
+            names.update(node.partition)
+            names.update(column for _, _, column in node.outputs)
+            exprs.extend(c for step in node.steps for c in step.conditions)
+        names.update(n for e in exprs for n in expr_columns(e))
+        return isinstance(node, Source) or all(visit(child) for child in _children(node))
+
+    return names & set(SAMPLE_QUANTITIES) if visit(plan) else None
 
 
 def sample_predicates(plan: Plan, above: Expr = TRUE) -> list[Expr]:

@@ -372,9 +372,9 @@ def cmd_views(args: argparse.Namespace) -> int:
 def cmd_motes(args: argparse.Namespace) -> int:
     mdr = _mdr()
     edges = [args.node] if args.node else sorted(n.id for n in mdr.nodes() if n.tier == "edge")
-    rows = [[node, mote, told["rule"], str(told["version"])]
+    rows = [[node, mote, told["rule"], ", ".join(told.get("fields", ())) or "all", str(told["version"])]
             for node in edges for mote, told in sorted(mdr.told(node).items())]
-    _say(_table(["node", "mote", "sends", "version"], rows) if rows else
+    _say(_table(["node", "mote", "sends", "quantities", "version"], rows) if rows else
          "no sensor proxy has told any mote yet (no edge node with motes is running)")
     return 0
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterable
 
 from dsp.plan import Plan
-from glue.proxy import mote_rules
+from glue.proxy import mote_fields, mote_rules
 from mdr.repository import MDR, now_ms
 from wire import bus
 from wire.receptor_settings import ReceptorSettings, Rule, describe
@@ -22,7 +22,7 @@ class SensorProxy:
     def __init__(self, node_id: str, bootstrap: str, mdr: MDR) -> None:
         self.node_id, self.bootstrap, self.mdr = node_id, bootstrap, mdr
         self.version = 0
-        self._told: dict[str, Rule] | None = None
+        self._told: tuple[dict[str, Rule], dict[str, tuple[str, ...]]] | None = None
         self._lock = threading.Lock()
 
     def motes(self) -> list[str]:
@@ -34,18 +34,20 @@ class SensorProxy:
         motes = self.motes()
         if not motes:
             return None
-        rules = mote_rules(plans, motes)
+        plans = list(plans)
+        rules, fields = mote_rules(plans, motes), mote_fields(plans, motes)
         with self._lock:
-            if rules == self._told:
+            if (rules, fields) == self._told:
                 return None
             self.version = max(now_ms(), self.version + 1)   # a restarted node's settings are newer still
-            settings = ReceptorSettings(self.node_id, self.version, now_ms(), rules)
+            settings = ReceptorSettings(self.node_id, self.version, now_ms(), rules, fields)
             key, value = settings.encode()
             producer = bus.shared_producer(self.bootstrap)
             bus.deliver(producer, [producer.send(control_topic(self.node_id), key=key, value=value)])
-            self._told = rules
-            self.mdr.put_told(self.node_id, {mote: {"rule": describe(rule), "version": self.version}
-                                             for mote, rule in rules.items()})
+            self._told = (rules, fields)
+            self.mdr.put_told(self.node_id, {mote: {"rule": describe(rule), "fields": list(fields[mote]),
+                                                    "version": self.version} for mote, rule in rules.items()})
         log.info("node %s: told its motes (version %d): %s", self.node_id, self.version,
-                 "; ".join(f"{mote} {describe(rule)}" for mote, rule in rules.items()))
+                 "; ".join(f"{mote} {describe(rule)}, {', '.join(fields[mote]) or 'every quantity'}"
+                           for mote, rule in rules.items()))
         return settings

@@ -190,7 +190,8 @@ def test_the_motes_obey_their_proxys_newest_settings_within_a_tick_and_refuse_ma
     running.start()
     time.sleep(max(0.0, start_ms / 1000 + 1.5 - time.time()))
     told = ReceptorSettings(node, 5, int(time.time() * 1000), {
-        f"t{run}-m1": ((("temperature", ">", 1000.0),),), f"t{run}-m2": NEVER, f"t{run}-m3": ALWAYS})
+        f"t{run}-m1": ((("temperature", ">", 1000.0),),), f"t{run}-m2": NEVER, f"t{run}-m3": ALWAYS},
+        {f"t{run}-m3": ("humidity",)})
     producer = bus.make_producer(servers.bootstrap)
     topic = control_topic(node)
     sent = [producer.send(topic, key=b"x", value=b"\xff\xff not settings"),                         # refused
@@ -209,6 +210,8 @@ def test_the_motes_obey_their_proxys_newest_settings_within_a_tick_and_refuse_ma
     sent_by = {s["receptor_id"] for line in obeyed for s in line["samples"]}
     held_by = {s["receptor_id"] for line in obeyed for s in line.get("held", ())}
     assert sent_by <= {f"t{run}-m3"} and held_by >= {f"t{run}-m1"}, (sent_by, held_by)
+    assert {q for line in obeyed for s in line["samples"] for q in s["values"]} == {"humidity"}, "only its field"
+    assert all(len(s["values"]) == 5 for line in obeyed for s in line.get("held", ())), "held samples are logged whole"
     assert all(line["samples"] or line["held"] for line in obeyed), "a batch goes out even when all is held"
     assert agent.stats.held == sum(len(line.get("held", ())) for line in batches) > 0
     assert agent.stats.settings_refused == 2

@@ -89,6 +89,31 @@ def test_the_proxy_tells_each_mote_the_thresholds_of_the_parts_reading_it(sql, t
     assert edge_rules(sql) == told
 
 
+@pytest.mark.parametrize(("sql", "fields"), [
+    ("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35", ("temperature",)),
+    ("SELECT receptor_id, max(light) AS l FROM sensor_stream [range by '4 seconds'] WHERE humidity > 3 "
+     "GROUP BY receptor_id", ("humidity", "light")),
+    ("SELECT receptor_id, voltage AS v, ts FROM sensor_stream", ("voltage",)),   # renamed: named where renamed
+    ("SELECT count(*) AS n FROM sensor_stream [range by '4 seconds']", ()),        # no quantity named: all
+    # a pattern over receptor_stream reads every column of the union
+    ("SELECT a.receptor_id AS m, b.ts AS ts FROM receptor_stream PATTERN SEQ(a, b) WITHIN '3 seconds' "
+     "PARTITION BY receptor_id DEFINE a AS temperature > 40, b AS humidity > 45", ()),
+])
+def test_the_proxy_tells_each_mote_the_quantities_the_parts_read(sql, fields):
+    from glue.proxy import mote_fields
+
+    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    assert mote_fields([t.plan for t in plan.tasks if t.node == "door1"], MOTES["door1"]) == \
+        dict.fromkeys(MOTES["door1"], fields)
+    # the quantities sent are enough: the central answer from them is the one from every quantity
+    every = [{"receptor_id": m, "temperature": t, "humidity": h, "light": 300.0, "sound": 40.0, "voltage": 2.9,
+              "ts": ms} for rows in generated_samples(2).values() for m, t, h, ms in rows]
+    kept = [{**row, **{q: None for q in SAMPLE_QUANTITIES if fields and q not in fields}} for row in every]
+    query = analyze(sql, SENSOR_CATALOG)
+    assert Reference([], SENSOR_CATALOG, samples=kept).run(query) == \
+        Reference([], SENSOR_CATALOG, samples=every).run(query)
+
+
 def test_a_mote_no_part_reads_sends_nothing_and_one_any_part_reads_in_full_sends_everything():
     threshold = analyze("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35", SENSOR_CATALOG)
     everything = analyze("SELECT receptor_id, count(*) AS n FROM sensor_stream [range by '2 seconds'] "
@@ -159,9 +184,11 @@ def clock_batch(rows: list[tuple]) -> pa.Table:
 def test_settings_travel_as_a_control_record_and_a_malformed_one_is_refused():
     told = ReceptorSettings("door1", 7, 1_700_000_000_000, {
         "door1-m1": ((("temperature", ">", 35.0),), (("humidity", "<", 20.0), ("voltage", ">=", 2.5))),
-        "door1-m2": NEVER, "door1-m3": ALWAYS})
+        "door1-m2": NEVER, "door1-m3": ALWAYS}, {"door1-m1": ("temperature", "voltage")})
     key, value = told.encode()
     assert key == b"door1" and ReceptorSettings.decode(value) == told
+    assert told.sent("door1-m1", {"temperature": 1.0, "humidity": 2.0}) == {"temperature": 1.0}
+    assert told.sent("door1-m3", {"temperature": 1.0, "humidity": 2.0}) == {"temperature": 1.0, "humidity": 2.0}
     assert told.rule("a-mote-not-named") == ALWAYS
     assert wants(told.rule("door1-m1"), {"temperature": 36.0}) and not wants(told.rule("door1-m1"), {"humidity": 19.0})
     assert wants(told.rule("door1-m1"), {"humidity": 19.0, "voltage": 2.6})
@@ -180,7 +207,9 @@ def test_the_proxy_bench_on_the_intel_lab_replay_sends_far_fewer_samples_for_ale
     assert alerts.samples >= 5 * alerts.sent > 0 and alerts.batch_bytes > 4 * alerts.sent_bytes
     assert all(alerts.identical.values()) and all(with_averages.identical.values()) and all(sampled.identical.values())
     # a per-room average over every sample needs every sample: its workload saves nothing, and says so
-    assert with_averages.sent == with_averages.samples and set(with_averages.rules.values()) == {"always"}
+    assert with_averages.sent == with_averages.samples
+    assert set(with_averages.rules.values()) == {"always, temperature, humidity"}   # no voltage: no query reads it
+    assert with_averages.sent_bytes < with_averages.batch_bytes
     # over the samples taken every 6 s, it needs a sixth of them and the alerts' few
     assert sampled.samples >= 3 * sampled.sent and all("every 6 s" in rule for rule in sampled.rules.values())
     assert "identical" in table([alerts]) and "DIFFERENT" not in table([alerts, with_averages, sampled])

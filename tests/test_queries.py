@@ -288,6 +288,7 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
         assert not late, f"sample batches not obeying the settings two ticks after they were issued: {late[:3]}"
         obeying = [line for line in lines if line.get("settings_version") == version]
         assert all(s["values"]["temperature"] > threshold for line in obeying for s in line["samples"])
+        assert {q for line in obeying for s in line["samples"] for q in s["values"]} == {"temperature"}
         assert sum(len(line.get("held", [])) for line in obeying) > 0 < sum(len(line["samples"]) for line in obeying)
         # the answer from what was sent equals the one from every sample taken, window by window
         got = [tuple(as_ms(r[c]) for c in plan.columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from protos import hifi_pb2
 
@@ -55,15 +55,21 @@ class ReceptorSettings:
     version: int
     issued_ms: int
     rules: Mapping[str, Rule]
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)   # per mote; () or absent: all
 
     def rule(self, receptor_id: str) -> Rule:
         return self.rules.get(receptor_id, ALWAYS)
+
+    def sent(self, receptor_id: str, values: Mapping[str, float]) -> dict[str, float]:
+        """What of a sample's values the mote sends: the quantities the queries read."""
+        wanted = self.fields.get(receptor_id, ())
+        return {q: v for q, v in values.items() if q in wanted} if wanted else dict(values)
 
     def encode(self) -> tuple[bytes, bytes]:
         """(key, value) of its control-topic record: keyed by the node, so the latest one holds."""
         msg = hifi_pb2.ReceptorSettings(node=self.node, version=self.version, issued_ms=self.issued_ms)
         for receptor_id, rule in sorted(self.rules.items()):
-            mote = msg.motes.add(receptor_id=receptor_id)
+            mote = msg.motes.add(receptor_id=receptor_id, fields=self.fields.get(receptor_id, ()))
             for clause in rule:
                 added = mote.clauses.add()
                 for quantity, op, value in clause:
@@ -83,4 +89,5 @@ class ReceptorSettings:
         unknown = {b[1] for rule in rules.values() for clause in rule for b in clause} - {*COMPARISONS, EVERY}
         if unknown:
             raise ValueError(f"ReceptorSettings of {msg.node!r}: unknown comparison(s) {sorted(unknown)}")
-        return cls(msg.node, msg.version, msg.issued_ms, rules)
+        return cls(msg.node, msg.version, msg.issued_ms, rules, {m.receptor_id: tuple(m.fields) for m in msg.motes
+                                                                  if m.fields})

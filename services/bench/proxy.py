@@ -6,8 +6,9 @@ one edge node, `lab`, with each mote in a room by its position in the lab plan. 
 (a set of standing queries), every query is planned as a user's query is; the proxy derives each
 mote's rule from the queries' parts at `lab`; a sample is sent when its mote's rule wants it.
 Printed per workload: samples (the motes' radio messages) and SensorBatch bytes to the edge with
-and without the proxy, and per query whether its answer from the samples sent equals its answer
-from every sample taken (the reference evaluator over each).
+and without the proxy (which also tells the motes the quantities the queries read), and per query
+whether its answer from the samples sent equals its answer from every sample taken (the
+reference evaluator over each).
 """
 
 from __future__ import annotations
@@ -27,14 +28,14 @@ from edge.intel_lab import load_intel_lab
 from edge.scenario import load_scenario
 from glue.analyzer import analyze
 from glue.catalog import Catalog, NodeInfo, ReceptorInfo, Relation
-from glue.proxy import mote_rules
+from glue.proxy import mote_fields, mote_rules
 from glue.reference import Reference, evaluate_expr, sensor_samples
 from glue.rewrite.distribute import distribute
 from glue.rewrite.selectivity import estimate, order_terms
 from services.bench.report import figures_table
 from services.paths import SCENARIOS
 from wire.codec import Sample, encode_sensor_batch
-from wire.receptor_settings import describe, wants
+from wire.receptor_settings import ReceptorSettings, describe, wants
 from wire.topics import raw_topic
 
 INTEL_LAB_SCENARIO = os.path.join(SCENARIOS, "intel-lab.yaml")
@@ -99,16 +100,18 @@ def run(duration_s: float = 240.0) -> list[WorkloadResult]:
     for name, queries in WORKLOADS.items():
         planned = {q: analyze(sql, catalog) for q, sql in queries.items()}
         parts = [t.plan for q in planned.values() for t in distribute(q, catalog, "bench").tasks if t.node == EDGE]
-        rules = mote_rules(parts, motes)
-        sent_lines = [{**line, "samples": [s for s in line["samples"]
-                                           if wants(rules[s["receptor_id"]], s["values"], s["timestamp_ms"])]}
+        told = ReceptorSettings(EDGE, 1, 0, mote_rules(parts, motes), mote_fields(parts, motes))
+        sent_lines = [{**line, "samples": [{**s, "values": told.sent(s["receptor_id"], s["values"])}
+                                           for s in line["samples"]
+                                           if wants(told.rule(s["receptor_id"]), s["values"], s["timestamp_ms"])]}
                       for line in lines]
         sent = sensor_samples(sent_lines)
         identical = {q: Reference([], catalog, samples=sent).run(query) == Reference([], catalog, samples=taken)
                      .run(query) for q, query in planned.items()}
         results.append(WorkloadResult(
             name, len(taken), len(sent), _bytes(lines), _bytes(sent_lines), identical,
-            {mote: describe(rules[mote]) for mote in motes[:2]}))
+            {mote: f"{describe(told.rule(mote))}, {', '.join(told.fields.get(mote, ())) or 'every quantity'}"
+             for mote in motes[:2]}))
     return results
 
 
