@@ -1,6 +1,6 @@
 """An edge node's sensor proxy (Fjords): tells the node's motes, over hifi.control.<node>, which
 samples its running query parts can use (glue.proxy), whenever that changes, and records what each
-mote was told in the MDR (`hifi told`). The agents follow the topic (edge.control)."""
+mote was told in the MDR (`hifi motes` shows it). The agents follow the topic (edge.control)."""
 
 from __future__ import annotations
 
