@@ -15,13 +15,15 @@ from wire.receptor_settings import ALWAYS, ReceptorSettings, Rule
 from wire.topics import control_topic
 
 log = logging.getLogger(__name__)
+CONTROL_FETCH_WAIT_MS = 50
 
 
 class ControlFollower:
     def __init__(self, bootstrap: str, nodes: Sequence[str]) -> None:
         self._node_of = {control_topic(node): node for node in nodes}
         bus.ensure_topics(bootstrap, list(self._node_of))
-        self._consumer = bus.make_consumer(bootstrap)
+        # a fetch the broker holds open ends within one tick: new settings arrive at the next poll
+        self._consumer = bus.make_consumer(bootstrap, fetch_max_wait_ms=CONTROL_FETCH_WAIT_MS)
         partitions = bus.partitions_of(self._consumer, list(self._node_of))
         self._consumer.assign(partitions)
         self._consumer.seek_to_beginning(*partitions)

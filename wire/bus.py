@@ -90,11 +90,11 @@ def send_and_wait(producer: KafkaProducer, messages: Sequence[tuple[str, bytes, 
     return taken + [False] * (len(messages) - len(taken))
 
 
-def make_consumer(bootstrap: str) -> KafkaConsumer:
+def make_consumer(bootstrap: str, **overrides) -> KafkaConsumer:
     # Manual assignment only: a group join costs ~20 s on the embedded broker (DESIGN §11).
     return KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
                          max_partition_fetch_bytes=8 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
-                         **client_security())
+                         **{**client_security(), **overrides})
 
 
 # One client of each kind per bootstrap per process: Spark reuses Python workers across tasks.
