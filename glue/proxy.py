@@ -56,20 +56,15 @@ def mote_rules(plans: Iterable[Plan], motes: Iterable[str]) -> dict[str, Rule]:
 def mote_fields(plans: Iterable[Plan], motes: Iterable[str]) -> dict[str, tuple[str, ...]]:
     """Per mote, the quantities the parts that may use its samples read (() for every quantity: a
     part reads them all, or none reads the mote)."""
-    reading = [(plan, predicates) for plan in plans if (predicates := sample_predicates(plan))]
+    every = set(SAMPLE_QUANTITIES)
+    # per part reading samples: its predicates and the quantities it reads, worked out once
+    reading = [(predicates, read if (read := quantities_read(plan)) is not None else every)
+               for plan in plans if (predicates := sample_predicates(plan))]
     found = {}
     for mote in motes:
-        wanted: set[str] = set()
-        for plan, predicates in reading:
-            if all(rule_for(predicate, mote) == NEVER for predicate in predicates):
-                continue
-            read = quantities_read(plan)
-            if read is None:
-                wanted = set(SAMPLE_QUANTITIES)
-                break
-            wanted |= read
-        found[mote] = () if wanted in (set(), set(SAMPLE_QUANTITIES)) else tuple(q for q in SAMPLE_QUANTITIES
-                                                                                 if q in wanted)
+        wanted = set().union(*(read for predicates, read in reading
+                               if any(rule_for(predicate, mote) != NEVER for predicate in predicates)))
+        found[mote] = () if wanted in (set(), every) else tuple(q for q in SAMPLE_QUANTITIES if q in wanted)
     return found
 
 
