@@ -74,7 +74,7 @@ from wire.codec import (
     batch_identity,
     cycle_key,
     datetime_ms,
-    decode_histograms,
+    decode_mote_reports,
     decode_read_cycle,
     decode_sample_rows,
     encode_dead_letter,
@@ -221,7 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                     # mote samples share the raw topic; they are not rfid_stream readings
                     if ingest is not None:
                         ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
-                        ingest.add_histograms(record, *decode_histograms(record.value, self.rules))
+                        ingest.add_mote_reports(record, *decode_mote_reports(record.value, self.rules))
                     continue
                 # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
                 decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
@@ -352,6 +352,8 @@ class IngestTally:
         self.duplicates = 0
         self.samples = 0
         self.histograms: Histograms = {}             # the motes' newest, (receptor, quantity) -> counts
+        self.sensor_batches = 0
+        self.obeyed = 0                               # the newest sensor proxy settings the motes obeyed
         self.newest: dt.datetime | None = None        # the latest reading's event time
         self.dead: list[Refusal] = []
         # per receptor: readings, read cycles, weak readings (keyed by the id alone: a formatted key
@@ -384,9 +386,11 @@ class IngestTally:
         for i, problem in enumerate(problems):
             self.dead.append(Refusal(record.offset, problem, record.value or b"", -1 if whole else i))
 
-    def add_histograms(self, record, found: Histograms, problems: list[str]) -> None:
-        """A sensor batch's histograms of its motes' recent values: the newest of each kept, each
-        refused one dead-lettered."""
+    def add_mote_reports(self, record, found: Histograms, problems: list[str], obeyed: int) -> None:
+        """What a sensor batch reports besides samples: the newest histogram of each mote's recent
+        values kept, each refused one dead-lettered; the settings its motes obeyed."""
+        self.sensor_batches += 1
+        self.obeyed = max(self.obeyed, obeyed)
         self.histograms.update(found)
         for i, problem in enumerate(problems):
             self.dead.append(Refusal(record.offset, problem, record.value or b"", i, histogram=True))
@@ -402,6 +406,8 @@ class IngestTally:
                              self.max_event_ms, counts, self.per_receptor)
         if self.histograms:
             mdr.put_histograms(node, self.histograms)
+        if self.sensor_batches:
+            mdr.put_obeyed(node, self.partition.partition, self.obeyed)
 
     @property
     def good(self) -> int:

@@ -11,6 +11,8 @@ Key layout (all keys under the prefix, default "hifi:"):
   receptors                  HASH  receptor id -> JSON {kind, node, location, area}
   told:<node>                HASH  mote id -> JSON {rule, version}: what the edge node's sensor proxy
                                    told each of its motes last (glue.proxy; `always`, `never` or thresholds)
+  obeyed:<node>              HASH  raw-topic partition -> JSON {version, read_ms}: the newest sensor proxy
+                                   settings the motes' batches obeyed, and when one was last read
   hist:<node>                HASH  "<mote>:<quantity>" -> JSON counts: the newest histogram of the mote's
                                    recent values it sent (wire.histogram), for selectivity estimates
   parameters                 HASH  deployment parameter -> JSON value (strength_T, t1, ...)
@@ -295,6 +297,17 @@ class MDR:
 
     def told(self, node_id: str) -> dict[str, dict[str, Any]]:
         return {mote: json.loads(info) for mote, info in self.r.hgetall(self.k("told", node_id)).items()}
+
+    def put_obeyed(self, node_id: str, partition: int, version: int) -> None:
+        """The newest settings of the node's sensor proxy that the motes' batches in one partition of
+        its raw topic obeyed, and when such a batch was last read (one field per partition: a
+        partition's ranges are read in order, so no field goes back)."""
+        self.r.hset(self.k("obeyed", node_id), str(partition), json.dumps({"version": version, "read_ms": now_ms()}))
+
+    def obeyed(self, node_id: str) -> tuple[int, int]:
+        """(the newest settings version the node's motes obeyed, when a sensor batch was last read); (0, 0): none."""
+        seen = [json.loads(v) for v in self.r.hvals(self.k("obeyed", node_id))]
+        return max((s["version"] for s in seen), default=0), max((s["read_ms"] for s in seen), default=0)
 
     def put_histograms(self, node_id: str, histograms: dict[tuple[str, str], list[int]]) -> None:
         """The newest histograms of recent values the node's motes sent (wire.histogram)."""

@@ -30,6 +30,7 @@ from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json,
 from dsp.shared import SharedRuntime
 from glue.limits import check_name
 from glue.operators import operator_plans
+from glue.proxy import sample_predicates
 from glue.standing import standing_views
 from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
@@ -70,6 +71,9 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
     def Deploy(self, request, context):  # noqa: N802 - gRPC method names
         if request.plan.format != PLAN_FORMAT:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
+        if request.prepare:
+            self._guard(context, self.node.prepare, request.query_id, request.plan.body)
+            return hifi_pb2.DeployReply(query_id=request.query_id)
         topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as,
                             tuple(request.readers) or ("*",), request.definition, request.output_topic,
                             dict(request.start_offsets) if request.start_offsets else None)
@@ -326,8 +330,24 @@ class HiFiNode:
         except Exception:  # noqa: BLE001 - a part deployed or cancelled stays so; the motes are told later
             log.exception("node %s: telling its motes their settings failed", self.id)
 
+    def prepare(self, query_id: str, plan) -> None:
+        """Before a part reading this edge's samples starts (the placement's prepare step): the
+        motes are told what it will read, and this returns once they obey (services.sensor_proxy)."""
+        if isinstance(plan, str):
+            plan = from_json(plan)
+        if self.proxy is None or not self._telling or not sample_predicates(plan):
+            return
+        self.proxy.expect(query_id, plan)
+        started = time.monotonic()
+        settings = self.proxy.update(self.dsp.plans())
+        if settings is not None and self.proxy.wait_obeyed(settings.version):
+            log.info("node %s: its motes obey what %s will read (%.1f s)", self.id, query_id,
+                     time.monotonic() - started)
+
     def cancel(self, query_id: str) -> None:
         self.dsp.cancel(query_id)
+        if self.proxy is not None:
+            self.proxy.forget(query_id)
         self.tell_motes()
 
     def _count(self, query_id: str):
@@ -354,6 +374,8 @@ class HiFiNode:
         topic = part_topic(self.id, query_id, export_as, output_topic)
         bus.ensure_topics(self.bootstrap, [topic])
         self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
+        if self.proxy is not None:
+            self.proxy.forget(query_id)   # expected no more: it runs
         self.tell_motes()
         if export_as:
             self._export(export_as, plan, topic, readers, definition)

@@ -20,6 +20,7 @@ from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
 from glue.analyzer import AccessError, analyze, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
+from glue.proxy import sample_predicates
 from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
@@ -127,6 +128,7 @@ class QueryPlacer:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
             start_offsets = None
             if not replay:
+                self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
                 # after the ends were taken: anything stamped from here on is appended after them
                 plan = answering_from(plan, now_ms())
@@ -170,6 +172,21 @@ class QueryPlacer:
         if record.address not in self._channels:
             self._channels[record.address] = open_channel(record.address, self.security)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
+
+    def _prepare_motes(self, plan: DistributedPlan) -> None:
+        """Each edge part reading samples first has its node's sensor proxy tell the motes what it
+        will read, and waits until they obey: the query answers from after that, so no window of
+        it lacks a sample the motes would have held back under the older settings. A node that
+        cannot is logged and passed: its part may then miss samples in its first second or two."""
+        for task in plan.tasks:
+            if task.reused or not sample_predicates(task.plan):
+                continue
+            request = hifi_pb2.DeployRequest(query_id=task.query_id, prepare=True,
+                                             plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(task.plan)))
+            try:
+                self._stub(task.node).Deploy(request, timeout=30)
+            except (grpc.RpcError, PlacementError) as exc:
+                log.warning("preparing the motes of %s for %s: %s", task.node, task.query_id, exc)
 
     def _deploy(self, node: str, query_id: str, spec: dict) -> bool:
         """Deploy `spec` (plan JSON, export_as, output_topic, definition, start_offsets) on `node`;

@@ -81,6 +81,19 @@ def test_raw_offset_ranges_are_counted_once(mdr):
     assert (stats["rows_in"], stats["dead"], stats["max_event_ms"]) == (39, 1, 2000)
 
 
+def test_a_prepare_waits_until_a_partitions_batches_obey_the_settings_and_not_for_silent_motes(mdr, monkeypatch):
+    from services import sensor_proxy
+
+    proxy = sensor_proxy.SensorProxy("n", "", mdr)
+    monkeypatch.setattr(sensor_proxy, "OBEY_TIMEOUT_S", 0.5)
+    assert mdr.obeyed("n") == (0, 0) and proxy.wait_obeyed(7)   # no sample batch ever read: nothing to wait for
+    mdr.put_obeyed("n", 0, 6)
+    started = time.monotonic()
+    assert not proxy.wait_obeyed(7) and time.monotonic() - started >= 0.5   # the motes still obey version 6
+    mdr.put_obeyed("n", 1, 7)   # batches of another partition of the raw topic obey 7
+    assert mdr.obeyed("n")[0] == 7 and proxy.wait_obeyed(7)
+
+
 def test_queries_are_stored_and_dropped(mdr):
     from mdr.repository import QueryRecord
 

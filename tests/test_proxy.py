@@ -234,21 +234,22 @@ def test_a_histogram_estimates_a_thresholds_share_within_the_bucket_it_falls_in(
     assert abs(histogram.fraction(counts, "temperature", op, threshold) - true) <= slack + 1e-9
 
 
-def test_a_histogram_forgets_by_halving_and_refuses_what_is_not_a_mote_histogram():
+def test_a_histogram_forgets_by_halving_and_refuses_what_is_not_a_mote_histogram_and_a_batch_says_what_it_obeyed():
     from wire import histogram
-    from wire.codec import decode_histograms, encode_sensor_batch
+    from wire.codec import decode_mote_reports, encode_sensor_batch
     from wire.intake import IntakeRules
 
     counts = histogram.empty()
     for i in range(5000):
         histogram.add(counts, "humidity", 40.0 + i % 10)
     assert 0 < sum(counts) <= histogram.RECENT_SAMPLES and histogram.fraction(counts, "humidity", "<", 0.0) == 0.0
-    _, value = encode_sensor_batch("door1", 1, [], 1, 0, {("door1-m1", "humidity"): counts,
+    _, value = encode_sensor_batch("door1", 1, [], 1, 7, {("door1-m1", "humidity"): counts,
                                                           ("door1-m1", "colour"): counts,
                                                           ("nobody", "humidity"): counts,
                                                           ("door1-m2", "humidity"): [1, 2, 3]})
-    found, problems = decode_histograms(value, IntakeRules("door1", {"door1-m1": "door1", "door1-m2": "door1"}))
-    assert found == {("door1-m1", "humidity"): counts}
+    found, problems, obeyed = decode_mote_reports(value, IntakeRules("door1", {"door1-m1": "door1",
+                                                                               "door1-m2": "door1"}))
+    assert found == {("door1-m1", "humidity"): counts} and obeyed == 7   # the settings its motes obeyed
     assert sorted(p.split(": ", 1)[1] for p in problems) == [
         "3 counts, not 66", "receptor 'nobody' is not registered", "unknown quantity 'colour'"]
 

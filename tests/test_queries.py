@@ -241,10 +241,10 @@ def test_queries_side_by_side_share_pane_partials_and_each_equal_the_reference(h
 
 def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_of_every_sample(hierarchy):
     """door1's motes (no standing view reads them here) send nothing until a threshold query runs;
-    then they send only the samples above it, soon after being told, and the query's
-    windows equal the central answer over every sample they took, sent or held back; its cancel
-    silences them again. The planner estimated the threshold's share from the histograms of
-    recent values the motes send."""
+    the submission returns once they obey it (the placement's prepare step), they send only the
+    samples above it, and the query's windows from its start equal the central answer over every
+    sample they took, sent or held back; its cancel silences them again. The planner estimated the
+    threshold's share from the histograms of recent values the motes send."""
     from edge.agent import read_jsonl
     from glue.analyzer import analyze
     from glue.reference import Reference
@@ -276,15 +276,17 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
         # the planner estimated the median's share from the histograms (it is about half)
         assert [e.share is not None and 0.05 <= e.share <= 0.95 for e in plan.estimates] == [True], plan.explain()
         assert f"most selective first (the motes' recent values): humidity > {threshold:g} ~" in plan.explain()
-        wait_for(lambda: told() == {f"(humidity > {threshold:g})"}, 30, lambda: f"the threshold told, not {told()}")
+        # told before the submission returned, and obeyed: the motes' batches said so to the data listener
+        assert told() == {f"(humidity > {threshold:g})"}, told()
         version = hierarchy.mdr.told("door1")[motes[0]]["version"]
+        assert version < plan.start_ms and hierarchy.mdr.obeyed("door1")[0] >= version
         hierarchy.write_run_file()
         shown = _hifi("motes", "--node", "door1")
         shows = rf"{motes[0]}\s+\(humidity > {threshold:g}\)\s+humidity"   # its rule, then its quantities
         assert shown.returncode == 0 and re.search(shows, shown.stdout), shown
         wait_for(lambda: len({start for r in topic_rows(hierarchy.bootstrap, plan.result_topic)
-                              if (start := as_ms(r["window_start"])) > version}) >= 4,
-                 120, "four windows after the motes were told")
+                              if (start := as_ms(r["window_start"])) >= plan.start_ms}) >= 4,
+                 120, "four windows from the query's start")
         logged = read_jsonl(hierarchy.readings_path)
         lines = [line for line in logged if line.get("node") == "door1" and "samples" in line]
         # two read cycles (the issue's bound), and a second for the node's publishing on a loaded machine
@@ -295,9 +297,10 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
         assert all(s["values"]["humidity"] > threshold for line in obeying for s in line["samples"])
         assert {q for line in obeying for s in line["samples"] for q in s["values"]} == {"humidity"}
         assert sum(len(line.get("held", [])) for line in obeying) > 0 < sum(len(line["samples"]) for line in obeying)
-        # the answer from what was sent equals the one from every sample taken, window by window
+        # the answer from what was sent equals the one from every sample taken, window by window,
+        # from the query's first window on
         got = [tuple(as_ms(r[c]) for c in plan.columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
-        first = min(line["t"] for line in obeying)
+        first = plan.start_ms
         last = max(r[0] for r in got)
         every = [{**line, "samples": line["samples"] + line.get("held", [])} if "samples" in line else line
                  for line in logged]

@@ -74,15 +74,16 @@ def encode_sensor_batch(node: str, tick: int, samples: Iterable[Sample], timesta
     return f"{node}:samples:{tick}".encode(), msg.SerializeToString()
 
 
-def decode_histograms(value: bytes | None, rules: IntakeRules = NO_RULES) -> tuple[Histograms, list[str]]:
-    """The motes' histograms a SensorBatch record carries, and why each other one was refused (an
-    unknown receptor or quantity, counts not in the fixed buckets). An undecodable record is
+def decode_mote_reports(value: bytes | None, rules: IntakeRules = NO_RULES) -> tuple[Histograms, list[str], int]:
+    """What a SensorBatch record reports besides its samples: its motes' histograms, why each other
+    one was refused (an unknown receptor or quantity, counts not in the fixed buckets), and the
+    sensor proxy's settings version its motes obeyed (0: none). An undecodable record is
     decode_sample_rows' to refuse."""
     try:
         msg = hifi_pb2.SensorBatch()
         msg.ParseFromString(value or b"")
     except _BAD_VALUES:
-        return {}, []
+        return {}, [], 0
     found: Histograms = {}
     problems = []
     for i, h in enumerate(msg.histograms):
@@ -94,7 +95,7 @@ def decode_histograms(value: bytes | None, rules: IntakeRules = NO_RULES) -> tup
             found[(h.receptor_id, h.quantity)] = list(h.counts)
         else:
             problems.append(f"histogram {i}: {problem}")
-    return found, problems
+    return found, problems, msg.settings_version
 
 
 def parse_sensor_batch(value: bytes) -> tuple[list[Sample], int, int]:
