@@ -29,6 +29,12 @@ same order: so the batch in flight is recorded before it starts (`shared.intent`
 failure the node's other readers hold their batches until that one has been replayed (a final
 part reads several children; their batches would otherwise interleave differently).
 
+The past: every batch a reader of the node's own takes in is archived (dsp.archive) inside its
+micro-batch, and a part deployed with `history_from_ms` (a query `--since`) is first fed, in the
+same order, the archived batches of the readers it joins from that time on, then joins them at
+the next batch: no batch missing or doubled at the seam, since both happen under the runtime's
+lock. Inputs it reads that no reader here reads yet are read from the topic's beginning.
+
 Adaptive smoothing and mote quality, whose state lives in their sinks, still run as their own
 Spark queries (dsp.manager), which also restarts readers that die.
 """
@@ -45,6 +51,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import DataFrame, SparkSession
 
+from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, topic_reader
 from dsp.engine import Operator, build, rows_of, supported, view_batch
@@ -125,7 +132,7 @@ class SharedRuntime:
     def __init__(self, spark: SparkSession, node_id: str, bootstrap: str, state_dir: str,
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict, trigger_ms: int = 1000,
                  ingest: Ingest | None = None, intake: Callable[[], IntakeRules] = IntakeRules,
-                 mdr_url: str = "") -> None:
+                 mdr_url: str = "", archive_retention_ms: int = DEFAULT_RETENTION_MS) -> None:
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.relations, self.intake, self.mdr_url, self.ingest = relations, intake, mdr_url, ingest
         self.view_trigger_ms = max(100, trigger_ms // 2)
@@ -140,6 +147,7 @@ class SharedRuntime:
         self._saved = self._load()
         os.makedirs(self.spark_queries.state_dir, exist_ok=True)
         self.intent_path = os.path.join(self.spark_queries.state_dir, "shared.intent")
+        self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
         # (reader, batch id) that failed after it started: the next batch to run
         self._pending: tuple[str, int] | None = self._unfinished()
 
@@ -147,10 +155,11 @@ class SharedRuntime:
 
     def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
                start_offsets: Mapping[str, int] | None = None, owner: str = "",
-               bounds: OutputBounds | None = None) -> None:
+               bounds: OutputBounds | None = None, history_from_ms: int | None = None) -> None:
         """`owner`: the dead node the part is adopted from (glue.adoption): it gets readers of
         its own, which start where `start_offsets` say whatever this node already reads; `bounds`:
-        what of its output goes out (dsp.bounds)."""
+        what of its output goes out (dsp.bounds); `history_from_ms`: a part over the past, first
+        fed what the readers it joins archived from then on (unless it takes saved state back)."""
         if not supported(plan):
             if owner or bounds is not None:
                 raise PlanError(f"part {query_id} runs as a Spark query of its own: it cannot be adopted or bounded")
@@ -165,12 +174,16 @@ class SharedRuntime:
                         columns, on_batch, owner=owner, bounds=bounds,
                         inputs=frozenset((t, s.format) for s in sources(plan) for t in s.topics))
             saved = self._saved.parts.get(query_id)
-            if saved is not None and saved[0] == to_json(plan):
+            resumed = saved is not None and saved[0] == to_json(plan)
+            if resumed:
                 part.take_back(saved)
             # inputs written by parts of this node are handed over in process (_feed); not an
-            # adopted part's, nor a bounded one's (what it hands must be what goes out)
-            part.local_topics = frozenset() if owner else part.topics & {
+            # adopted part's, nor a bounded one's (what it hands must be what goes out), nor a
+            # part's over the past (what was handed before it came is not archived here)
+            part.local_topics = frozenset() if owner or history_from_ms is not None else part.topics & {
                 p.managed.output_topic for p in self._parts.values() if not p.owner and p.bounds is None}
+            if history_from_ms is not None and not resumed:
+                self._feed_history(part, history_from_ms)
             self._parts[query_id] = part
             for source in sources(plan):
                 for topic in source.topics:
@@ -178,6 +191,20 @@ class SharedRuntime:
                         continue
                     self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else (),
                                                owner), start_offsets)
+
+    def _feed_history(self, part: Part, since_ms: int) -> None:
+        """Feed a new part the batches the readers it joins archived from `since_ms` on (under the
+        lock: the next batch it sees is the one after the last archived)."""
+        joined = {key: reader for key, reader in self._readers.items()
+                  if not reader.owner and (reader.topic, reader.format) in part.inputs}
+        producer, sent, reports = self._producer_for(), [], []
+        batches = 0
+        for key, table in self.archive.batches(since_ms, joined):
+            self._feed(part, joined[key].topic, table, producer, sent, reports)
+            batches += 1
+        bus.deliver(producer, sent)
+        log.info("node %s: part %s fed %d archived batches from %d on", self.node_id, part.managed.query_id,
+                 batches, since_ms)
 
     def set_bounds(self, query_id: str, bounds: OutputBounds | None) -> None:
         with self._lock:
@@ -236,6 +263,8 @@ class SharedRuntime:
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
+            if reader is not None and not reader.owner:
+                self._archive(key, batch_id, table)
             try:
                 for part in parts:
                     self._feed(part, topic, table, producer, sent, reports)
@@ -263,6 +292,15 @@ class SharedRuntime:
                 part.on_batch(report)
             except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
                 self._fail(part, exc)
+
+    def _archive(self, key: str, batch_id: int, table) -> None:
+        """A batch the archive cannot take (a full disk) is logged and the stream goes on: the
+        answers of the present come before the record of the past."""
+        try:
+            self.archive.append(key, batch_id, table)
+        except Exception:  # noqa: BLE001 - see the docstring
+            self.archive.usage.failures += 1
+            log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
 
     def _feed(self, part: Part, topic: str, table, producer, sent: list,
               reports: list[tuple[Part, BatchReport]]) -> None:

@@ -175,6 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--detach", action="store_true", help="submit, print the query id and exit (keeps it)")
     query.add_argument("--replay", action="store_true",
                        help="read the sources from their beginning (default: answer from the submission on)")
+    query.add_argument("--since", default="",
+                       help="answer from this time on, the past from the nodes' archives and then live: a UTC time "
+                            "('2026-11-25T19:00:00', 'Z' or an offset allowed) or how long ago ('10 minutes')")
+    query.add_argument("--until", default="",
+                       help="only windows (rows) starting before this time (the same forms; a duration: from now "
+                            "on, e.g. '5 minutes'); the command ends a minute after it")
     query.set_defaults(func=cmd_query)
 
     certs = sub.add_parser("certs", help="make a deployment's CA (once) and TLS certificates for its services")

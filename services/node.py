@@ -22,6 +22,7 @@ from collections.abc import Callable
 import grpc
 from pyspark.sql import SparkSession
 
+from dsp.archive import DEFAULT_RETENTION_MS
 from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
@@ -74,9 +75,10 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         if request.prepare:
             self._guard(context, self.node.prepare, request.query_id, request.plan.body)
             return hifi_pb2.DeployReply(query_id=request.query_id)
-        topic = self._guard(context, self.node.deploy, request.query_id, request.plan.body, request.export_as,
-                            tuple(request.readers) or ("*",), request.definition, request.output_topic,
-                            dict(request.start_offsets) if request.start_offsets else None)
+        topic = self._guard(context, lambda: self.node.deploy(
+            request.query_id, request.plan.body, request.export_as, tuple(request.readers) or ("*",),
+            request.definition, request.output_topic, dict(request.start_offsets) if request.start_offsets else None,
+            history_from_ms=request.history_from_ms or None))
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
@@ -138,8 +140,10 @@ class HiFiNode:
         tier = topology.nodes[node_id].tier
         ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
                   if tier == "edge" else None)
+        retention = topology.parameters.get("archive_retention", "")
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
-                                 ingest, self.intake_rules, mdr.url)
+                                 ingest, self.intake_rules, mdr.url,
+                                 duration_ms(str(retention)) if retention else DEFAULT_RETENTION_MS)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port
@@ -226,7 +230,8 @@ class HiFiNode:
                 continue
             try:
                 self.deploy(query_id, spec["plan"], spec.get("export_as", ""), tuple(spec.get("readers", ("*",))),
-                            spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"))
+                            spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"),
+                            history_from_ms=spec.get("history_from_ms"))
                 deployed.append(query_id)
             except QueryExists:
                 pass   # deployed over gRPC meanwhile
@@ -310,8 +315,12 @@ class HiFiNode:
                 failed = {q.query_id: {"status": q.status, "error": q.error, "restarts": q.restarts}
                           for q in queries if q.status == "failed"}
                 self.mdr.put_part_states(self.id, failed)
+                archived = self.dsp.archive.usage
                 self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag, "running_queries": len(queries),
-                                              "failed_parts": len(failed)})
+                                              "failed_parts": len(failed), "archive_bytes": archived.bytes,
+                                              "archive_batches": archived.batches,
+                                              "archive_ms_per_batch": round(archived.ms_per_batch, 3),
+                                              "archive_failures": archived.failures})
                 stats = self.mdr.stats(self.id)
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
             except Exception:  # noqa: BLE001 - statistics must not kill the node
@@ -360,11 +369,13 @@ class HiFiNode:
 
     def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
                definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None,
-               owner: str = "", bounds: OutputBounds | None = None) -> str:
+               owner: str = "", bounds: OutputBounds | None = None, history_from_ms: int | None = None) -> str:
         """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
         Without, it goes to `output_topic`, or to the remote query's own topic. `start_offsets`:
         where its sources are read from (see dsp.manager.DSPManager.deploy). `owner`, `bounds`: a
-        part adopted from a dead node (services.adoption), writing that node's topic."""
+        part adopted from a dead node (services.adoption), writing that node's topic.
+        `history_from_ms`: a part of a query over the past, fed this node's archive from then on
+        (dsp.shared) before it joins the live stream."""
         if isinstance(plan, str):
             plan = from_json(plan)
         if not owner and bounds is None:
@@ -373,7 +384,7 @@ class HiFiNode:
             check_name(export_as, "view")
         topic = part_topic(self.id, query_id, export_as, output_topic)
         bus.ensure_topics(self.bootstrap, [topic])
-        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds)
+        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds, history_from_ms)
         if self.proxy is not None:
             self.proxy.forget(query_id)   # expected no more: it runs
         self.tell_motes()

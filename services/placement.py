@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import grpc
 
@@ -36,6 +36,10 @@ from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS, SYSTEM, Identity, IdentityError, checked_readers
 from wire.windows import WindowError
 
+# A part over the past is fed the batches its node took in from this long before the query's
+# `since`: a row of an event time from `since` on may have been taken in a little before it (a
+# receptor's clock ahead of the node's, within what intake accepts)
+HISTORY_MARGIN_MS = 60_000
 log = logging.getLogger("hifi.placement")
 
 
@@ -111,13 +115,16 @@ class QueryPlacer:
         return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
-               replay: bool = False, readers: tuple[str, ...] = ()) -> DistributedPlan:
+               replay: bool = False, readers: tuple[str, ...] = (), since_ms: int | None = None,
+               until_ms: int | None = None) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
 
         A query answers what its sources receive from its submission on: every source is read
         from the end it had then, and the root drops windows that started earlier (they would
         be partial). `replay` reads the sources from their beginning instead (a long-running
-        hierarchy then catches up first). `naive` deploys the lag benchmark's baseline plan.
+        hierarchy then catches up first). `since_ms`: it answers from then on, each part first
+        fed what its node archived since (dsp.archive), then the live stream; `until_ms`: only
+        windows (rows) starting before then. `naive` deploys the lag benchmark's baseline plan.
         A view it creates is readable by its principal, by operators and by `readers` (README,
         "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
@@ -126,12 +133,20 @@ class QueryPlacer:
             plan = self.plan(sql, principal, naive)
             if readers and plan.query.view_name is None:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
+            if since_ms is not None and (replay or since_ms > now_ms() or (until_ms is not None
+                                                                           and until_ms <= since_ms)):
+                raise SqlError("a query over the past needs a time since before now, an until after it, and "
+                               "no replay")
             start_offsets = None
-            if not replay:
+            if since_ms is not None:
+                self._prepare_motes(plan)   # it goes on live
+                # inputs no reader of its node reads yet are read from the topic's beginning
+                plan = replace(answering_from(plan, since_ms, until_ms), from_archive=True)
+            elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
                 # after the ends were taken: anything stamped from here on is appended after them
-                plan = answering_from(plan, now_ms())
+                plan = answering_from(plan, now_ms(), until_ms)
             deployed: list[tuple[str, str]] = []
             desired: dict[str, dict[str, dict]] = {}
             try:
@@ -143,6 +158,7 @@ class QueryPlacer:
                     spec = {"plan": to_json(task.plan), "export_as": task.export_as,
                             "output_topic": "" if task.export_as else task.topic, "definition": definition,
                             "start_offsets": start_offsets or {},
+                            "history_from_ms": since_ms - HISTORY_MARGIN_MS if since_ms is not None else 0,
                             "readers": list(view_readers if task.role == "final" and task.export_as
                                             else INTERNAL_READERS)}
                     if self._deploy(task.node, task.query_id, spec):
@@ -194,7 +210,7 @@ class QueryPlacer:
         request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=spec["plan"]),
                                          export_as=spec["export_as"], output_topic=spec["output_topic"],
                                          definition=spec["definition"], start_offsets=spec["start_offsets"],
-                                         readers=spec["readers"])
+                                         readers=spec["readers"], history_from_ms=spec.get("history_from_ms", 0))
         try:
             self._stub(node).Deploy(request, timeout=60)
             return True
@@ -304,7 +320,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             if request.explain_only:
                 plan = self.placement.plan(request.sql, reader)
             else:
-                plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers)
+                plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers,
+                                             since_ms=request.since_ms or None, until_ms=request.until_ms or None)
         except IdentityError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except AccessError as exc:

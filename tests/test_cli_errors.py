@@ -10,6 +10,8 @@ from services.cli import main
 
 @pytest.mark.parametrize("argv, says", [
     (["deploy", "compose", "--topology", "no/such/topology.yaml"], "cannot read topology no/such/topology.yaml"),
+    (["query", "--since", "yesterday", "SELECT tag_id FROM rfid_stream"],
+     "'yesterday' is neither a time (2026-11-25T19:00:00) nor a duration ('10 minutes')"),
     (["agents", "--scenario", "no/such/scenario.yaml"], "needs a broker: set HIFI_KAFKA_BOOTSTRAP"),
 ])
 def test_a_mistake_is_one_line_and_exit_code_2(argv, says, capsys, monkeypatch):
@@ -26,3 +28,14 @@ def test_a_bad_view_in_a_topology_names_its_line(tmp_path, capsys):
     assert main(["deploy", "compose", "--topology", str(topology), "--output", str(tmp_path / "c.yml")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"hifi: {topology}: line 5: view SQL: line 1, column") and "Traceback" not in err
+
+
+def test_since_and_until_take_a_utc_time_or_a_duration_from_now():
+    from services.commands import time_arg
+
+    now = 1_795_000_000_000
+    assert time_arg("10 minutes", now, ago=True) == now - 600_000
+    assert time_arg("5 minutes", now, ago=False) == now + 300_000
+    assert time_arg("2026-11-25T19:00:00", now, ago=True) == 1_795_633_200_000        # no zone: UTC
+    assert time_arg("2026-11-25T20:00:00+01:00", now, ago=True) == 1_795_633_200_000
+    assert time_arg("2026-11-25T19:00:00Z", now, ago=True) == 1_795_633_200_000

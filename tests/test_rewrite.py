@@ -208,6 +208,11 @@ def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only
     selection = distribute(analyze("SELECT tag_id FROM rfid_stream", catalog), catalog, "q2")
     kept = answering_from(selection, 10_000).tasks[-1].plan
     assert output_columns(kept) == (("tag_id", "string"),) and "__ts" in str(kept)
+    # a query over a span of the past: windows starting in [since, until) only
+    span = answering_from(plan, 10_000, 14_000)
+    rows += [{"window_start": 12_000}, {"window_start": 14_000}]
+    assert [evaluate_expr(span.tasks[-1].plan.predicate, r) for r in rows] == [False, True, True, False]
+    assert "from 1970-01-01T00:00:10.000+00:00 until 1970-01-01T00:00:14.000+00:00" in span.explain()
 
 
 def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_query_start():

@@ -84,6 +84,8 @@ class DistributedPlan:
     placement: Placement
     tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
     start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
+    until_ms: int | None = None   # and before this; None: for as long as it runs
+    from_archive: bool = False    # a query over the past: its parts are fed the nodes' archives first
     uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
     estimates: list[Estimate] = field(default_factory=list)      # its WHERE's terms, in evaluation order
 
@@ -113,8 +115,10 @@ class DistributedPlan:
             lines.append("  filter, most selective first (the motes' recent values): "
                          + ", ".join(e.describe() for e in self.estimates))
         if self.start_ms is not None:
-            since = dt.datetime.fromtimestamp(self.start_ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
-            lines.append(f"  answers {'windows' if q.is_aggregate else 'rows'} from {since} (its start)")
+            how = "the nodes' archives, then live" if self.from_archive else "its start"
+            until = f" until {_iso(self.until_ms)}" if self.until_ms is not None else ""
+            what = "windows" if q.is_aggregate else "rows"
+            lines.append(f"  answers {what} from {_iso(self.start_ms)}{until} ({how})")
         for task in reversed(self.tasks):
             what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
             target = task.export_as or task.topic
@@ -353,10 +357,15 @@ class _Builder:
         return task
 
 
-def answering_from(plan: DistributedPlan, start_ms: int) -> DistributedPlan:
-    """`plan` with a root that drops windows (rows) starting before `start_ms`: a query whose
-    sources are read from what they received after its start answers only what it saw whole.
-    Adaptive smoothing starts at the first epoch from `start_ms` on (the reference does too)."""
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def answering_from(plan: DistributedPlan, start_ms: int, until_ms: int | None = None) -> DistributedPlan:
+    """`plan` with a root that drops windows (rows) starting before `start_ms` (and, with
+    `until_ms`, from it on): a query whose sources are read from what they received after its
+    start answers only what it saw whole. Adaptive smoothing starts at the first epoch from
+    `start_ms` on (the reference does too)."""
     tasks = [replace(t, plan=replace(t.plan, from_ms=start_ms)) if isinstance(t.plan, Smooth) else t
              for t in plan.tasks]
     plan = replace(plan, tasks=tasks)
@@ -365,18 +374,20 @@ def answering_from(plan: DistributedPlan, start_ms: int) -> DistributedPlan:
         assert isinstance(final.plan, Project) and isinstance(final.plan.child, Match)
         match = final.plan.child
         time = event_time_column(match.child) or EVENT_TIME
-        body: Plan = Project(replace(match, child=Filter(match.child, _at_or_after(time, start_ms))),
+        body: Plan = Project(replace(match, child=Filter(match.child, _between(time, start_ms, until_ms))),
                              final.plan.outputs)
     elif plan.query.is_aggregate:
-        body = Filter(final.plan, _at_or_after("window_start", start_ms))
+        body = Filter(final.plan, _between("window_start", start_ms, until_ms))
     else:
         assert isinstance(final.plan, Project)  # final_plan: the select list over the children's rows
-        body = Project(Filter(final.plan.child, _at_or_after(EVENT_TIME, start_ms)), final.plan.outputs)
-    return replace(plan, tasks=[*plan.tasks[:-1], replace(final, plan=body)], start_ms=start_ms)
+        body = Project(Filter(final.plan.child, _between(EVENT_TIME, start_ms, until_ms)), final.plan.outputs)
+    return replace(plan, tasks=[*plan.tasks[:-1], replace(final, plan=body)], start_ms=start_ms, until_ms=until_ms)
 
 
-def _at_or_after(column: str, start_ms: int) -> BinOp:
-    return BinOp(">=", Func("epoch_ms", (Col(column),)), Lit(start_ms))
+def _between(column: str, start_ms: int, until_ms: int | None) -> BinOp:
+    at = Func("epoch_ms", (Col(column),))
+    after = BinOp(">=", at, Lit(start_ms))
+    return after if until_ms is None else BinOp("AND", after, BinOp("<", at, Lit(until_ms)))
 
 
 def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edge.agent import read_jsonl
 from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
@@ -36,6 +36,7 @@ class PipelineFigures:
     windows_scored: int
     windows_exact: int
     bytes_per_s: dict[str, float]   # "raw into edge" and "leaving <tier>" -> bytes per second
+    archive: dict[str, tuple[float, float]] = field(default_factory=dict)   # tier -> (bytes/s, ms per batch)
 
     def table(self) -> str:
         def fmt(value: float | None, unit: str) -> str:
@@ -54,6 +55,8 @@ class PipelineFigures:
         for flow, rate in self.bytes_per_s.items():
             share = f" ({rate / raw:.1%} of raw)" if raw and flow != "raw into edge" else ""
             rows.append((f"bytes/s {flow}", f"{rate:,.0f}{share}"))
+        for tier, (rate, ms) in self.archive.items():
+            rows.append((f"archive bytes/s written at the {tier} tier", f"{rate:,.0f}, {ms:.2f} ms per batch"))
         return figures_table(rows)
 
 
@@ -92,6 +95,7 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
             truth = read_jsonl(hierarchy.readings_path)
             bytes_per_s = {flow: bus.topic_bytes(servers.bootstrap, topics) / run_s
                            for flow, topics in tier_topics(topology).items()}
+            archive = archive_per_tier(topology, {n: hierarchy.mdr.stats(n) for n in topology.nodes}, run_s)
         finally:
             stop.set()
             hierarchy.stop()
@@ -111,7 +115,20 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
         edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
         latency_p50_ms=percentile(latencies, 50), latency_p95_ms=percentile(latencies, 95),
         latency_max_ms=float(max(latencies)) if latencies else None,
-        windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s)
+        windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s, archive=archive)
+
+
+def archive_per_tier(topology: Topology, stats: dict[str, dict[str, float]], run_s: float
+                     ) -> dict[str, tuple[float, float]]:
+    """Per tier: bytes/s its nodes archived (dsp.archive) and the mean time a batch's archiving took."""
+    found = {}
+    for tier in ("edge", "aggregation", "core"):
+        nodes = [stats.get(n, {}) for n, spec in topology.nodes.items() if spec.tier == tier]
+        batches = sum(s.get("archive_batches", 0.0) for s in nodes)
+        if nodes:
+            ms = sum(s.get("archive_ms_per_batch", 0.0) * s.get("archive_batches", 0.0) for s in nodes)
+            found[tier] = (sum(s.get("archive_bytes", 0.0) for s in nodes) / run_s, ms / batches if batches else 0.0)
+    return found
 
 
 def tier_topics(topology: Topology) -> dict[str, list[str]]:

@@ -1,0 +1,130 @@
+"""A node's archive: every micro-batch its readers took in (the raw input at an edge node, the
+children's views above it), kept as Parquet under the node's state directory, so that a query
+can be answered over the past (`hifi query --since`, dsp.shared's history) after the stream moved on.
+
+Layout: `<state>/archive/<hour>/<reader>/<batch id>.parquet`, the hour (UTC, `2026-11-25T19`) the
+node took the batch in, and per hour a file `order` with a line `<taken ms> <reader key> <batch id>`
+per batch in the order the node's parts saw them (across its readers: a part reading two topics
+must see them interleaved as it did live). A batch is archived inside its micro-batch, before its
+fence: a batch Spark runs again after a failure overwrites its file, and its second line in
+`order` is ignored. Hours older than the retention are deleted.
+
+Why a file per micro-batch and not one Parquet writer per hour: a writer holds its row groups
+in memory until it closes, so a crash would lose the hour; a file per batch costs ~1 ms to write
+(measured: a 2 k-row batch of readings, 0.7 ms, 15 KB) and is whole once renamed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DEFAULT_RETENTION_MS = 24 * 3_600_000
+HOUR_FORMAT = "%Y-%m-%dT%H"
+ORDER = "order"
+
+
+def hour_of(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime(HOUR_FORMAT)
+
+
+def hour_start_ms(hour: str) -> int:
+    return int(dt.datetime.strptime(hour, HOUR_FORMAT).replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+
+def file_name(reader_key: str) -> str:
+    """A reader key as a directory name (keys hold `:` and `@`)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", reader_key)
+
+
+@dataclass
+class ArchiveUsage:
+    batches: int = 0          # archived since the node started
+    bytes: int = 0
+    write_s: float = 0.0      # time spent writing them
+    failures: int = 0         # batches it could not write (the stream went on)
+
+    @property
+    def ms_per_batch(self) -> float:
+        return self.write_s * 1000 / self.batches if self.batches else 0.0
+
+
+class Archive:
+    def __init__(self, root: str, retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+        self.root, self.retention_ms = root, retention_ms
+        self.usage = ArchiveUsage()
+        self._pruned_hour = ""
+
+    def append(self, reader_key: str, batch_id: int, table: pa.Table, now_ms: int | None = None) -> None:
+        """Archive one batch a reader took in (an empty one: nothing)."""
+        if table.num_rows == 0:
+            return
+        started = time.perf_counter()
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        hour = hour_of(now_ms)
+        folder = os.path.join(self.root, hour, file_name(reader_key))
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{batch_id:012d}.parquet")
+        pq.write_table(table, path + ".tmp")
+        os.replace(path + ".tmp", path)   # whole or absent
+        with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
+            order.write(f"{now_ms} {reader_key} {batch_id}\n")
+        self.usage.batches += 1
+        self.usage.bytes += os.path.getsize(path)
+        self.usage.write_s += time.perf_counter() - started
+        if hour != self._pruned_hour:   # once an hour, on its first batch
+            self._pruned_hour = hour
+            self.prune(now_ms)
+
+    def hours(self) -> list[str]:
+        try:
+            return sorted(h for h in os.listdir(self.root) if os.path.isfile(os.path.join(self.root, h, ORDER)))
+        except FileNotFoundError:
+            return []
+
+    def batches(self, since_ms: int, readers: Iterable[str]) -> Iterator[tuple[str, pa.Table]]:
+        """(reader key, table) of every batch of `readers` taken in from `since_ms` on, in the order
+        the node took them."""
+        wanted = set(readers)
+        for hour in self.hours():
+            if hour_start_ms(hour) + 3_600_000 <= since_ms:
+                continue
+            seen: set[tuple[str, int]] = set()
+            with open(os.path.join(self.root, hour, ORDER), encoding="utf-8") as order:
+                lines = order.read().splitlines()
+            for line in lines:
+                taken, key, batch = line.split(" ")
+                if int(taken) < since_ms or key not in wanted or (key, int(batch)) in seen:
+                    continue
+                seen.add((key, int(batch)))
+                path = os.path.join(self.root, hour, file_name(key), f"{int(batch):012d}.parquet")
+                if os.path.exists(path):   # a line written, its batch then failed and never ran again
+                    yield key, pq.read_table(path)
+
+    def oldest_ms(self) -> int | None:
+        """When the oldest batch still archived was taken in (None: nothing archived)."""
+        for hour in self.hours():
+            with open(os.path.join(self.root, hour, ORDER), encoding="utf-8") as order:
+                first = order.readline()
+            if first:
+                return int(first.split(" ", 1)[0])
+        return None
+
+    def prune(self, now_ms: int) -> list[str]:
+        """Delete the hours wholly older than the retention; the hours deleted."""
+        gone = [h for h in self.hours() if hour_start_ms(h) + 3_600_000 <= now_ms - self.retention_ms]
+        for hour in gone:
+            shutil.rmtree(os.path.join(self.root, hour), ignore_errors=True)
+        return gone
+
+    def size_bytes(self) -> int:
+        return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(self.root)
+                   for name in names)

@@ -1,0 +1,47 @@
+"""The node's archive (dsp.archive) on a real file system: batches back in the order taken,
+from a time on, each once; hours past the retention deleted."""
+
+import datetime as dt
+
+import pyarrow as pa
+
+from dsp.archive import Archive, hour_of
+
+HOUR = 3_600_000
+T0 = int(dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC).timestamp() * 1000)
+
+
+def _table(*values: int) -> pa.Table:
+    return pa.table({"n": pa.array(values, pa.int64())})
+
+
+def test_batches_come_back_in_the_order_taken_across_readers_from_a_time_on_each_once(tmp_path):
+    archive = Archive(str(tmp_path / "archive"))
+    archive.append("reader:rfid:hifi.raw.door1", 0, _table(1, 2), T0)
+    archive.append("reader:rows:hifi.view.x", 0, _table(3), T0 + 500)
+    archive.append("reader:rfid:hifi.raw.door1", 1, _table(4), T0 + 1000)
+    archive.append("reader:rfid:hifi.raw.door1", 1, _table(4), T0 + 1100)   # run again after a failure
+    archive.append("reader:rfid:hifi.raw.door1", 2, _table(), T0 + 1500)    # empty: nothing kept
+    archive.append("reader:rfid:hifi.raw.door1", 3, _table(5), T0 + HOUR)   # the next hour
+    every = {"reader:rfid:hifi.raw.door1", "reader:rows:hifi.view.x"}
+    got = [(key.split(":")[1], table["n"].to_pylist()) for key, table in archive.batches(T0, every)]
+    assert got == [("rfid", [1, 2]), ("rows", [3]), ("rfid", [4]), ("rfid", [5])]
+    assert [t["n"].to_pylist() for _, t in archive.batches(T0 + 600, every)] == [[4], [5]]
+    assert [t["n"].to_pylist() for _, t in archive.batches(T0, {"reader:rows:hifi.view.x"})] == [[3]]
+    # bytes written: the batch run again was written twice
+    assert archive.usage.batches == 5 and archive.usage.bytes > archive.size_bytes() - _order_bytes(tmp_path) > 0
+    assert archive.oldest_ms() == T0 and archive.hours() == [hour_of(T0), hour_of(T0 + HOUR)]
+
+
+def _order_bytes(tmp_path) -> int:
+    return sum(p.stat().st_size for p in (tmp_path / "archive").glob("*/order"))
+
+
+def test_hours_past_the_retention_are_deleted_as_a_new_hour_begins(tmp_path):
+    archive = Archive(str(tmp_path / "archive"), retention_ms=2 * HOUR)
+    for hour in range(4):
+        archive.append("reader:rfid:hifi.raw.door1", hour, _table(hour), T0 + hour * HOUR)
+    # at T0 + 3 h, hours wholly older than T0 + 1 h are gone: only T0's
+    assert archive.hours() == [hour_of(T0 + h * HOUR) for h in (1, 2, 3)]
+    assert [t["n"].to_pylist() for _, t in archive.batches(0, {"reader:rfid:hifi.raw.door1"})] == [[1], [2], [3]]
+    assert archive.oldest_ms() == T0 + HOUR
