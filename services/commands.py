@@ -526,35 +526,20 @@ def _statement_text(args: argparse.Namespace) -> str:
 UNTIL_GRACE_S = 60.0   # `--until`: the windows before it have reached the results by then
 
 
-def time_arg(text: str, now_ms: int, ago: bool) -> int:
-    """Epoch ms of a `--since`/`--until` value: a UTC ISO 8601 time (a zone or offset allowed), or
-    a duration before now (`ago`) or after it; CLIError naming the value otherwise."""
-    import datetime as dt
-
-    from wire.windows import DurationError, duration_ms
-
-    try:
-        at = dt.datetime.fromisoformat(text.strip())
-        return int((at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp() * 1000)
-    except ValueError:
-        pass
-    try:
-        span = duration_ms(text)
-    except DurationError:
-        raise CLIError(f"{text!r} is neither a time (2026-11-25T19:00:00) nor a duration ('10 minutes')") from None
-    return now_ms - span if ago else now_ms + span
-
-
 def cmd_query(args: argparse.Namespace) -> int:
     import grpc
 
     from protos import hifi_pb2
     from wire.codec import from_value
+    from wire.windows import DurationError, time_at
 
     args.sql = _statement_text(args)
     now = int(time.time() * 1000)
-    since_ms = time_arg(args.since, now, ago=True) if args.since else 0
-    until_ms = time_arg(args.until, now, ago=False) if args.until else 0
+    try:
+        since_ms = time_at(args.since, now, ago=True) if args.since else 0
+        until_ms = time_at(args.until, now, ago=False) if args.until else 0
+    except DurationError as exc:
+        raise CLIError(str(exc)) from None
     if until_ms and args.timeout is None:
         args.timeout = max(0.0, (until_ms - now) / 1000) + UNTIL_GRACE_S
     if args.reference:

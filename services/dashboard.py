@@ -24,7 +24,9 @@ HTTP API (all JSON unless said):
   GET  /api/results?query=ID  text/event-stream: `row` events ({columns, values, emitted_ms}) of a
       /api/results?view=NODE.VIEW   running query (through placement) or an exported view (its topic)
   POST /api/explain {sql}     the hierarchical plan without running it
-  POST /api/queries {sql}     submit; {query_id, root, plan, columns}
+  POST /api/queries {sql, since?, until?}  submit; {query_id, root, plan, columns}. `since`: answer
+                              from then on, the past from the nodes' archives; `until`: windows
+                              starting before it (a UTC time, or a duration: ago / from now)
   DELETE /api/queries/ID      cancel
   GET  /metrics               the dashboard's own Prometheus metrics (open, like every service's
                               /metrics: counters, no readings)
@@ -68,6 +70,7 @@ from wire import bus
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
 from wire.identity import Identity
 from wire.topics import dead_topic, view_topic
+from wire.windows import DurationError, time_at
 
 log = logging.getLogger("hifi.dashboard")
 
@@ -308,8 +311,9 @@ class Dashboard:
             self._placement_channel = open_channel(address, self.security)
         return hifi_pb2_grpc.PlacementStub(self._placement_channel)
 
-    def submit(self, sql: str, explain_only: bool, token: str) -> dict:
-        reply = self.placement().Submit(hifi_pb2.SubmitRequest(sql=sql, explain_only=explain_only), timeout=120,
+    def submit(self, sql: str, explain_only: bool, token: str, since_ms: int = 0, until_ms: int = 0) -> dict:
+        reply = self.placement().Submit(hifi_pb2.SubmitRequest(sql=sql, explain_only=explain_only, since_ms=since_ms,
+                                                                until_ms=until_ms), timeout=120,
                                         credentials=grpc.access_token_call_credentials(token))
         return {"query_id": reply.query_id, "root": reply.root_node, "plan": reply.plan,
                 "columns": list(reply.columns)}
@@ -586,7 +590,14 @@ class _Handler(BaseHTTPRequestHandler):
         sql = str(body.get("sql", "")).strip()
         if not sql:
             return self._error(HTTPStatus.BAD_REQUEST, "the request needs a query: {\"sql\": \"SELECT ...\"}")
-        self._placement_call(lambda: self._json(self.owner.submit(sql, path == "/api/explain", caller[1])))
+        now = now_ms()
+        try:
+            since_ms = time_at(str(body["since"]), now, ago=True) if body.get("since") else 0
+            until_ms = time_at(str(body["until"]), now, ago=False) if body.get("until") else 0
+        except DurationError as exc:
+            return self._error(HTTPStatus.BAD_REQUEST, str(exc))
+        self._placement_call(lambda: self._json(self.owner.submit(sql, path == "/api/explain", caller[1], since_ms,
+                                                                  until_ms)))
 
     def _login(self) -> None:
         body = self._body()

@@ -31,11 +31,11 @@ def test_a_bad_view_in_a_topology_names_its_line(tmp_path, capsys):
 
 
 def test_since_and_until_take_a_utc_time_or_a_duration_from_now():
-    from services.commands import time_arg
+    from wire.windows import time_at
 
     now = 1_795_000_000_000
-    assert time_arg("10 minutes", now, ago=True) == now - 600_000
-    assert time_arg("5 minutes", now, ago=False) == now + 300_000
-    assert time_arg("2026-11-25T19:00:00", now, ago=True) == 1_795_633_200_000        # no zone: UTC
-    assert time_arg("2026-11-25T20:00:00+01:00", now, ago=True) == 1_795_633_200_000
-    assert time_arg("2026-11-25T19:00:00Z", now, ago=True) == 1_795_633_200_000
+    assert time_at("10 minutes", now, ago=True) == now - 600_000
+    assert time_at("5 minutes", now, ago=False) == now + 300_000
+    assert time_at("2026-11-25T19:00:00", now, ago=True) == 1_795_633_200_000        # no zone: UTC
+    assert time_at("2026-11-25T20:00:00+01:00", now, ago=True) == 1_795_633_200_000
+    assert time_at("2026-11-25T19:00:00Z", now, ago=True) == 1_795_633_200_000

@@ -117,6 +117,13 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
 
     sql.clear()
     sql.send_keys(QUERY)
+    since = browser.find_element(By.ID, "query-since")   # `--since` on the page: a time it cannot read, refused
+    since.send_keys("yesterday")
+    browser.find_element(By.ID, "submit").click()
+    wait_for(lambda: "'yesterday' is neither a time" in browser.find_element(By.ID, "query-error").text, 30,
+             "the error of a bad since")
+    assert not hierarchy.mdr.queries()
+    since.clear()
     browser.find_element(By.ID, "explain").click()
     plan = wait_for(lambda: browser.find_element(By.ID, "plan").text, 30, "the explained plan")
     assert "root core" in plan and "dock-a" in plan and "dock-b" in plan

@@ -69,3 +69,20 @@ def duration_ms(text: str | int | float) -> int:
         if unit.startswith(prefix):
             return int(value * _UNIT_MS[prefix])
     raise DurationError(f"not a duration: {text!r}")
+
+
+def time_at(text: str, now_ms: int, ago: bool) -> int:
+    """Epoch ms of a time a user gives (`--since`, `--until`): a UTC ISO 8601 time (a zone or
+    offset allowed), or a duration before now (`ago`) or after it."""
+    import datetime as dt
+
+    try:
+        at = dt.datetime.fromisoformat(text.strip())
+        return int((at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+    except ValueError:
+        pass
+    try:
+        span = duration_ms(text)
+    except DurationError:
+        raise DurationError(f"{text!r} is neither a time (2026-11-25T19:00:00) nor a duration ('10 minutes')") from None
+    return now_ms - span if ago else now_ms + span

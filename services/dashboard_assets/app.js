@@ -225,7 +225,8 @@ async function submitQuery(explainOnly) {
   if (!sql) { showError("write a query first"); return; }
   showError("");
   try {
-    const answer = await post(explainOnly ? "/api/explain" : "/api/queries", { sql });
+    const since = $("query-since").value.trim(), until = $("query-until").value.trim();
+    const answer = await post(explainOnly ? "/api/explain" : "/api/queries", { sql, since, until });
     showPlan(answer.plan);
     if (!explainOnly) select({ query: answer.query_id });
   } catch (err) { showError(err.message); }
