@@ -59,6 +59,7 @@ from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
+from dsp.uplink import Uplink
 from wire import bus
 from wire.intake import IntakeRules
 
@@ -81,6 +82,7 @@ class Part:
     run: str = field(default_factory=new_run)   # names its batch ids' numbering (saved with its state)
     inputs: frozenset[tuple[str, str]] = frozenset()   # (topic, format) of its sources
     owner: str = ""                    # the dead node it runs for (adopted: its own readers), else ""
+    priority: int = 0                  # its messages' lane on a constrained uplink (dsp.uplink): higher first
     bounds: OutputBounds | None = None  # what of its output goes out while another node shares its topic
 
     def saved(self) -> tuple:
@@ -132,7 +134,8 @@ class SharedRuntime:
     def __init__(self, spark: SparkSession, node_id: str, bootstrap: str, state_dir: str,
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict, trigger_ms: int = 1000,
                  ingest: Ingest | None = None, intake: Callable[[], IntakeRules] = IntakeRules,
-                 mdr_url: str = "", archive_retention_ms: int = DEFAULT_RETENTION_MS) -> None:
+                 mdr_url: str = "", archive_retention_ms: int = DEFAULT_RETENTION_MS,
+                 uplink_bytes_per_s: int = 0) -> None:
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.relations, self.intake, self.mdr_url, self.ingest = relations, intake, mdr_url, ingest
         self.view_trigger_ms = max(100, trigger_ms // 2)
@@ -148,6 +151,9 @@ class SharedRuntime:
         os.makedirs(self.spark_queries.state_dir, exist_ok=True)
         self.intent_path = os.path.join(self.spark_queries.state_dir, "shared.intent")
         self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
+        # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
+        self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
+                             bootstrap) if uplink_bytes_per_s > 0 else None
         # (reader, batch id) that failed after it started: the next batch to run
         self._pending: tuple[str, int] | None = self._unfinished()
 
@@ -155,11 +161,12 @@ class SharedRuntime:
 
     def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
                start_offsets: Mapping[str, int] | None = None, owner: str = "",
-               bounds: OutputBounds | None = None, history_from_ms: int | None = None) -> None:
+               bounds: OutputBounds | None = None, history_from_ms: int | None = None, priority: int = 0) -> None:
         """`owner`: the dead node the part is adopted from (glue.adoption): it gets readers of
         its own, which start where `start_offsets` say whatever this node already reads; `bounds`:
         what of its output goes out (dsp.bounds); `history_from_ms`: a part over the past, first
-        fed what the readers it joins archived from then on (unless it takes saved state back)."""
+        fed what the readers it joins archived from then on (unless it takes saved state back);
+        `priority`: its lane on a constrained uplink."""
         if not supported(plan):
             if owner or bounds is not None:
                 raise PlanError(f"part {query_id} runs as a Spark query of its own: it cannot be adopted or bounded")
@@ -171,7 +178,7 @@ class SharedRuntime:
             columns = [name for name, _ in output_columns(plan)]
             part = Part(ManagedQuery(query_id, plan, output_topic, started_at=time.monotonic()),
                         build(plan, self.relations()), frozenset(t for s in sources(plan) for t in s.topics),
-                        columns, on_batch, owner=owner, bounds=bounds,
+                        columns, on_batch, owner=owner, bounds=bounds, priority=priority,
                         inputs=frozenset((t, s.format) for s in sources(plan) for t in s.topics))
             saved = self._saved.parts.get(query_id)
             resumed = saved is not None and saved[0] == to_json(plan)
@@ -308,6 +315,8 @@ class SharedRuntime:
         messages to send to `sent` and its report for the node's statistics to `reports`."""
         started = time.monotonic()
         managed = part.managed
+        if self.uplink is not None:   # queued on disk by priority; the uplink sends at the link's rate
+            producer = self.uplink.lane(part.priority)
         try:
             out = part.root.push(topic, table)
             if out is None:
@@ -449,6 +458,8 @@ class SharedRuntime:
 
     def stop_all(self) -> None:
         self.spark_queries.stop_all()
+        if self.uplink is not None:
+            self.uplink.stop()   # what it still holds waits on disk for the next start
         with self._lock:
             self._readers.clear()
             self._parts.clear()

@@ -53,6 +53,7 @@ class NodeSpec:
     listen: str
     line: int
     metrics_port: int = 0    # where the node serves /metrics (0: any free port, recorded in the MDR)
+    uplink_bytes_per_s: int = 0   # its link to its parent, emulated (dsp.uplink); 0: unconstrained
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class ViewSpec:
     readers: tuple[str, ...]
     nodes: tuple[str, ...] = ()     # placed at these nodes (instead of every node of `tiers`)
     alert: str = ""                 # the dashboard shows its rows as events of this kind ("" for none)
+    priority: int = 0               # its lane on constrained uplinks: higher goes first (dsp.uplink)
 
 
 @dataclass
@@ -179,7 +181,8 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
             raise TopologyError(f"line {line}: node {node_id!r} has unknown tier {tier!r} (one of {', '.join(TIERS)})")
         nodes[node_id] = NodeSpec(node_id, tier, str(item.get("parent") or ""),
                                   tuple(str(a) for a in item.get("alternates") or []), str(item.get("listen", "")),
-                                  line, _port(item.get("metrics_port", 0), line, node_id))
+                                  line, _port(item.get("metrics_port", 0), line, node_id),
+                                  byte_rate(item.get("uplink"), f"line {line}: node {node_id!r}"))
     if not nodes:
         raise TopologyError(f"{source}: no nodes")
     for spec in nodes.values():
@@ -285,10 +288,28 @@ def _view(item: dict[str, Any], nodes: dict[str, NodeSpec]) -> ViewSpec:
     for tier in tiers:
         if tier not in TIERS:
             raise TopologyError(f"line {line}: view {name!r} placed at unknown tier {tier!r}")
-    known = {"name", "sql", "operator", "tiers", "tier", "nodes", "definition", "materialize", "readers", "alert"}
+    known = {"name", "sql", "operator", "tiers", "tier", "nodes", "definition", "materialize", "readers", "alert",
+             "priority"}
+    priority = item.get("priority", 0)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise TopologyError(f"line {line}: view {name!r}: priority {priority!r} is not a whole number")
     return ViewSpec(name, sql, operator, tuple(tiers), {k: v for k, v in _clean(item).items() if k not in known},
                     sql or str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
-                    tuple(item.get("readers") or ["*"]), tuple(placed), str(item.get("alert") or ""))
+                    tuple(item.get("readers") or ["*"]), tuple(placed), str(item.get("alert") or ""), priority)
+
+
+_RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|bytes|kb|mb)?\s*(?:/\s*s|per second)?\s*", re.IGNORECASE)
+_RATE_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 1000, "mb": 1_000_000}
+
+
+def byte_rate(value: object, where: str) -> int:
+    """Bytes per second of an `uplink: 20 KB/s` (a bare number: bytes/s; absent: 0, unconstrained)."""
+    if value in (None, "", 0):
+        return 0
+    match = _RATE.fullmatch(str(value))
+    if not match or float(match.group(1)) <= 0:
+        raise TopologyError(f"{where}: uplink {value!r} is not a byte rate (write e.g. '20 KB/s', '1 MB/s')")
+    return int(float(match.group(1)) * _RATE_UNITS[(match.group(2) or "").lower()])
 
 
 def _created_view(sql: str, line: int) -> str:

@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("--until", default="",
                        help="only windows (rows) starting before this time (the same forms; a duration: from now "
                             "on, e.g. '5 minutes'); the command ends a minute after it")
+    query.add_argument("--priority", type=int, default=0,
+                       help="its parts' lane on constrained links between tiers (a node's `uplink`): higher goes "
+                            "first (default 0; the topology's views may set theirs)")
     query.set_defaults(func=cmd_query)
 
     certs = sub.add_parser("certs", help="make a deployment's CA (once) and TLS certificates for its services")
@@ -235,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos", "events", "proxy"],
+                                         "sharing", "capacity", "chaos", "events", "proxy", "priority"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -260,10 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "replay (offline): samples and bytes from the motes with and without it, per "
                             "workload of standing queries, and whether each answer is identical; the motes' "
                             "histograms' selectivity estimates against the true shares; a filter's time in "
-                            "its worst written order and as planned")
+                            "its worst written order and as planned; priority: alert latency across the doors' "
+                            "constrained uplinks (topology small.yaml, --uplink) alone, beside a flood of "
+                            "detail with priorities, and beside it without")
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
-                            "dashboard, store.yaml for events, supply-chain.yaml otherwise)")
+                            "dashboard and priority, store.yaml for events, supply-chain.yaml otherwise)")
     bench.add_argument("--duration", type=float, default=None,
                        help="seconds the agents run (lag: per query; default 60; events: 300; proxy: 240)")
     bench.add_argument("--offline", action="store_true",
@@ -274,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    bench.add_argument("--uplink", default="3 KB/s",
+                       help="priority: each door's uplink byte rate (default '3 KB/s', under the flood's)")
     bench.add_argument("--scenario", default=None,
                        help="agents: the scenario file to publish (default fan-in.yaml); cleaning: the scenario "
                             "scored for arbitration and counts (default supply-chain.yaml)")

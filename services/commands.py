@@ -553,7 +553,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     try:
         reply = stub.Submit(hifi_pb2.SubmitRequest(sql=args.sql, principal=args.principal, explain_only=args.explain,
                                                    replay=args.replay, readers=args.reader, since_ms=since_ms,
-                                                   until_ms=until_ms), timeout=120)
+                                                   until_ms=until_ms, priority=args.priority), timeout=120)
     except grpc.RpcError as exc:
         raise _rpc_error(exc) from None
     if args.explain:
@@ -733,6 +733,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         topology = args.topology or DEEP_TOPOLOGY
         _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
+        _stop_spark()
+        return 0
+    if args.which == "priority":
+        from glue.topology import TopologyError, byte_rate
+        from services.bench.priority import priority_table, run_priority_bench
+
+        try:
+            rate = byte_rate(args.uplink, "--uplink")
+        except TopologyError as exc:
+            raise CLIError(str(exc)) from None
+        topology = load_topology(args.topology or SMALL_TOPOLOGY)
+        _say(priority_table(run_priority_bench(topology, args.duration, _progress, rate), rate))
         _stop_spark()
         return 0
     if args.which == "dashboard":

@@ -78,7 +78,7 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         topic = self._guard(context, lambda: self.node.deploy(
             request.query_id, request.plan.body, request.export_as, tuple(request.readers) or ("*",),
             request.definition, request.output_topic, dict(request.start_offsets) if request.start_offsets else None,
-            history_from_ms=request.history_from_ms or None))
+            history_from_ms=request.history_from_ms or None, priority=request.priority))
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
@@ -143,7 +143,8 @@ class HiFiNode:
         retention = topology.parameters.get("archive_retention", "")
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                                  ingest, self.intake_rules, mdr.url,
-                                 duration_ms(str(retention)) if retention else DEFAULT_RETENTION_MS)
+                                 duration_ms(str(retention)) if retention else DEFAULT_RETENTION_MS,
+                                 topology.nodes[node_id].uplink_bytes_per_s)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port
@@ -199,13 +200,13 @@ class HiFiNode:
                     last = task is standing.tasks[-1]
                     readers = standing.view.readers if last else INTERNAL_READERS
                     self.deploy(task.query_id, task.plan, task.export_as, readers,
-                                standing.view.definition if last else "")
+                                standing.view.definition if last else "", priority=standing.view.priority)
             if not standing.tasks and standing.node == self.id:   # exported as a definition only
                 export = standing.export
                 self._export(export.name, None, "", export.readers, export.definition, export.columns)
         for view_plan in operator_plans(self.topology, self.id):
             self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name, view_plan.view.readers,
-                        view_plan.view.definition)
+                        view_plan.view.definition, priority=view_plan.view.priority)
         self.dsp.ensure_ingest()
         self.reconcile()
         self._telling = True
@@ -231,7 +232,7 @@ class HiFiNode:
             try:
                 self.deploy(query_id, spec["plan"], spec.get("export_as", ""), tuple(spec.get("readers", ("*",))),
                             spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"),
-                            history_from_ms=spec.get("history_from_ms"))
+                            history_from_ms=spec.get("history_from_ms"), priority=spec.get("priority", 0))
                 deployed.append(query_id)
             except QueryExists:
                 pass   # deployed over gRPC meanwhile
@@ -320,11 +321,18 @@ class HiFiNode:
                                               "failed_parts": len(failed), "archive_bytes": archived.bytes,
                                               "archive_batches": archived.batches,
                                               "archive_ms_per_batch": round(archived.ms_per_batch, 3),
-                                              "archive_failures": archived.failures})
+                                              "archive_failures": archived.failures, **self._uplink_gauges()})
                 stats = self.mdr.stats(self.id)
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
             except Exception:  # noqa: BLE001 - statistics must not kill the node
                 log.exception("node %s: gauges failed", self.id)
+
+    def _uplink_gauges(self) -> dict[str, float]:
+        uplink = self.dsp.uplink
+        if uplink is None:
+            return {}
+        return {"uplink_queued_bytes": sum(uplink.queued_bytes().values()),
+                "uplink_sent_bytes": uplink.stats.sent_bytes, "uplink_dropped": uplink.stats.dropped}
 
     # ------------------------------------------------------------ views and queries
 
@@ -369,13 +377,15 @@ class HiFiNode:
 
     def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
                definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None,
-               owner: str = "", bounds: OutputBounds | None = None, history_from_ms: int | None = None) -> str:
+               owner: str = "", bounds: OutputBounds | None = None, history_from_ms: int | None = None,
+               priority: int = 0) -> str:
         """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
         Without, it goes to `output_topic`, or to the remote query's own topic. `start_offsets`:
         where its sources are read from (see dsp.manager.DSPManager.deploy). `owner`, `bounds`: a
         part adopted from a dead node (services.adoption), writing that node's topic.
         `history_from_ms`: a part of a query over the past, fed this node's archive from then on
-        (dsp.shared) before it joins the live stream."""
+        (dsp.shared) before it joins the live stream. `priority`: its lane on this node's
+        constrained uplink (dsp.uplink)."""
         if isinstance(plan, str):
             plan = from_json(plan)
         if not owner and bounds is None:
@@ -384,7 +394,8 @@ class HiFiNode:
             check_name(export_as, "view")
         topic = part_topic(self.id, query_id, export_as, output_topic)
         bus.ensure_topics(self.bootstrap, [topic])
-        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds, history_from_ms)
+        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds, history_from_ms,
+                        priority)
         if self.proxy is not None:
             self.proxy.forget(query_id)   # expected no more: it runs
         self.tell_motes()

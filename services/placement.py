@@ -116,7 +116,7 @@ class QueryPlacer:
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
                replay: bool = False, readers: tuple[str, ...] = (), since_ms: int | None = None,
-               until_ms: int | None = None) -> DistributedPlan:
+               until_ms: int | None = None, priority: int = 0) -> DistributedPlan:
         """Plan and deploy; raises SqlError (the query) or PlacementError (a node refused).
 
         A query answers what its sources receive from its submission on: every source is read
@@ -124,7 +124,8 @@ class QueryPlacer:
         be partial). `replay` reads the sources from their beginning instead (a long-running
         hierarchy then catches up first). `since_ms`: it answers from then on, each part first
         fed what its node archived since (dsp.archive), then the live stream; `until_ms`: only
-        windows (rows) starting before then. `naive` deploys the lag benchmark's baseline plan.
+        windows (rows) starting before then. `priority`: its parts' lane on constrained uplinks
+        (dsp.uplink). `naive` deploys the lag benchmark's baseline plan.
         A view it creates is readable by its principal, by operators and by `readers` (README,
         "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
@@ -159,6 +160,7 @@ class QueryPlacer:
                             "output_topic": "" if task.export_as else task.topic, "definition": definition,
                             "start_offsets": start_offsets or {},
                             "history_from_ms": since_ms - HISTORY_MARGIN_MS if since_ms is not None else 0,
+                            "priority": priority,
                             "readers": list(view_readers if task.role == "final" and task.export_as
                                             else INTERNAL_READERS)}
                     if self._deploy(task.node, task.query_id, spec):
@@ -210,7 +212,8 @@ class QueryPlacer:
         request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=spec["plan"]),
                                          export_as=spec["export_as"], output_topic=spec["output_topic"],
                                          definition=spec["definition"], start_offsets=spec["start_offsets"],
-                                         readers=spec["readers"], history_from_ms=spec.get("history_from_ms", 0))
+                                         readers=spec["readers"], history_from_ms=spec.get("history_from_ms", 0),
+                                         priority=spec.get("priority", 0))
         try:
             self._stub(node).Deploy(request, timeout=60)
             return True
@@ -321,7 +324,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                 plan = self.placement.plan(request.sql, reader)
             else:
                 plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers,
-                                             since_ms=request.since_ms or None, until_ms=request.until_ms or None)
+                                             since_ms=request.since_ms or None, until_ms=request.until_ms or None,
+                                             priority=request.priority)
         except IdentityError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except AccessError as exc:

@@ -87,6 +87,10 @@ def test_a_view_the_planner_refuses_names_the_view_and_node():
     ("nodes:\n  - {id: a, tier: cloud}\n", "line 2: node 'a' has unknown tier 'cloud'"),
     (NODES_OK + "receptors:\n  - {id: r1, node: wh}\n", "receptor 'r1' is attached to 'wh', which is not an edge node"),
     ("nodes: [", "not valid YAML"),
+    ("nodes:\n  - {id: a, tier: core}\n  - {id: b, tier: edge, parent: a, uplink: fast}\n",
+     "line 3: node 'b': uplink 'fast' is not a byte rate"),
+    (NODES_OK + "views:\n  - {sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, tiers: [edge], priority: high}\n",
+     "line 12: view 'v': priority 'high' is not a whole number"),
 ])
 def test_bad_topologies_are_refused_with_the_line(text, message):
     with pytest.raises(TopologyError, match=message):
@@ -101,3 +105,11 @@ def test_durations():
     assert duration_ms(3) == 3000
     with pytest.raises(DurationError, match="not a duration"):
         duration_ms("soon")
+
+
+def test_an_uplink_is_a_byte_rate_and_a_view_has_a_priority():
+    topology = parse_topology(NODES_OK.replace("    parent: wh\n", "    parent: wh\n    uplink: 20 KB/s\n")
+                              + "views:\n  - {sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, tiers: [edge], "
+                                "priority: 10}\n")
+    assert [topology.nodes[n].uplink_bytes_per_s for n in ("hq", "wh", "d1")] == [0, 0, 20_000]
+    assert topology.views[0].priority == 10
