@@ -560,6 +560,9 @@ def cmd_query(args: argparse.Namespace) -> int:
         _say(reply.plan)
         return 0
     _progress(f"query {reply.query_id} placed at {reply.root_node}; results on {reply.result_topic}")
+    for line in reply.plan.splitlines():
+        if line.strip().startswith("warning:"):
+            _progress(line.strip())
     if args.detach:
         _say(reply.query_id)
         return 0

@@ -321,6 +321,7 @@ class HiFiNode:
                                               "failed_parts": len(failed), "archive_bytes": archived.bytes,
                                               "archive_batches": archived.batches,
                                               "archive_ms_per_batch": round(archived.ms_per_batch, 3),
+                                              "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0,
                                               "archive_failures": archived.failures, **self._uplink_gauges()})
                 stats = self.mdr.stats(self.id)
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})

@@ -142,7 +142,8 @@ class QueryPlacer:
             if since_ms is not None:
                 self._prepare_motes(plan)   # it goes on live
                 # inputs no reader of its node reads yet are read from the topic's beginning
-                plan = replace(answering_from(plan, since_ms, until_ms), from_archive=True)
+                plan = replace(answering_from(plan, since_ms, until_ms), from_archive=True,
+                               archive_begins=self._archives_after(plan, since_ms))
             elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
@@ -190,6 +191,16 @@ class QueryPlacer:
         if record.address not in self._channels:
             self._channels[record.address] = open_channel(record.address, self.security)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
+
+    def _archives_after(self, plan: DistributedPlan, since_ms: int) -> dict[str, int]:
+        """The nodes that run parts of `plan` whose archives begin after `since_ms` (they began
+        later, or their retention passed it), and when they begin."""
+        found = {}
+        for node in {t.node for t in plan.tasks if not t.reused}:
+            oldest = int(self.mdr.stats(node).get("archive_oldest_ms", 0))
+            if oldest == 0 or oldest > since_ms:
+                found[node] = oldest or now_ms()
+        return found
 
     def _prepare_motes(self, plan: DistributedPlan) -> None:
         """Each edge part reading samples first has its node's sensor proxy tell the motes what it

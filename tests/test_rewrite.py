@@ -1,6 +1,8 @@
 """Rewriting and placement (pure): panes, partial aggregates, scope and LCA, per-node plans,
 and the reference evaluator the hierarchy is judged by."""
 
+from dataclasses import replace
+
 import pytest
 
 from dsp.plan import (
@@ -213,6 +215,8 @@ def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only
     rows += [{"window_start": 12_000}, {"window_start": 14_000}]
     assert [evaluate_expr(span.tasks[-1].plan.predicate, r) for r in rows] == [False, True, True, False]
     assert "from 1970-01-01T00:00:10.000+00:00 until 1970-01-01T00:00:14.000+00:00" in span.explain()
+    late = replace(span, archive_begins={"door1": 12_000})
+    assert "warning: door1's archive begins at 1970-01-01T00:00:12.000+00:00" in late.explain()
 
 
 def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_query_start():

@@ -86,6 +86,7 @@ class DistributedPlan:
     start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
     until_ms: int | None = None   # and before this; None: for as long as it runs
     from_archive: bool = False    # a query over the past: its parts are fed the nodes' archives first
+    archive_begins: dict[str, int] = field(default_factory=dict)   # its nodes whose archives begin after it
     uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
     estimates: list[Estimate] = field(default_factory=list)      # its WHERE's terms, in evaluation order
 
@@ -119,6 +120,8 @@ class DistributedPlan:
             until = f" until {_iso(self.until_ms)}" if self.until_ms is not None else ""
             what = "windows" if q.is_aggregate else "rows"
             lines.append(f"  answers {what} from {_iso(self.start_ms)}{until} ({how})")
+        for node, begins in sorted(self.archive_begins.items()):
+            lines.append(f"  warning: {node}'s archive begins at {_iso(begins)}: windows before lack what it took in")
         for task in reversed(self.tasks):
             what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
             target = task.export_as or task.topic
