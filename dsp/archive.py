@@ -64,8 +64,8 @@ class Archive:
         self._pruned_hour = ""
 
     def append(self, reader_key: str, batch_id: int, table: pa.Table, now_ms: int | None = None) -> None:
-        """Archive one batch a reader took in (an empty one: nothing)."""
-        if table.num_rows == 0:
+        """Archive one batch a reader took in (an empty one: nothing; nothing at all with no retention)."""
+        if table.num_rows == 0 or self.retention_ms <= 0:
             return
         started = time.perf_counter()
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)

@@ -140,10 +140,13 @@ class HiFiNode:
         tier = topology.nodes[node_id].tier
         ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
                   if tier == "edge" else None)
-        retention = topology.parameters.get("archive_retention", "")
+        retention = topology.parameters.get("archive_retention")   # YAML reads `off` as false
+        retention_ms = (DEFAULT_RETENTION_MS if retention is None or retention == "" else
+                        0 if retention is False or str(retention).lower() in ("off", "none") else
+                        duration_ms(str(retention)))
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                                  ingest, self.intake_rules, mdr.url,
-                                 duration_ms(str(retention)) if retention else DEFAULT_RETENTION_MS,
+                                 retention_ms,
                                  topology.nodes[node_id].uplink_bytes_per_s)
         self.server: grpc.Server | None = None
         self.address = ""
