@@ -10,8 +10,9 @@ fence: a batch Spark runs again after a failure overwrites its file, and its sec
 `order` is ignored. Hours older than the retention are deleted.
 
 Why a file per micro-batch and not one Parquet writer per hour: a writer holds its row groups
-in memory until it closes, so a crash would lose the hour; a file per batch costs ~1 ms to write
-(measured: a 2 k-row batch of readings, 0.7 ms, 15 KB) and is whole once renamed.
+in memory until it closes, so a crash would lose the hour; a file per batch is whole once renamed
+and costs little (measured: a 2 k-row batch of readings alone, 0.7 ms and 15 KB; ~5 ms a batch
+inside a running hierarchy, `hifi bench pipeline`, which moved its p50 by ~0.1-0.2 s of 5.7 s).
 """
 
 from __future__ import annotations

@@ -145,8 +145,7 @@ class HiFiNode:
                         0 if retention is False or str(retention).lower() in ("off", "none") else
                         duration_ms(str(retention)))
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
-                                 ingest, self.intake_rules, mdr.url,
-                                 retention_ms,
+                                 ingest, self.intake_rules, mdr.url, retention_ms,
                                  topology.nodes[node_id].uplink_bytes_per_s)
         self.server: grpc.Server | None = None
         self.address = ""
