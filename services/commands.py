@@ -391,10 +391,11 @@ def status_report(mdr, rates: RateWindow | None = None) -> str:
     health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
                              for n in mdr.nodes()])
     table = _table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
-                    "views"],
+                    "archived KB", "uplink queue KB", "views"],
                    [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
                      f"{h.input_rate:.1f}", f"{h.lag_s:.1f}", h.rows_out, h.dead_lettered, h.late_rows, h.queries,
-                     ",".join(h.views) or "-"] for h in health])
+                     h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, ",".join(h.views) or "-"]
+                    for h in health])
     problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
     counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
     rates = rates.add(CountsSample(now, counts)) if rates is not None else {}

@@ -30,6 +30,8 @@ class NodeHealth:
     late_rows: int
     queries: int
     views: tuple[str, ...] = ()
+    archive_bytes: int = 0          # written to its archive since it started (dsp.archive)
+    uplink_queued_bytes: int = 0    # waiting for its constrained uplink (dsp.uplink)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -52,7 +54,7 @@ def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[
     return NodeHealth(record.id, record.tier, record.parent, state, reason, int(stats.get("rows_in", 0)),
                       float(stats.get("input_rate", 0.0)), lag_s, int(stats.get("rows_out", 0)),
                       int(stats.get("dead", 0)), int(stats.get("late_rows", 0)), int(stats.get("running_queries", 0)),
-                      tuple(views))
+                      tuple(views), int(stats.get("archive_bytes", 0)), int(stats.get("uplink_queued_bytes", 0)))
 
 
 def query_health(remote: Mapping[str, Sequence[str]], parts: Mapping[str, Mapping[str, Mapping]],

@@ -8,7 +8,8 @@ MDR operations) is measured in-process and starts from zero with it, as Promethe
 
 Metric names (all labelled by `node` or `service`):
   hifi_readings_in_total, hifi_rows_out_total, hifi_dead_lettered_total, hifi_late_rows,
-  hifi_input_rate, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up,
+  hifi_input_rate, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up, hifi_archive_bytes,
+  hifi_uplink_queued_bytes,
   hifi_receptor_reads_total / _cycles_total / _weak_reads_total {receptor},
   hifi_view_rows_total {query}, hifi_microbatch_duration_seconds {query},
   hifi_result_latency_seconds {query}, hifi_grpc_calls_total {method, code},
@@ -67,6 +68,9 @@ class _NodeStatistics(Collector):
                 ("hifi_watermark_lag_seconds", stats.get("lag_ms", 0.0) / 1000,
                  "wall clock minus the newest event time the node has processed"),
                 ("hifi_late_rows", stats.get("late_rows", 0.0), "rows the last micro-batches dropped as late"),
+                ("hifi_archive_bytes", stats.get("archive_bytes", 0.0), "bytes archived since the node started"),
+                ("hifi_uplink_queued_bytes", stats.get("uplink_queued_bytes", 0.0),
+                 "bytes waiting for the node's constrained uplink"),
                 ("hifi_running_queries", stats.get("running_queries", 0.0), "queries and views running"),
                 ("hifi_node_up", 1.0 if record is not None and record.alive else 0.0, "1 while the node heartbeats")):
             yield _gauge(name, help_text, ["node"], labels, value)

@@ -31,9 +31,11 @@ def test_a_live_node_is_lagging_when_its_events_are_old_or_its_statistics_stoppe
     assert node_health(_node(), {"lag_ms": 1000 * LAGGING_S + 1, "updated_ms": NOW}, [], NOW).state == "lagging"
     stale = node_health(_node(), {"lag_ms": 0, "updated_ms": NOW - 1000 * STALE_GAUGES_S - 1}, [], NOW)
     assert stale.state == "lagging" and "no statistics" in stale.reason
-    fine = node_health(_node(), {"lag_ms": 3000, "updated_ms": NOW - 500, "rows_in": 7, "dead": 2}, ["a"], NOW)
+    fine = node_health(_node(), {"lag_ms": 3000, "updated_ms": NOW - 500, "rows_in": 7, "dead": 2,
+                                 "archive_bytes": 5000.0, "uplink_queued_bytes": 300.0}, ["a"], NOW)
     assert (fine.state, fine.reason, fine.rows_in, fine.dead_lettered, fine.lag_s, fine.views) == \
         ("alive", "", 7, 2, 3.0, ("a",))
+    assert (fine.archive_bytes, fine.uplink_queued_bytes) == (5000, 300)
 
 
 def test_a_live_node_with_a_failed_part_is_failed_not_alive():
