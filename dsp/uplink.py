@@ -2,7 +2,7 @@
 this side): what its parts send waits in lanes, one per priority, and goes out highest priority
 first at the link's rate, so alerts and summaries are not stuck behind a flood of detail.
 
-Each lane is a spool on the node's disk (edge.spool), so a message is durable once queued: the
+Each lane is a spool on the node's disk (wire.spool), so a message is durable once queued: the
 runtime records a micro-batch as done when its messages are in their lanes (not yet sent), and
 a node that restarts takes its lanes up again. A message sent and not yet marked forwarded when
 the node dies is sent again, and readers drop it (its identity: wire.codec). A part's messages
@@ -19,8 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from edge.spool import Spool, SpooledRecord
 from wire import bus
+from wire.spool import Spool, SpooledRecord
 
 log = logging.getLogger("hifi.uplink")
 

@@ -36,11 +36,11 @@ from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, repla
 from edge.motes import MoteReading
 from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
 from edge.scenario import Scenario
-from edge.spool import Spool, SpooledRecord
 from edge.supply_chain import AWAY, SupplyChainWorld
 from wire import bus, histogram
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Histograms, Sample, encode_read_cycle, encode_sensor_batch
 from wire.receptor_settings import wants
+from wire.spool import Spool, SpooledRecord
 from wire.topics import raw_topic
 
 READINGS_FILE = "readings.jsonl"

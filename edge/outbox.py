@@ -1,5 +1,5 @@
 """Where a receptor agent's records go: straight to the broker while it takes them, to the spool
-on local disk (edge.spool) while it does not, and from the spool to the broker, oldest first,
+on local disk (wire.spool) while it does not, and from the spool to the broker, oldest first,
 once it does again (store-and-forward).
 
 Each record keeps the time it was first sent as its Kafka timestamp, so the edge node judges it
@@ -18,8 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from edge.spool import Spool, SpooledRecord
 from wire import bus
+from wire.spool import Spool, SpooledRecord
 
 log = logging.getLogger("hifi.agent")
 

@@ -1,4 +1,4 @@
-"""Store-and-forward (edge.spool, edge.outbox): the spool on disk alone, then an outbox on the
+"""Store-and-forward (wire.spool, edge.outbox): the spool on disk alone, then an outbox on the
 real broker frozen for seconds in the middle of a stream: every record arrives once the broker is
 back, in order, with the time it was first sent."""
 
@@ -10,9 +10,9 @@ import time
 import pytest
 
 from edge.outbox import PRODUCER_TIMEOUTS, Outbox
-from edge.spool import Spool, SpooledRecord
 from tests.conftest import topic_records, wait_for
 from wire import bus
+from wire.spool import Spool, SpooledRecord
 
 
 def record(n: int, topic: str = "t") -> SpooledRecord:
