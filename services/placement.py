@@ -40,6 +40,7 @@ from wire.windows import WindowError
 # `since`: a row of an event time from `since` on may have been taken in a little before it (a
 # receptor's clock ahead of the node's, within what intake accepts)
 HISTORY_MARGIN_MS = 60_000
+
 log = logging.getLogger("hifi.placement")
 
 
