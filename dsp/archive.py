@@ -9,6 +9,11 @@ must see them interleaved as it did live). A batch is archived inside its micro-
 fence: a batch Spark runs again after a failure overwrites its file, and its second line in
 `order` is ignored. Hours older than the retention are deleted.
 
+Once its hour has passed, an hour is compacted in the background: each reader's batches become
+the row groups of one file, `<hour>/<reader>.parquet`, with `<reader>.index` (its batch ids in
+row-group order) and the hour's `compacted` mark; the small files go. (3 600 batches of 50 rows:
+2.7 s to compact; reading them back as row groups 0.26 s against 2.0 s as files.)
+
 Why a file per micro-batch and not one Parquet writer per hour: a writer holds its row groups
 in memory until it closes, so a crash would lose the hour; a file per batch is whole once renamed
 and costs little (measured: a 2 k-row batch of readings alone, 0.7 ms and 15 KB; ~5 ms a batch
@@ -18,9 +23,12 @@ inside a running hierarchy, `hifi bench pipeline`, which moved its p50 by ~0.1-0
 from __future__ import annotations
 
 import datetime as dt
+import json
+import logging
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,9 +36,13 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+log = logging.getLogger("hifi.archive")
+
 DEFAULT_RETENTION_MS = 24 * 3_600_000
+HOUR_MS = 3_600_000
 HOUR_FORMAT = "%Y-%m-%dT%H"
 ORDER = "order"
+COMPACTED = "compacted"
 
 
 def hour_of(ms: int) -> str:
@@ -63,6 +75,8 @@ class Archive:
         self.root, self.retention_ms = root, retention_ms
         self.usage = ArchiveUsage()
         self._pruned_hour = ""
+        self._lock = threading.Lock()   # compaction and pruning against reading an hour
+        self._compacting = threading.Lock()   # one compaction at a time
 
     def append(self, reader_key: str, batch_id: int, table: pa.Table, now_ms: int | None = None) -> None:
         """Archive one batch a reader took in (an empty one: nothing; nothing at all with no retention)."""
@@ -84,6 +98,7 @@ class Archive:
         if hour != self._pruned_hour:   # once an hour, on its first batch
             self._pruned_hour = hour
             self.prune(now_ms)
+            threading.Thread(target=self.compact_closed, args=(hour,), name="archive-compact", daemon=True).start()
 
     def hours(self) -> list[str]:
         try:
@@ -93,22 +108,89 @@ class Archive:
 
     def batches(self, since_ms: int, readers: Iterable[str]) -> Iterator[tuple[str, pa.Table]]:
         """(reader key, table) of every batch of `readers` taken in from `since_ms` on, in the order
-        the node took them."""
+        the node took them (an hour at a time)."""
         wanted = set(readers)
         for hour in self.hours():
-            if hour_start_ms(hour) + 3_600_000 <= since_ms:
+            if hour_start_ms(hour) + HOUR_MS <= since_ms:
                 continue
-            seen: set[tuple[str, int]] = set()
-            with open(os.path.join(self.root, hour, ORDER), encoding="utf-8") as order:
-                lines = order.read().splitlines()
-            for line in lines:
-                taken, key, batch = line.split(" ")
-                if int(taken) < since_ms or key not in wanted or (key, int(batch)) in seen:
-                    continue
-                seen.add((key, int(batch)))
-                path = os.path.join(self.root, hour, file_name(key), f"{int(batch):012d}.parquet")
-                if os.path.exists(path):   # a line written, its batch then failed and never ran again
-                    yield key, pq.read_table(path)
+            with self._lock:
+                found = list(self._hour_batches(hour, since_ms, wanted))
+            yield from found
+
+    def _hour_batches(self, hour: str, since_ms: int, wanted: set[str]) -> Iterator[tuple[str, pa.Table]]:
+        folder = os.path.join(self.root, hour)
+        compacted = os.path.exists(os.path.join(folder, COMPACTED))
+        groups: dict[str, tuple[pq.ParquetFile, dict[int, int]]] = {}
+        seen: set[tuple[str, int]] = set()
+        with open(os.path.join(folder, ORDER), encoding="utf-8") as order:
+            lines = order.read().splitlines()
+        for line in lines:
+            taken, key, batch_text = line.split(" ")
+            batch = int(batch_text)
+            if int(taken) < since_ms or key not in wanted or (key, batch) in seen:
+                continue
+            seen.add((key, batch))
+            if compacted:
+                if key not in groups:
+                    groups[key] = self._compacted(folder, key)
+                parquet, index = groups[key]
+                if parquet is not None and batch in index:
+                    yield key, parquet.read_row_group(index[batch])
+                continue
+            path = os.path.join(folder, file_name(key), f"{batch:012d}.parquet")
+            if os.path.exists(path):   # a line written, its batch then failed and never ran again
+                yield key, pq.read_table(path)
+
+    @staticmethod
+    def _compacted(folder: str, key: str) -> tuple[pq.ParquetFile | None, dict[int, int]]:
+        """A reader's compacted file of an hour and its batch id -> row group (None, {}: none)."""
+        base = os.path.join(folder, file_name(key))
+        if not os.path.exists(base + ".parquet"):
+            return None, {}
+        with open(base + ".index", encoding="utf-8") as fh:
+            order = json.load(fh)
+        return pq.ParquetFile(base + ".parquet"), {batch: group for group, batch in enumerate(order)}
+
+    def compact_closed(self, current_hour: str) -> list[str]:
+        """Compact every hour before `current_hour` not compacted yet; the hours compacted."""
+        done = []
+        with self._compacting:
+            for hour in self.hours():
+                if hour < current_hour and not os.path.exists(os.path.join(self.root, hour, COMPACTED)):
+                    try:
+                        self.compact(hour)
+                        done.append(hour)
+                    except Exception:  # noqa: BLE001 - the small files stay, and are read as they are
+                        log.exception("archive: compacting %s failed", hour)
+        return done
+
+    def compact(self, hour: str) -> None:
+        """Each reader's batches of `hour` into the row groups of one file (see the module)."""
+        folder = os.path.join(self.root, hour)
+        readers = [name for name in os.listdir(folder) if os.path.isdir(os.path.join(folder, name))]
+        for reader in readers:
+            files = sorted(n for n in os.listdir(os.path.join(folder, reader)) if n.endswith(".parquet"))
+            order: list[int] = []
+            writer, schema = None, None
+            try:
+                for name in files:
+                    table = pq.read_table(os.path.join(folder, reader, name))
+                    if writer is None:
+                        schema = table.schema
+                        writer = pq.ParquetWriter(os.path.join(folder, reader + ".parquet.tmp"), schema)
+                    writer.write_table(table.cast(schema), row_group_size=max(1, table.num_rows))   # a batch a group
+                    order.append(int(name.removesuffix(".parquet")))
+            finally:
+                if writer is not None:
+                    writer.close()
+            if writer is not None:
+                os.replace(os.path.join(folder, reader + ".parquet.tmp"), os.path.join(folder, reader + ".parquet"))
+            with open(os.path.join(folder, reader + ".index"), "w", encoding="utf-8") as fh:
+                json.dump(order, fh)
+        with self._lock:   # from here on the hour is read from the compacted files
+            open(os.path.join(folder, COMPACTED), "w").close()
+            for reader in readers:
+                shutil.rmtree(os.path.join(folder, reader), ignore_errors=True)
 
     def oldest_ms(self) -> int | None:
         """When the oldest batch still archived was taken in (None: nothing archived)."""
@@ -121,9 +203,10 @@ class Archive:
 
     def prune(self, now_ms: int) -> list[str]:
         """Delete the hours wholly older than the retention; the hours deleted."""
-        gone = [h for h in self.hours() if hour_start_ms(h) + 3_600_000 <= now_ms - self.retention_ms]
-        for hour in gone:
-            shutil.rmtree(os.path.join(self.root, hour), ignore_errors=True)
+        gone = [h for h in self.hours() if hour_start_ms(h) + HOUR_MS <= now_ms - self.retention_ms]
+        with self._lock:
+            for hour in gone:
+                shutil.rmtree(os.path.join(self.root, hour), ignore_errors=True)
         return gone
 
     def size_bytes(self) -> int:

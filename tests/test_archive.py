@@ -24,17 +24,31 @@ def test_batches_come_back_in_the_order_taken_across_readers_from_a_time_on_each
     archive.append("reader:rfid:hifi.raw.door1", 2, _table(), T0 + 1500)    # empty: nothing kept
     archive.append("reader:rfid:hifi.raw.door1", 3, _table(5), T0 + HOUR)   # the next hour
     every = {"reader:rfid:hifi.raw.door1", "reader:rows:hifi.view.x"}
-    got = [(key.split(":")[1], table["n"].to_pylist()) for key, table in archive.batches(T0, every)]
-    assert got == [("rfid", [1, 2]), ("rows", [3]), ("rfid", [4]), ("rfid", [5])]
-    assert [t["n"].to_pylist() for _, t in archive.batches(T0 + 600, every)] == [[4], [5]]
-    assert [t["n"].to_pylist() for _, t in archive.batches(T0, {"reader:rows:hifi.view.x"})] == [[3]]
-    # bytes written: the batch run again was written twice
-    assert archive.usage.batches == 5 and archive.usage.bytes > archive.size_bytes() - _order_bytes(tmp_path) > 0
+
+    def read() -> tuple[list, list, list]:
+        return ([(key.split(":")[1], table["n"].to_pylist()) for key, table in archive.batches(T0, every)],
+                [t["n"].to_pylist() for _, t in archive.batches(T0 + 600, every)],
+                [t["n"].to_pylist() for _, t in archive.batches(T0, {"reader:rows:hifi.view.x"})])
+    # the hour that passed is compacted (the next hour's first batch started it in the background too)
+    archive.compact_closed(hour_of(T0 + HOUR))
+    hour = tmp_path / "archive" / hour_of(T0)
+    assert (hour / "compacted").exists() and not [p for p in hour.iterdir() if p.is_dir()]
+    assert read() == ([("rfid", [1, 2]), ("rows", [3]), ("rfid", [4]), ("rfid", [5])], [[4], [5]], [[3]])
+    assert archive.usage.batches == 5 and archive.usage.bytes > 0   # the batch run again was written twice
     assert archive.oldest_ms() == T0 and archive.hours() == [hour_of(T0), hour_of(T0 + HOUR)]
+    assert archive.compact_closed(hour_of(T0 + HOUR)) == []   # once
 
 
-def _order_bytes(tmp_path) -> int:
-    return sum(p.stat().st_size for p in (tmp_path / "archive").glob("*/order"))
+def test_a_compacted_hour_reads_back_as_the_small_files_did(tmp_path):
+    archive = Archive(str(tmp_path / "archive"))
+    for batch in range(200):
+        archive.append("reader:rfid:hifi.raw.door1", batch, _table(*range(batch % 7)), T0 + batch * 10)
+        archive.append("reader:samples:hifi.raw.door1", batch, _table(batch), T0 + batch * 10 + 5)
+    readers = {"reader:rfid:hifi.raw.door1", "reader:samples:hifi.raw.door1"}
+    before = [(key, table.to_pylist()) for key, table in archive.batches(T0 + 500, readers)]
+    archive.compact(hour_of(T0))
+    assert [(key, table.to_pylist()) for key, table in archive.batches(T0 + 500, readers)] == before
+    assert len(before) == 129 + 150   # from the 50th batch of each on (an empty one is never archived)
 
 
 def test_hours_past_the_retention_are_deleted_as_a_new_hour_begins(tmp_path):
