@@ -30,10 +30,11 @@ failure the node's other readers hold their batches until that one has been repl
 part reads several children; their batches would otherwise interleave differently).
 
 The past: every batch a reader of the node's own takes in is archived (dsp.archive) inside its
-micro-batch, and a part deployed with `history_from_ms` (a query `--since`) is first fed, in the
-same order, the archived batches of the readers it joins from that time on, then joins them at
-the next batch: no batch missing or doubled at the seam, since both happen under the runtime's
-lock. Inputs it reads that no reader here reads yet are read from the topic's beginning.
+micro-batch, and a part deployed with `history_from_ms` (a query `--since`, a replay, or a live
+query from just before its submission) is first fed, in the same order, the archived batches of
+the readers it joins from that time on, then joins them at the next batch: no batch missing or
+doubled at the seam, since both happen under the runtime's lock. Inputs it reads that no reader
+here reads yet start where `start_offsets` say (a query over the past: the topic's beginning).
 
 Adaptive smoothing and mote quality, whose state lives in their sinks, still run as their own
 Spark queries (dsp.manager), which also restarts readers that die.
@@ -116,6 +117,11 @@ class Reader:
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{self.topic}"
 
 
+# A part fed more history than this is over the past (`--since`, a replay): it reads its node's
+# own parts' outputs from their topics. A live query's parts are fed the seconds since their
+# submission and take those outputs in process, as they come.
+PAST_MS = 10_000
+
 # How long another reader's batch waits for a failed batch to be replayed before it goes on
 # (its reader may have been cancelled meanwhile; going on risks a replay out of order).
 REPLAY_WAIT_S = 60.0
@@ -187,7 +193,8 @@ class SharedRuntime:
             # inputs written by parts of this node are handed over in process (_feed); not an
             # adopted part's, nor a bounded one's (what it hands must be what goes out), nor a
             # part's over the past (what was handed before it came is not archived here)
-            part.local_topics = frozenset() if owner or history_from_ms is not None else part.topics & {
+            past = history_from_ms is not None and time.time() * 1000 - history_from_ms > PAST_MS
+            part.local_topics = frozenset() if owner or past else part.topics & {
                 p.managed.output_topic for p in self._parts.values() if not p.owner and p.bounds is None}
             if history_from_ms is not None and not resumed:
                 self._feed_history(part, history_from_ms)

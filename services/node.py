@@ -234,7 +234,7 @@ class HiFiNode:
             try:
                 self.deploy(query_id, spec["plan"], spec.get("export_as", ""), tuple(spec.get("readers", ("*",))),
                             spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"),
-                            history_from_ms=spec.get("history_from_ms"), priority=spec.get("priority", 0))
+                            priority=spec.get("priority", 0))   # no history: it takes its saved state back
                 deployed.append(query_id)
             except QueryExists:
                 pass   # deployed over gRPC meanwhile

@@ -40,6 +40,9 @@ from wire.windows import WindowError
 # `since`: a row of an event time from `since` on may have been taken in a little before it (a
 # receptor's clock ahead of the node's, within what intake accepts)
 HISTORY_MARGIN_MS = 60_000
+# ... and a query answering from its submission, from this long before it (a record stamped from
+# then on arrives at most intake's max_ahead, 500 ms, earlier)
+LIVE_HISTORY_MARGIN_MS = 2_000
 
 log = logging.getLogger("hifi.placement")
 
@@ -123,7 +126,8 @@ class QueryPlacer:
         A query answers what its sources receive from its submission on: every source is read
         from the end it had then, and the root drops windows that started earlier (they would
         be partial). `replay` reads the sources from their beginning instead (a long-running
-        hierarchy then catches up first). `since_ms`: it answers from then on, each part first
+        hierarchy then catches up first): a part joining a reader its node runs already is fed
+        the node's whole archive first. `since_ms`: it answers from then on, each part first
         fed what its node archived since (dsp.archive), then the live stream; `until_ms`: only
         windows (rows) starting before then. `priority`: its parts' lane on constrained uplinks
         (dsp.uplink). `naive` deploys the lag benchmark's baseline plan.
@@ -140,6 +144,10 @@ class QueryPlacer:
                 raise SqlError("a query over the past needs a time since before now, an until after it, and "
                                "no replay")
             start_offsets = None
+            # where its parts joining a reader their node runs already start in the node's archive:
+            # a minute before `since`; all of it for a replay (1: the proto's 0 is "none"); else a
+            # moment before its start, so what came between its submission and its deployment counts
+            history_from_ms = since_ms - HISTORY_MARGIN_MS if since_ms is not None else 1 if replay else 0
             if since_ms is not None:
                 self._prepare_motes(plan)   # it goes on live
                 # inputs no reader of its node reads yet are read from the topic's beginning
@@ -150,6 +158,7 @@ class QueryPlacer:
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
                 # after the ends were taken: anything stamped from here on is appended after them
                 plan = answering_from(plan, now_ms(), until_ms)
+                history_from_ms = (plan.start_ms or 0) - LIVE_HISTORY_MARGIN_MS
             deployed: list[tuple[str, str]] = []
             desired: dict[str, dict[str, dict]] = {}
             try:
@@ -161,7 +170,7 @@ class QueryPlacer:
                     spec = {"plan": to_json(task.plan), "export_as": task.export_as,
                             "output_topic": "" if task.export_as else task.topic, "definition": definition,
                             "start_offsets": start_offsets or {},
-                            "history_from_ms": since_ms - HISTORY_MARGIN_MS if since_ms is not None else 0,
+                            "history_from_ms": history_from_ms,
                             "priority": priority,
                             "readers": list(view_readers if task.role == "final" and task.export_as
                                             else INTERNAL_READERS)}
