@@ -211,12 +211,14 @@ class SharedRuntime:
         lock: the next batch it sees is the one after the last archived)."""
         joined = {key: reader for key, reader in self._readers.items()
                   if not reader.owner and (reader.topic, reader.format) in part.inputs}
-        producer, sent, reports = self._producer_for(), [], []
+        producer, sent = self._producer_for(), []
+        reports: list[tuple[Part, BatchReport]] = []
         batches = 0
         for key, table in self.archive.batches(since_ms, joined):
             self._feed(part, joined[key].topic, table, producer, sent, reports)
             batches += 1
         bus.deliver(producer, sent)
+        self._run_hooks(reports)   # what it emitted counts in the node's statistics like the rest
         log.info("node %s: part %s fed %d archived batches from %d on", self.node_id, part.managed.query_id,
                  batches, since_ms)
 
@@ -300,7 +302,11 @@ class SharedRuntime:
             self._pending = None
             self._replayed.notify_all()
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
-        # failed and runs again counts once; a hook that fails fails its part, as its sink would
+        # failed and runs again counts once
+        self._run_hooks(reports)
+
+    def _run_hooks(self, reports: list[tuple[Part, BatchReport]]) -> None:
+        """A hook that fails fails its part, as its sink would."""
         for part, report in reports:
             try:
                 part.on_batch(report)
