@@ -82,6 +82,7 @@ class Uplink:
         self._lanes: dict[int, Lane] = {}
         self._lanes_lock = threading.Lock()
         self._stop = threading.Event()
+        self._allowance, self._last = 0.0, time.monotonic()   # the link's token bucket (bytes it may send now)
         os.makedirs(directory, exist_ok=True)
         for name in os.listdir(directory):   # lanes a node that stopped left behind
             if name.startswith("priority-"):
@@ -112,7 +113,6 @@ class Uplink:
         return next((lane for lane in lanes if lane.pending()), None)
 
     def _forward_loop(self) -> None:
-        allowance, last = 0.0, time.monotonic()
         while not self._stop.is_set():
             lane = self._highest()
             if lane is None:
@@ -123,38 +123,43 @@ class Uplink:
                 records, ends = lane.spool.head(FORWARD_RECORDS)
             for record, end in zip(records, ends, strict=True):
                 size = len(record.key) + len(record.value)
-                preempted = False
-                while True:   # wait for the link to have carried the bytes before; a more important
-                    now = time.monotonic()   # message that comes meanwhile goes first
-                    allowance = min(allowance + (now - last) * self.bytes_per_s, max(size, self.bytes_per_s * BURST_S))
-                    last = now
-                    if allowance >= size or self._stop.is_set():
-                        break
-                    self.wake.clear()
-                    self.wake.wait((size - allowance) / self.bytes_per_s)
-                    higher = self._highest()
-                    if higher is not None and higher.priority > lane.priority:
-                        preempted = True
-                        break
-                if self._stop.is_set():
-                    return
-                if preempted:
-                    break
-                try:
-                    taken = bus.send_and_wait(bus.shared_producer(self.bootstrap),
-                                              [(record.topic, record.key, record.value, record.headers,
-                                                record.timestamp_ms)])
-                except Exception:  # noqa: BLE001 - the broker away: try again shortly, nothing is lost
-                    taken = [False]
-                if not taken[0]:
-                    log.warning("uplink: the broker did not take a message; trying again")
-                    self._stop.wait(0.5)
-                    break
-                allowance -= size
+                if not self._await_link(size, lane) or not self._send(record):
+                    break   # stopping, a more important message came, or the broker did not take it
+                self._allowance -= size
                 with lane.lock:
                     lane.spool.advance(end)
                 self.stats.sent += 1
                 self.stats.sent_bytes += size
-                higher = self._highest()
-                if higher is not None and higher.priority > lane.priority:
-                    break   # a more important message came meanwhile
+                if self._overtaken(lane):
+                    break
+
+    def _overtaken(self, lane: Lane) -> bool:
+        higher = self._highest()
+        return higher is not None and higher.priority > lane.priority
+
+    def _await_link(self, size: int, lane: Lane) -> bool:
+        """Wait until the link has carried the bytes before (a token bucket of BURST_S); False when
+        stopping, or when a more important message came meanwhile (it goes first)."""
+        while not self._stop.is_set():
+            now = time.monotonic()
+            self._allowance = min(self._allowance + (now - self._last) * self.bytes_per_s,
+                                  max(size, self.bytes_per_s * BURST_S))
+            self._last = now
+            if self._allowance >= size:
+                return True
+            self.wake.clear()
+            self.wake.wait((size - self._allowance) / self.bytes_per_s)
+            if self._overtaken(lane):
+                return False
+        return False
+
+    def _send(self, record: SpooledRecord) -> bool:
+        try:
+            taken = bus.send_and_wait(bus.shared_producer(self.bootstrap), [(record.topic, record.key, record.value,
+                                                                             record.headers, record.timestamp_ms)])
+        except Exception:  # noqa: BLE001 - the broker away: tried again shortly, nothing is lost
+            taken = [False]
+        if not taken[0]:
+            log.warning("uplink: the broker did not take a message; trying again")
+            self._stop.wait(0.5)
+        return taken[0]

@@ -139,10 +139,8 @@ class QueryPlacer:
             plan = self.plan(sql, principal, naive)
             if readers and plan.query.view_name is None:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
-            if since_ms is not None and (replay or since_ms > now_ms() or (until_ms is not None
-                                                                           and until_ms <= since_ms)):
-                raise SqlError("a query over the past needs a time since before now, an until after it, and "
-                               "no replay")
+            if since_ms is not None and replay:
+                raise SqlError("a query over the past (since) reads the archives: not with replay")
             start_offsets = None
             # where its parts joining a reader their node runs already start in the node's archive:
             # a minute before `since`; all of it for a replay (1: the proto's 0 is "none"); else a
@@ -151,8 +149,7 @@ class QueryPlacer:
             if since_ms is not None:
                 self._prepare_motes(plan)   # it goes on live
                 # inputs no reader of its node reads yet are read from the topic's beginning
-                plan = replace(answering_from(plan, since_ms, until_ms), from_archive=True,
-                               archive_begins=self._archives_after(plan, since_ms))
+                plan = self.over_the_past(plan, since_ms, until_ms)
             elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
@@ -201,6 +198,14 @@ class QueryPlacer:
         if record.address not in self._channels:
             self._channels[record.address] = open_channel(record.address, self.security)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
+
+    def over_the_past(self, plan: DistributedPlan, since_ms: int, until_ms: int | None = None) -> DistributedPlan:
+        """`plan` answering windows in [since, until) from the nodes' archives on (as submitted
+        and as explained); SqlError for a span that is not one."""
+        if since_ms > now_ms() or (until_ms is not None and until_ms <= since_ms):
+            raise SqlError("a query over the past needs a time since before now and an until after it")
+        return replace(answering_from(plan, since_ms, until_ms), from_archive=True,
+                       archive_begins=self._archives_after(plan, since_ms))
 
     def _archives_after(self, plan: DistributedPlan, since_ms: int) -> dict[str, int]:
         """The nodes that run parts of `plan` whose archives begin after `since_ms` (they began
@@ -343,6 +348,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             readers = checked_readers(list(request.readers))
             if request.explain_only:
                 plan = self.placement.plan(request.sql, reader)
+                if request.since_ms:   # what it would be fed, and the archives that begin too late
+                    plan = self.placement.over_the_past(plan, request.since_ms, request.until_ms or None)
             else:
                 plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers,
                                              since_ms=request.since_ms or None, until_ms=request.until_ms or None,

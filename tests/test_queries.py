@@ -314,7 +314,7 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
 
 
 def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_then(hierarchy):
-    """The seam of `--since` (issue 21): a query asked for the last minute, its parts first fed
+    """The seam of `--since` (issue 21): a query asked for the last 50 s, its parts first fed
     what their nodes archived and then the live stream, equals window by window the same query
     started a minute earlier — across the edges (whose archives hold the raw input) and the
     warehouse (whose archive holds the edges' partials, which the later query reuses)."""
@@ -325,8 +325,17 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
     at_edge = ("SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] WHERE receptor_id = 'door1-r1' "
                "GROUP BY tag_id")
     live = [hierarchy.placement.submit(sql) for sql in (across, at_edge)]
-    since = max(p.start_ms for p in live)
-    time.sleep(max(0.0, since + 60_000 - time.time() * 1000) / 1000)
+    # `since` a little after they started: every node running their parts has archived from then on
+    # (the warehouse's first reader of the doors' partials came with them; the plan warns otherwise)
+    since = max(p.start_ms for p in live) + 10_000
+    time.sleep(max(0.0, since + 50_000 - time.time() * 1000) / 1000)
+    # explained over the gRPC API first: what it would be fed, nothing deployed; a span that is none refused
+    stub = _placement(hierarchy)
+    explained = stub.Submit(hifi_pb2.SubmitRequest(sql=across, explain_only=True, since_ms=since))
+    assert "the nodes' archives, then live" in explained.plan and len(hierarchy.mdr.queries()) == 2
+    with pytest.raises(grpc.RpcError) as error:
+        stub.Submit(hifi_pb2.SubmitRequest(sql=across, since_ms=since, until_ms=since - 1000))
+    assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "until after it" in error.value.details()
     past = [hierarchy.placement.submit(p.query.text, since_ms=since) for p in live]
     asked = int(time.time() * 1000)
     try:

@@ -7,6 +7,7 @@ view whose rows are W-windows can feed any window whose range and slide are mult
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from dataclasses import dataclass
@@ -74,8 +75,6 @@ def duration_ms(text: str | int | float) -> int:
 def time_at(text: str, now_ms: int, ago: bool) -> int:
     """Epoch ms of a time a user gives (`--since`, `--until`): a UTC ISO 8601 time (a zone or
     offset allowed), or a duration before now (`ago`) or after it."""
-    import datetime as dt
-
     try:
         at = dt.datetime.fromisoformat(text.strip())
         return int((at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp() * 1000)

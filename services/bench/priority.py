@@ -58,11 +58,9 @@ def run_priority_bench(topology: Topology, duration_s: float, progress: Callable
             hierarchy.start_agents()
             placement = hierarchy.placement
             assert placement is not None
-            running = []
 
             def run_phase(name: str, alert_priority: int) -> None:
                 alert = placement.submit(ALERT, priority=alert_priority)
-                running.append(alert)
                 follower = threading.Thread(target=follow_results,
                                             args=(servers.bootstrap, [alert.result_topic], stop, collect), daemon=True)
                 follower.start()
@@ -76,7 +74,7 @@ def run_priority_bench(topology: Topology, duration_s: float, progress: Callable
                 results.append(PhaseFigures(name, len(found), percentile(found, 50), percentile(found, 95), queued))
 
             run_phase("alert alone (priority 10)", 10)
-            running.append(placement.submit(FLOOD, priority=0))
+            placement.submit(FLOOD, priority=0)   # runs until the hierarchy stops
             run_phase("alert (10) beside the flood (0)", 10)
             run_phase("alert beside the flood, both priority 0", 0)
         finally:
