@@ -103,6 +103,7 @@ class Ingest:
     raw_topic: str
     mdr_url: str
     weak_below: float = 0.0   # readings weaker than this count as "weak" in the receptor telemetry
+    triage_ms: int = 0        # Data Triage: what a range's read may spend decoding exactly (dsp.triage); 0: all
 
 
 @dataclass
@@ -165,7 +166,7 @@ def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns
         reader = reader.option("startingOffsets", json.dumps(mine))
     if ctx.ingest is not None and topics == (ctx.ingest.raw_topic,):
         reader = (reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
-                  .option("weak_below", str(ctx.ingest.weak_below)))
+                  .option("weak_below", str(ctx.ingest.weak_below)).option("triage_ms", str(ctx.ingest.triage_ms)))
     return reader.load()
 
 

@@ -21,11 +21,23 @@ counted. Unlike Spark, a batch's rows and the windows they close leave in the sa
 (Spark closes them one batch later), and a parent's windows close as soon as the slowest
 child's marker passes them — no fixed slack per level.
 
+Data Triage: a raw reader over its node's latency target decodes only a sample of the records
+it could not process in time (dsp.kafka_source); their rows carry `weight` k (each stands for
+k records' rows) and a batch that left records out a row of weight 0. A source passes the
+weights on in hidden columns (WEIGHT, CLUSTER: the record a row came from) and reports the
+event-time span of a triaged batch; an Aggregate folds counts and sums weighted (the
+Horvitz-Thompson estimate), and an annotated one (`approximate`) says per group whether the
+span touched its window (TRIAGED) and bounds its first count or sum (ERROR_BOUND): BOUND_Z
+standard deviations of the estimate, the variance estimated from the sampled records as
+sum over records of (k^2 - k) x (the record's share of the group)^2. A parent merging
+annotated partials ORs the flags and adds the variances (children sample independently).
+
 The whole evaluator pickles (dsp.shared saves it after each batch, so a restart resumes it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +48,9 @@ import pyarrow.compute as pc
 from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
 from dsp.events import Found, PatternState, Step, order_key, ordering_columns
 from dsp.plan import (
+    ERROR_BOUND,
     PROGRESS_COLUMN,
+    TRIAGED,
     Aggregate,
     AggSpec,
     Filter,
@@ -55,6 +69,14 @@ from dsp.plan import (
 # aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
 # union_sets (hash_list has no kernel for list values in pyarrow 26)
 ROW_BY_ROW = ("argmax", "union_sets")
+
+# Hidden columns of a triaged batch's rows (see the module docstring): how many records a row's
+# record stands for, and which record it came from (partition and offset in one number).
+WEIGHT, CLUSTER = "__weight", "__cluster"
+HIDDEN = (WEIGHT, CLUSTER)
+# The error bound is this many standard deviations of the estimate: it holds for 99 % of groups
+# (normal approximation).
+BOUND_Z = 2.576
 
 
 def _none_min(a: Any, b: Any) -> Any:
@@ -89,6 +111,18 @@ class Operator:
     def late_rows(self) -> int:
         return 0
 
+    def triaged(self) -> tuple[int, int] | None:
+        """The event-time span (ms) of the last batch pushed if Data Triage sampled it, else None."""
+        return None
+
+
+def carry_hidden(source: pa.Table, out: pa.Table) -> pa.Table:
+    """`out` (computed row for row from `source`) with `source`'s triage weights, if it has them."""
+    for name in HIDDEN:
+        if name in source.column_names:
+            out = out.append_column(name, source[name])
+    return out
+
 
 # Event time a parent waits for a child that has never sent a marker before leaving it out. At
 # start children come up seconds apart (a parent that went on without the later one assigned
@@ -107,6 +141,7 @@ class SourceOp(Operator):
     newest_ms: int | None = None                       # raw sources: newest event time seen
     marks: dict[str, int] = field(default_factory=dict)  # marker sources: each topic's latest promise
     first_mark_ms: int | None = None                   # marker sources: the first promise of any topic
+    triaged_span: tuple[int, int] | None = None        # raw sources: the last batch's, if triaged
 
     def __post_init__(self) -> None:
         self.columns = self.plan.columns
@@ -117,7 +152,11 @@ class SourceOp(Operator):
         form = FORM_COLUMN.get(self.plan.format)
         if topic not in self.plan.topics or (form is not None and form not in names):
             return None   # another topic, or a raw topic's batch of the other form (receptor_stream reads both)
+        hidden: dict[str, pa.ChunkedArray] = {}
         if self.plan.format == "rfid":
+            self.triaged_span, hidden = self._triage(batch)
+            if hidden:
+                batch = batch.append_column(WEIGHT, hidden[WEIGHT]).append_column(CLUSTER, hidden[CLUSTER])
             valid = pc.is_null(batch["error"]) if "error" in names else None
             if "tag_id" in names:   # heartbeat rows (a cycle, no tag) are for adaptive smoothing only
                 tagged = pc.is_valid(batch["tag_id"])
@@ -142,6 +181,8 @@ class SourceOp(Operator):
                 batch = batch.filter(pc.equal(pc.subtract(ms, pc.multiply(pc.divide(ms, self.plan.sample_ms),
                                                                            self.plan.sample_ms)), 0))
         rows = batch.select([name for name, _ in self.plan.columns]).cast(self.schema)
+        if hidden:
+            rows = carry_hidden(batch, rows)
         if not self.plan.markers and rows.num_rows:
             newest = pc.max(epoch_ms(rows[self.plan.event_time])).as_py()
             self.newest_ms = _none_max(self.newest_ms, newest)
@@ -157,6 +198,24 @@ class SourceOp(Operator):
                 return None
             return heard
         return None if self.newest_ms is None else self.newest_ms - self.plan.watermark_ms
+
+    def triaged(self) -> tuple[int, int] | None:
+        return self.triaged_span
+
+    def _triage(self, batch: pa.Table) -> tuple[tuple[int, int] | None, dict[str, pa.ChunkedArray]]:
+        """A raw batch's triage: the event-time span of its rows if its reader left records out
+        (rows of weight other than 1), and then the hidden weight and record columns."""
+        if "weight" not in batch.column_names or not batch.num_rows:
+            return None, {}
+        weight = pc.fill_null(batch["weight"], 1)
+        if pc.all(pc.equal(weight, 1)).as_py():
+            return None, {}
+        stamps = epoch_ms(batch[self.plan.event_time])
+        low, high = pc.min(stamps).as_py(), pc.max(stamps).as_py()
+        span = (low, high) if low is not None else (self.newest_ms or 0, self.newest_ms or 0)
+        record = pc.add(pc.multiply(pc.cast(pc.fill_null(batch["partition"], 0), pa.int64()), 1 << 40),
+                        pc.fill_null(batch["offset"], 0))
+        return span, {WEIGHT: pc.cast(weight, pa.int64()), CLUSTER: record}
 
 
 @dataclass
@@ -188,6 +247,9 @@ class FilterOp(Operator):
     def late_rows(self) -> int:
         return self.child.late_rows()
 
+    def triaged(self) -> tuple[int, int] | None:
+        return self.child.triaged()
+
 
 @dataclass
 class ProjectOp(Operator):
@@ -204,13 +266,16 @@ class ProjectOp(Operator):
             return None
         outputs = zip(self.plan.outputs, self.columns, strict=True)
         arrays = [column(expr, rows, kind) for (_, expr), (_, kind) in outputs]
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return carry_hidden(rows, pa.Table.from_arrays(arrays, schema=self.schema))
 
     def bound(self) -> int | None:
         return self.child.bound()
 
     def late_rows(self) -> int:
         return self.child.late_rows()
+
+    def triaged(self) -> tuple[int, int] | None:
+        return self.child.triaged()
 
 
 @dataclass
@@ -234,13 +299,16 @@ class LookupJoinOp(Operator):
         if rows is None:
             return None
         joined = rows.join(self.relation, keys=self.plan.on, join_type="left outer", use_threads=False)
-        return joined.select(self.schema.names).cast(self.schema)
+        return carry_hidden(joined, joined.select(self.schema.names).cast(self.schema))
 
     def bound(self) -> int | None:
         return self.child.bound()
 
     def late_rows(self) -> int:
         return self.child.late_rows()
+
+    def triaged(self) -> tuple[int, int] | None:
+        return self.child.triaged()
 
 
 @dataclass
@@ -253,7 +321,8 @@ class UnionOp(Operator):
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
         parts = [rows for child in self.children if (rows := child.push(topic, batch)) is not None]
-        return pa.concat_tables(parts) if parts else None
+        # an input's rows may carry triage weights the other's lack (null: weight 1)
+        return pa.concat_tables(parts, promote_options="default") if parts else None
 
     def bound(self) -> int | None:
         """The smallest of the inputs' bounds. An input with none yet is waited for (its reader
@@ -273,6 +342,10 @@ class UnionOp(Operator):
     def late_rows(self) -> int:
         return sum(child.late_rows() for child in self.children)
 
+    def triaged(self) -> tuple[int, int] | None:
+        spans = [span for child in self.children if (span := child.triaged()) is not None]
+        return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
 
 # ---------------------------------------------------------------- aggregation
 
@@ -282,9 +355,13 @@ class Partial:
     def __init__(self, spec: AggSpec) -> None:
         self.spec = spec
 
-    def arrow(self) -> list[tuple]:
-        """pyarrow hash aggregations whose results `start` turns into this partial."""
+    def arrow(self, weighted: bool = False) -> list[tuple]:
+        """pyarrow hash aggregations whose results `start` turns into this partial; `weighted`:
+        over a triaged batch, counts and sums as estimates (the columns `weighted_inputs` adds)."""
         fn, col = self.spec.fn, self.spec.column
+        if weighted and fn in ("count", "sum", "avg"):
+            rows, total = (f"__rows_{col}" if col else WEIGHT, "sum"), (f"__total_{col}", "sum")
+            return [rows] if fn == "count" else [total] if fn == "sum" else [total, rows]
         if fn == "count":
             return [(col, "count")] if col else [([], "count_all")]
         if fn in ("count_distinct", "collect_set"):
@@ -294,6 +371,28 @@ class Partial:
         if fn in ROW_BY_ROW:
             return []   # folded row by row (see AggregateOp._row_by_row)
         return [(col, fn)]
+
+    def weighted_inputs(self, rows: pa.Table) -> dict[str, Any]:
+        """The columns `arrow(weighted=True)` sums: a row's weight where its column is set, and
+        its value times its weight."""
+        fn, col = self.spec.fn, self.spec.column
+        if fn not in ("count", "sum", "avg") or col is None:
+            return {}
+        weight = rows[WEIGHT]
+        found = {f"__rows_{col}": pc.if_else(pc.is_valid(rows[col]), weight, 0)}
+        if fn != "count":
+            value = rows[col]
+            found[f"__total_{col}"] = pc.multiply(value, pc.cast(weight, value.type))
+        return found
+
+    def estimand(self, rows: pa.Table) -> pa.ChunkedArray | pa.Array:
+        """What a row adds to this count or sum, unweighted (the variance of a triaged estimate)."""
+        col = self.spec.column
+        if col is None:
+            return pa.array([1.0] * rows.num_rows)
+        if self.spec.fn == "count":
+            return pc.cast(pc.is_valid(rows[col]), pa.float64())
+        return pc.fill_null(pc.cast(rows[col], pa.float64()), 0.0)
 
     def start(self, values: list[Any]) -> Any:
         fn = self.spec.fn
@@ -374,6 +473,10 @@ class AggregateOp(Operator):
     # aggregate, else the group's event time (ms), else None (a group that never closes)
     buckets: dict[int | None, dict[tuple, list]] = field(default_factory=dict)
     late: int = 0
+    # annotated (`approximate`) only: {bucket: {group: [triaged, variance of the estimate]}}, and
+    # the event-time spans of the triaged batches that open windows may overlap
+    notes: dict[int | None, dict[tuple, list]] = field(default_factory=dict)
+    triaged_spans: list[tuple[int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.columns = output_columns(self.plan)
@@ -393,6 +496,9 @@ class AggregateOp(Operator):
         rows = self.child.push(topic, batch)
         if rows is None:
             return None
+        span = self.child.triaged()
+        if span is not None and self.plan.annotate:
+            self.triaged_spans.append(span)
         if rows.num_rows and before is not None and self.time_column is not None:
             on_time = pc.fill_null(pc.greater_equal(epoch_ms(rows[self.time_column]), before), True)
             kept = rows.filter(on_time)
@@ -431,7 +537,16 @@ class AggregateOp(Operator):
 
     def _fold(self, rows: pa.Table) -> None:
         keys = self._group_columns()
-        specs = [agg for partial in self.partials for agg in partial.arrow()]
+        weighted = WEIGHT in rows.column_names
+        if weighted:   # a triaged batch: counts and sums are estimates (rows of a union's other input: weight 1)
+            rows = rows.set_column(rows.column_names.index(WEIGHT), WEIGHT, pc.fill_null(rows[WEIGHT], 1))
+            for partial in self.partials:
+                for name, values in partial.weighted_inputs(rows).items():
+                    if name not in rows.column_names:
+                        rows = rows.append_column(name, values)
+        if self.plan.annotate:
+            self._note(rows, keys, weighted)
+        specs = [agg for partial in self.partials for agg in partial.arrow(weighted)]
         grouped = rows.group_by(keys, use_threads=False).aggregate(specs)
         first = grouped.num_columns - len(specs)   # aggregates follow the keys (pyarrow >= 14)
         results = [grouped.column(first + i).to_pylist() for i in range(len(specs))]
@@ -440,10 +555,45 @@ class AggregateOp(Operator):
         for n, group in enumerate(group_values):
             fresh, at = [], 0
             for i, partial in enumerate(self.partials):
-                width = len(partial.arrow())
+                width = len(partial.arrow(weighted))
                 fresh.append(best[i].get(group) if i in best else partial.start([r[n] for r in results[at:at + width]]))
                 at += width
             self._merge(group, fresh)
+
+    def _note(self, rows: pa.Table, keys: list[str], weighted: bool) -> None:
+        """An annotated aggregate's per-group approximation: the variance its sampled records
+        add to the estimate of its first aggregate; a child's annotated partials' flags and
+        variances (from their bounds)."""
+        if weighted:
+            sampled = rows.filter(pc.greater(rows[WEIGHT], 1))
+            if sampled.num_rows:
+                shares = sampled.append_column("__share", self.partials[0].estimand(sampled)).group_by(
+                    [*keys, CLUSTER, WEIGHT], use_threads=False).aggregate([("__share", "sum")])
+                weight, share = pc.cast(shares[WEIGHT], pa.float64()), shares["__share_sum"]
+                spread = pc.subtract(pc.multiply(weight, weight), weight)   # k^2 - k
+                shares = shares.append_column("__variance", pc.multiply(spread, pc.multiply(share, share)))
+                self._add_notes(shares.group_by(keys, use_threads=False).aggregate([("__variance", "sum")]), keys)
+        if TRIAGED in rows.column_names and ERROR_BOUND in rows.column_names:
+            deviation = pc.divide(pc.fill_null(rows[ERROR_BOUND], 0.0), BOUND_Z)
+            children = rows.append_column("__variance", pc.multiply(deviation, deviation))
+            self._add_notes(children.group_by(keys, use_threads=False).aggregate(
+                [("__variance", "sum"), (TRIAGED, "any")]), keys)
+
+    def _add_notes(self, grouped: pa.Table, keys: list[str]) -> None:
+        variances = grouped["__variance_sum"].to_pylist()
+        flags = grouped[f"{TRIAGED}_any"].to_pylist() if f"{TRIAGED}_any" in grouped.column_names else None
+        groups = zip(*[grouped[k].to_pylist() for k in keys], strict=True) if keys else [()] * grouped.num_rows
+        for i, group in enumerate(groups):
+            note = self.notes.setdefault(self._bucket(group), {}).setdefault(group, [flags is None, 0.0])
+            note[0] = note[0] or bool(flags is None or flags[i])
+            note[1] += variances[i] or 0.0
+
+    def _spanned(self, bucket: int | None) -> bool:
+        """Whether a triaged batch's span touches the bucket's window (or event time)."""
+        if bucket is None:
+            return False
+        end = bucket + self.plan.window.range_ms if self.plan.window is not None else bucket + 1
+        return any(low < end and high >= bucket for low, high in self.triaged_spans)
 
     @staticmethod
     def _row_by_row(rows: pa.Table, keys: list[str], partial: Partial) -> dict[tuple, Any]:
@@ -489,13 +639,21 @@ class AggregateOp(Operator):
         done = sorted(b for b in self.buckets if self._closed(b, bound))
         out: list[list[Any]] = []
         for bucket in done:
+            notes, spanned = self.notes.pop(bucket, {}), self.plan.annotate and self._spanned(bucket)
             for group, held in self.buckets.pop(bucket).items():
-                out.append([*group, *(p.finish(h) for p, h in zip(self.partials, held, strict=True))])
+                row = [*group, *(p.finish(h) for p, h in zip(self.partials, held, strict=True))]
+                if self.plan.annotate:
+                    triaged, variance = notes.get(group, (False, 0.0))
+                    row += [bool(triaged or spanned), BOUND_Z * math.sqrt(variance)]
+                out.append(row)
+        if self.triaged_spans:   # spans no window still open can overlap
+            oldest = min((b for b in self.buckets if b is not None), default=bound)
+            self.triaged_spans = [s for s in self.triaged_spans if s[1] >= oldest]
         return self._table(out)
 
     def _table(self, out: list[list[Any]]) -> pa.Table:
-        columns = list(zip(*out, strict=True)) if out else [[] for _ in range(len(self._group_columns())
-                                                                                + len(self.partials))]
+        columns = list(zip(*out, strict=True)) if out else [[] for _ in range(len(self.columns) - (
+            1 if self.plan.window is not None else 0))]
         arrays: list[Any] = []
         at = 0
         if self.plan.window is not None:
@@ -580,6 +738,9 @@ class MatchOp(Operator):
 
     def late_rows(self) -> int:
         return self.child.late_rows() + self.late
+
+    def triaged(self) -> tuple[int, int] | None:
+        return self.child.triaged()
 
 
 def _truth(values: Any, n: int) -> list[bool]:

@@ -27,12 +27,16 @@ Options:
   event_time (format "rows") the column whose value is checked against the record's arrival
   mdr_url    the MDR: a view's refused records are dead-lettered to hifi.dead.<node> (keyed
              "<topic>:<partition>:<offset>") and counted once however many queries read them
+  triage_ms  (format "rfid") Data Triage (dsp.triage): the time a range's read may decode exactly;
+             past it the rest is sampled, rows weighing what they stand for (`weight`), the rest
+             left out and named by a row of weight 0 (`offset` to `triaged_to`). 0: every record
   ingest_node   set on exactly one query per raw topic (the node's data listener): its reads
              also dead-letter refused raw records (a sensor batch's refused samples each with
              ":<sample>" added to the key) and add the read cycles, readings, samples, duplicates
              and dead letters to the node's statistics in the MDR, fenced by offset range so a
              replayed range counts once, with each receptor's readings, read cycles and weak
-             readings (strength below `weak_below`, what cleaning will drop) for the dashboard
+             readings (strength below `weak_below`, what cleaning will drop) for the dashboard,
+             and the records Data Triage left out (`triaged`)
 
 Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a restarted query resumes
 exactly where its last committed micro-batch ended. The reader is pickled to the Python workers:
@@ -65,6 +69,7 @@ from pyspark.sql.types import (
 )
 
 from dsp.plan import PROGRESS_COLUMN
+from dsp.triage import Triage
 from wire import bus
 from wire.codec import (
     RAW_RFID_COLUMNS,
@@ -97,8 +102,9 @@ from wire.topics import dead_topic
 if TYPE_CHECKING:
     from mdr.repository import MDR
 
-TAG, ERROR, TS, OFFSET, PAYLOAD, RECEPTOR, STRENGTH = (
-    RAW_RFID_COLUMNS.index(c) for c in ("tag_id", "error", "ts", "offset", "payload", "receptor_id", "read_strength"))
+TAG, ERROR, TS, PARTITION, OFFSET, PAYLOAD, RECEPTOR, STRENGTH = (
+    RAW_RFID_COLUMNS.index(c)
+    for c in ("tag_id", "error", "ts", "partition", "offset", "payload", "receptor_id", "read_strength"))
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
@@ -165,6 +171,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.weak_below = float(options.get("weak_below", "0"))
         self.rules = IntakeRules.from_option(options.get("intake", ""))
         self.event_time = options.get("event_time", "")
+        self.triage_s = int(options.get("triage_ms", "0")) / 1000
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -213,6 +220,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
         refused: list[Refusal] = []
         rows: list[tuple] = []
+        weights: list[int] | None = [] if self.format == "rfid" else None   # rfid: each row's (dsp.triage)
+        triage = Triage(self.triage_s, partition.partition)
         now_ms = int(time.time() * 1000)
         for record in records:
             arrival = arrival_ms(record.timestamp, now_ms)
@@ -223,6 +232,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                         ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
                         ingest.add_mote_reports(record, *decode_mote_reports(record.value, self.rules))
                     continue
+                weight = triage.weight(record.offset, partition.end)
+                if not weight:
+                    continue   # left out by Data Triage: named by the range's triage row
                 # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
                 decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
                                             self.heartbeats or ingest is not None, self.rules, recent)
@@ -231,6 +243,7 @@ class KafkaStreamReader(DataSourceStreamReader):
                     if not self.heartbeats:
                         decoded = [r for r in decoded if r[TAG] is not None or r[ERROR] is not None]
                 rows.extend(decoded)
+                weights.extend([weight] * len(decoded))
             elif self.format == "samples":
                 if is_sensor_batch(record.headers):
                     rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
@@ -249,10 +262,19 @@ class KafkaStreamReader(DataSourceStreamReader):
                 elif self.markers and batch.watermark_ms:
                     rows.append(marker_row(self.schema, batch.watermark_ms))
             if len(rows) >= self.ROWS_PER_ARROW_BATCH:
-                yield _to_arrow(rows, schema)
-                rows = []
+                yield _to_arrow(rows, schema, weights)
+                rows, weights = [], None if weights is None else []
+        triaged_to = None
+        if triage.first_left_out is not None:   # a row naming what was left out (no tag: no query reads it)
+            named: list = [None] * len(RAW_RFID_COLUMNS)
+            named[PARTITION], named[OFFSET] = partition.partition, triage.first_left_out
+            rows.append(tuple(named))
+            weights.append(0)
+            triaged_to = partition.end
+            if ingest is not None:
+                ingest.triaged = triage.left_out
         if rows:
-            yield _to_arrow(rows, schema)
+            yield _to_arrow(rows, schema, weights, triaged_to)
         if recent is not None:
             recent.reached(partition.end)
         if ingest is not None:
@@ -350,6 +372,7 @@ class IngestTally:
         self.partition = partition
         self.weak_below = weak_below
         self.duplicates = 0
+        self.triaged = 0                              # records Data Triage left out undecoded
         self.samples = 0
         self.histograms: Histograms = {}             # the motes' newest, (receptor, quantity) -> counts
         self.sensor_batches = 0
@@ -401,7 +424,7 @@ class IngestTally:
             _send_dead_letters(bootstrap, node, topic, self.partition.partition, self.dead)
         mdr = shared_mdr(mdr_url)
         counts = {"rows_in": self.good, "cycles_in": self.cycles, "duplicates": self.duplicates,
-                  "samples_in": self.samples, "dead": len(self.dead)}
+                  "samples_in": self.samples, "dead": len(self.dead), "triaged": self.triaged}
         mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
                              self.max_event_ms, counts, self.per_receptor)
         if self.histograms:
@@ -441,10 +464,20 @@ def shared_mdr(url: str) -> MDR:
     return _mdrs[url]
 
 
-def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+def _to_arrow(rows: list[tuple], schema: pa.Schema, weights: list[int] | None = None,
+              triaged_to: int | None = None) -> pa.RecordBatch:
+    """`weights` (raw rows): each row's Data Triage weight, the column after the decoded ones;
+    `triaged_to`: the last row names the records left out, up to there (`triaged_to`, the last column)."""
     # pyarrow converts the row tuples in C++: 40 ms per 100 k raw rows, against 167 ms for a
     # Python transpose (zip) then a column at a time, which was a third of a reader's CPU (py-spy).
-    return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
+    if weights is None:
+        return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
+    decoded = pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema)[:len(RAW_RFID_COLUMNS)])))
+    until: list[int | None] = [None] * len(rows)
+    if triaged_to is not None:
+        until[-1] = triaged_to
+    return pa.RecordBatch.from_arrays([*decoded.columns, pa.array(weights, pa.int32()), pa.array(until, pa.int64())],
+                                      schema=schema)
 
 
 class KafkaDataSource(DataSource):

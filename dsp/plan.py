@@ -251,6 +251,14 @@ class Aggregate:
     aggregates: tuple[AggSpec, ...]
     having: Expr | None = None
     window: Window | None = None
+    # `approximate`: each group also says whether Data Triage sampled its input (TRIAGED) and
+    # how far its first aggregate (a count or sum) may be from the exact answer (ERROR_BOUND)
+    annotate: bool = False
+
+
+# The columns an annotated Aggregate adds (see dsp.engine, Data Triage).
+TRIAGED, ERROR_BOUND = "triaged", "error_bound"
+TRIAGE_COLUMNS: tuple[tuple[str, str], ...] = ((TRIAGED, "boolean"), (ERROR_BOUND, "double"))
 
 
 @dataclass(frozen=True)
@@ -376,6 +384,11 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
             out += [("window_start", "timestamp"), ("window_end", "timestamp")]
         out += [(key, schema[key]) for key in plan.keys]
         out += [(spec.name, _agg_type(spec, schema)) for spec in plan.aggregates]
+        if plan.annotate:
+            if not plan.aggregates or plan.aggregates[0].fn not in ("count", "sum"):
+                raise PlanError("an approximate aggregate's first aggregate is a count or a sum (its error bound "
+                                "is on it)")
+            out += list(TRIAGE_COLUMNS)
         if plan.having is not None and expr_type(plan.having, dict(out)) != "boolean":
             raise PlanError("HAVING is not a condition")
         return tuple(out)
@@ -531,6 +544,8 @@ def _encode(value: Any) -> Any:
         body = {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
         if isinstance(value, Source) and not value.sample_ms:
             del body["sample_ms"]   # a plan without it keeps the JSON (and the view names) it had
+        if isinstance(value, Aggregate) and not value.annotate:
+            del body["annotate"]    # likewise
         return {"op": type(value).__name__.rstrip("_"), **body}
     if isinstance(value, tuple | list):
         return [_encode(v) for v in value]
@@ -564,7 +579,7 @@ def _decode(data: dict) -> Plan:
         return Aggregate(_decode(data["child"]), tuple(data["keys"]),
                          tuple(AggSpec(**spec) for spec in data["aggregates"]),
                          _decode_expr(data["having"]) if data.get("having") else None,
-                         Window(**window) if window else None)
+                         Window(**window) if window else None, bool(data.get("annotate", False)))
     if op == "LookupJoin":
         return LookupJoin(_decode(data["child"]), data["relation"], data["on"],
                           tuple(tuple(c) for c in data["columns"]))

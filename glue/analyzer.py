@@ -110,6 +110,7 @@ class LogicalQuery:
     derived: tuple[tuple[str, Expr], ...] = ()   # grouping columns computed from each row (GROUP BY an alias)
     pattern: EventPattern | None = None      # an event query: its matches are its rows
     sample_ms: int = 0                       # `sample every`: only the samples whose time is a multiple of it
+    approximate: bool = False                # `approximate`: windows carry triaged and error_bound (Data Triage)
 
     @property
     def is_aggregate(self) -> bool:
@@ -340,6 +341,8 @@ def _bind_window(binder: _Binder, scope: _Scope) -> None:
         if sample_ms <= 0:
             raise _err("sample every needs a positive period", clause.sample_pos)
         scope.facts = {**scope.facts, "sample_ms": sample_ms}
+    if clause is not None and clause.approximate_pos is not None:
+        scope.facts = {**scope.facts, "approximate": True}
     if select.source.window is None or not select.source.window.adaptive:
         return
     if scope.facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(scope.columns):
@@ -536,10 +539,25 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
     scope = _bind_source(binder, select)
     for bind in PASSES:
         bind(binder, scope)
+    if scope.facts.get("approximate"):
+        _check_approximate(scope)
     return LogicalQuery(text=text, window=scope.window, joins=scope.joins, predicate=scope.predicate,
                         keys=scope.keys, aggregates=tuple(scope.aggregates.values()), having=scope.having,
                         outputs=scope.outputs, arbitration=scope.arbitration, view_name=view_name,
                         smoothing=scope.smoothing, derived=scope.derived, pattern=scope.pattern, **scope.facts)
+
+
+def _check_approximate(scope: _Scope) -> None:
+    """`approximate` annotates windows of counts and sums (dsp.engine, Data Triage)."""
+    clause = scope.select.source.window
+    assert clause is not None and clause.approximate_pos is not None
+    first = next(iter(scope.aggregates.values()), None)
+    if not scope.aggregate_query or scope.pattern is not None or scope.arbitration is not None:
+        raise _err("approximate is for windowed aggregates (their windows say whether they were triaged)",
+                   clause.approximate_pos)
+    if first is None or first.fn not in ("count", "sum"):
+        raise _err(f"approximate bounds the error of the first aggregate, which must be a count or a sum "
+                   f"(not {first.fn if first else 'none'})", clause.approximate_pos)
 
 
 def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: _Binder,

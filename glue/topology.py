@@ -22,6 +22,7 @@ from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from wire.errors import HiFiError
+from wire.windows import duration_ms
 
 TIERS = ("edge", "aggregation", "core")
 RECEPTOR_KINDS = ("rfid", "mote")
@@ -54,6 +55,7 @@ class NodeSpec:
     line: int
     metrics_port: int = 0    # where the node serves /metrics (0: any free port, recorded in the MDR)
     uplink_bytes_per_s: int = 0   # its link to its parent, emulated (dsp.uplink); 0: unconstrained
+    latency_target_ms: int = 0    # an edge over it triages its input (dsp.triage); 0: always exact
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,8 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
         nodes[node_id] = NodeSpec(node_id, tier, str(item.get("parent") or ""),
                                   tuple(str(a) for a in item.get("alternates") or []), str(item.get("listen", "")),
                                   line, _port(item.get("metrics_port", 0), line, node_id),
-                                  byte_rate(item.get("uplink"), f"line {line}: node {node_id!r}"))
+                                  byte_rate(item.get("uplink"), f"line {line}: node {node_id!r}"),
+                                  _latency_target(item.get("latency_target"), tier, f"line {line}: node {node_id!r}"))
     if not nodes:
         raise TopologyError(f"{source}: no nodes")
     for spec in nodes.values():
@@ -310,6 +313,22 @@ def byte_rate(value: object, where: str) -> int:
     if not match or float(match.group(1)) <= 0:
         raise TopologyError(f"{where}: uplink {value!r} is not a byte rate (write e.g. '20 KB/s', '1 MB/s')")
     return int(float(match.group(1)) * _RATE_UNITS[(match.group(2) or "").lower()])
+
+
+def _latency_target(value: object, tier: str, where: str) -> int:
+    """Milliseconds of a `latency_target: 2 seconds` (absent: 0, no Data Triage); edges only,
+    whose raw readers triage."""
+    if value in (None, "", 0):
+        return 0
+    if tier != "edge":
+        raise TopologyError(f"{where}: latency_target is for edge nodes (their raw readers triage), not {tier}")
+    try:
+        target = duration_ms(value if isinstance(value, int | float) else str(value))
+    except HiFiError:
+        target = 0
+    if target <= 0:
+        raise TopologyError(f"{where}: latency_target {value!r} is not a positive duration (write e.g. '2 seconds')")
+    return target
 
 
 def _created_view(sql: str, line: int) -> str:

@@ -29,6 +29,7 @@ from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
 from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
+from dsp.triage import read_budget_ms
 from glue.limits import check_name
 from glue.operators import operator_plans
 from glue.proxy import sample_predicates
@@ -138,8 +139,8 @@ class HiFiNode:
         self.mdr = mdr
         self.bootstrap = bootstrap
         tier = topology.nodes[node_id].tier
-        ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)))
-                  if tier == "edge" else None)
+        ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)),
+                         read_budget_ms(topology.nodes[node_id].latency_target_ms)) if tier == "edge" else None)
         retention = topology.parameters.get("archive_retention")   # YAML reads `off` as false
         retention_ms = (DEFAULT_RETENTION_MS if retention is None or retention == "" else
                         0 if retention is False or str(retention).lower() in ("off", "none") else

@@ -26,6 +26,7 @@ from dsp.plan import (
     EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
     SMOOTH_COLUMNS,
+    TRIAGE_COLUMNS,
     Aggregate,
     AggSpec,
     BinOp,
@@ -209,7 +210,8 @@ class _Builder:
             outputs = [(name, expr) for name, expr in q.outputs]
             return Project(self.selection(node), (*outputs, (EVENT_TIME, Col(q.event_time))))
         keys, _ = self.merge_specs()
-        return Aggregate(self.selection(node), keys, self.partial_specs(), None, window or self.pane)
+        return Aggregate(self.selection(node), keys, self.partial_specs(), None, window or self.pane,
+                         self.q.approximate)
 
     # ------------------------------------------------------------ inner levels
 
@@ -228,8 +230,8 @@ class _Builder:
         the children already formed."""
         keys, merges = self.merge_specs()
         if self.naive:
-            return Aggregate(source, ("window_start", "window_end", *keys), merges)
-        return Aggregate(source, keys, merges, None, window)
+            return Aggregate(source, ("window_start", "window_end", *keys), merges, annotate=self.q.approximate)
+        return Aggregate(source, keys, merges, None, window, self.q.approximate)
 
     def partial_specs(self) -> tuple[AggSpec, ...]:
         """What a producer computes per group (arbitration: each contender's rows, or their weight)."""
@@ -289,9 +291,10 @@ class _Builder:
         if q.arbitration is not None:
             return windowed  # the contest runs in a second query on the root (arbitration_plan)
         _, _, finals = split_all(q.aggregates)
-        finished = Project(windowed, (*WINDOW_BOUNDS, *((k, Col(k)) for k in q.keys), *finals))
+        triage = tuple((name, Col(name)) for name, _ in TRIAGE_COLUMNS) if q.approximate else ()
+        finished = Project(windowed, (*WINDOW_BOUNDS, *((k, Col(k)) for k in q.keys), *finals, *triage))
         kept: Plan = Filter(finished, q.having) if q.having is not None else finished
-        return Project(kept, (*WINDOW_BOUNDS, *q.outputs))
+        return Project(kept, (*WINDOW_BOUNDS, *q.outputs, *triage))
 
     def arbitration_plan(self, windowed: NodeTask) -> Plan:
         """Each `by` value once per window, at the `winner` with the most rows (ties: smallest),
@@ -332,7 +335,9 @@ class _Builder:
             return self.root_task(node, self.local_plan(node))
         if node in self.placement.producers:
             produced = self.task(node, "producer", self.producer_plan(node))
-            found = None if produced.reused or self.naive else subsuming(produced.plan, node, self.catalog.views)
+            # a running view's partials carry no triage annotations: an approximate query has its own
+            found = None if produced.reused or self.naive or self.q.approximate else subsuming(
+                produced.plan, node, self.catalog.views)
             if found is not None:   # a running view holds these partials already: roll them up
                 rollup, view = found
                 produced = self.task(node, "producer", rollup)

@@ -71,7 +71,7 @@ Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll]  # noqa: UP
 
 @dataclass(frozen=True)
 class WindowClause:
-    """`[range by 'R', slide by 'S', sample every 'P']`, or `[adaptive epoch 'E', delta D]` (range
+    """`[range by 'R', slide by 'S', sample every 'P', approximate]`, or `[adaptive epoch 'E', delta D]` (range
     holds the epoch)."""
 
     range: str
@@ -84,6 +84,7 @@ class WindowClause:
     delta_pos: Pos | None = None
     sample: str | None = None        # `, sample every 'P'`: the source's samples on that period only
     sample_pos: Pos | None = None
+    approximate_pos: Pos | None = None   # `, approximate`: windows say whether Data Triage sampled them
 
 
 @dataclass(frozen=True)

@@ -198,21 +198,25 @@ class _Parser:
         self._expect("keyword", "RANGE", "RANGE BY (or ADAPTIVE EPOCH)")
         self._expect("keyword", "BY")
         range_tok = self._expect("string", what="a quoted duration such as '5 seconds'")
-        slide_tok = sample_tok = None
+        slide_tok = sample_tok = approximate_tok = None
         while self._accept("symbol", ","):
+            if approximate_tok is None and (found := self._accept("ident", "approximate")):
+                approximate_tok = found
+                continue
             if sample_tok is None and self._accept("ident", "sample"):   # a word, not a keyword
                 self._expect("ident", "every", "EVERY")
                 sample_tok = self._expect("string", what="a quoted duration such as '10 seconds'")
                 continue
             if slide_tok is not None or sample_tok is not None:
-                self._expect("ident", "sample", "SAMPLE EVERY")
-            self._expect("keyword", "SLIDE", "SLIDE BY (or SAMPLE EVERY)")
+                self._expect("ident", "sample", "SAMPLE EVERY (or APPROXIMATE)")
+            self._expect("keyword", "SLIDE", "SLIDE BY (or SAMPLE EVERY, APPROXIMATE)")
             self._expect("keyword", "BY")
             slide_tok = self._expect("string", what="a quoted duration such as '1 second'")
         self._expect("symbol", "]")
         return ast.WindowClause(range_tok.text, slide_tok.text if slide_tok else None, pos, range_tok.pos,
                                 slide_tok.pos if slide_tok else None, sample=sample_tok.text if sample_tok else None,
-                                sample_pos=sample_tok.pos if sample_tok else None)
+                                sample_pos=sample_tok.pos if sample_tok else None,
+                                approximate_pos=approximate_tok.pos if approximate_tok else None)
 
     def _adaptive(self, pos) -> ast.WindowClause:
         """`[adaptive epoch 'E' (, delta D)]`: per-tag adaptive smoothing (words, not keywords:
