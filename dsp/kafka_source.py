@@ -29,7 +29,7 @@ Options:
              "<topic>:<partition>:<offset>") and counted once however many queries read them
   triage_ms  (format "rfid") Data Triage (dsp.triage): the time a range's read may decode exactly;
              past it the rest is sampled, rows weighing what they stand for (`weight`), the rest
-             left out and named by a row of weight 0 (`offset` to `triaged_to`). 0: every record
+             left out; a row of weight 0 names the range sampled (`offset` to `triaged_to`). 0: all
   ingest_node   set on exactly one query per raw topic (the node's data listener): its reads
              also dead-letter refused raw records (a sensor batch's refused samples each with
              ":<sample>" added to the key) and add the read cycles, readings, samples, duplicates
@@ -265,9 +265,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                 yield _to_arrow(rows, schema, weights)
                 rows, weights = [], None if weights is None else []
         triaged_to = None
-        if triage.first_left_out is not None:   # a row naming what was left out (no tag: no query reads it)
+        if triage.sampled_from is not None:   # a row naming the range sampled (no tag: no query reads it)
             named: list = [None] * len(RAW_RFID_COLUMNS)
-            named[PARTITION], named[OFFSET] = partition.partition, triage.first_left_out
+            named[PARTITION], named[OFFSET] = partition.partition, triage.sampled_from
             rows.append(tuple(named))
             weights.append(0)
             triaged_to = partition.end
@@ -467,7 +467,7 @@ def shared_mdr(url: str) -> MDR:
 def _to_arrow(rows: list[tuple], schema: pa.Schema, weights: list[int] | None = None,
               triaged_to: int | None = None) -> pa.RecordBatch:
     """`weights` (raw rows): each row's Data Triage weight, the column after the decoded ones;
-    `triaged_to`: the last row names the records left out, up to there (`triaged_to`, the last column)."""
+    `triaged_to`: the last row names the range sampled, up to there (`triaged_to`, the last column)."""
     # pyarrow converts the row tuples in C++: 40 ms per 100 k raw rows, against 167 ms for a
     # Python transpose (zip) then a column at a time, which was a third of a reader's CPU (py-spy).
     if weights is None:

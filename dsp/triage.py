@@ -14,7 +14,8 @@ Arrow costs ~8 µs, fetching it ~1.3 µs), so a record left out costs only its f
 Downstream (dsp.engine) counts and sums weigh each row by its weight (the Horvitz-Thompson
 estimate, unbiased), and an `approximate` query's windows say whether they were triaged and
 bound the error. What was left out is still in the raw topic: the archive's triage rows name
-each range (weight 0, from `offset` to `triaged_to`), so the exact answer can be computed later.
+each range sampled (weight 0, from `offset` to `triaged_to`), so the exact answer can be computed
+later: the archive's rows of weight 1 and every record of those ranges.
 Pure but for the clock.
 """
 
@@ -61,7 +62,7 @@ class Triage:
     started: float = field(default=0.0)
     decoded: int = 0                      # records decoded exactly
     every: int = 1                        # 1: exact so far; k: sampling 1 in k
-    first_left_out: int | None = None     # offset of the first record left out
+    sampled_from: int | None = None       # offset of the first record not decoded exactly
     left_out: int = 0
 
     def __post_init__(self) -> None:
@@ -77,9 +78,8 @@ class Triage:
                 return 1
             per_record = elapsed / self.decoded
             self.every = max(2, math.ceil((end - offset) * per_record / (SAMPLE_SHARE * self.budget_s)))
+            self.sampled_from = offset
         if sampled(self.partition, offset, self.every):
             return self.every
         self.left_out += 1
-        if self.first_left_out is None:
-            self.first_left_out = offset
         return 0

@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos", "events", "proxy", "priority"],
+                                         "sharing", "capacity", "chaos", "events", "proxy", "priority", "triage"],
                        help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
@@ -265,7 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "histograms' selectivity estimates against the true shares; a filter's time in "
                             "its worst written order and as planned; priority: alert latency across the doors' "
                             "constrained uplinks (topology small.yaml, --uplink) alone, beside a flood of "
-                            "detail with priorities, and beside it without")
+                            "detail with priorities, and beside it without; triage: one edge node with a latency "
+                            "target (--latency-target) fed 1x (found by a ramp from --rate), 3x, 10x and 1x again: "
+                            "latency p50/p95, share of windows triaged, their error against the exact counts "
+                            "from the archive, share within the stated bound"),
     bench.add_argument("--topology", default=None,
                        help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
                             "dashboard and priority, store.yaml for events, supply-chain.yaml otherwise)")
@@ -279,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    bench.add_argument("--rate", type=float, default=10_000,
+                       help="triage: readings/s the ramp that finds 1x starts at, doubling every 20 s (default "
+                            "10000; --duration seconds per load)")
+    bench.add_argument("--latency-target", default="1 second",
+                       help="triage: the edge's latency target (default '1 second')")
     bench.add_argument("--uplink", default="3 KB/s",
                        help="priority: each door's uplink byte rate (default '3 KB/s', under the flood's)")
     bench.add_argument("--scenario", default=None,

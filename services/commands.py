@@ -391,10 +391,10 @@ def status_report(mdr, rates: RateWindow | None = None) -> str:
     health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
                              for n in mdr.nodes()])
     table = _table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
-                    "archived KB", "uplink queue KB", "views"],
+                    "archived KB", "uplink queue KB", "triaged", "views"],
                    [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
                      f"{h.input_rate:.1f}", f"{h.lag_s:.1f}", h.rows_out, h.dead_lettered, h.late_rows, h.queries,
-                     h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, ",".join(h.views) or "-"]
+                     h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, h.triaged, ",".join(h.views) or "-"]
                     for h in health])
     problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
     counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
@@ -749,6 +749,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
         topology = load_topology(args.topology or SMALL_TOPOLOGY)
         _say(priority_table(run_priority_bench(topology, args.duration, _progress, rate), rate))
+        _stop_spark()
+        return 0
+    if args.which == "triage":
+        from services.bench.triage import run_triage_bench, triage_table
+        from wire.windows import DurationError, duration_ms
+
+        try:
+            target_ms = duration_ms(args.latency_target)
+        except DurationError as exc:
+            raise CLIError(f"--latency-target: {exc}") from None
+        if target_ms <= 0 or args.rate <= 0:
+            raise CLIError("--latency-target and --rate must be positive")
+        _say(triage_table(*run_triage_bench(args.rate, args.duration, target_ms, _progress), target_ms))
         _stop_spark()
         return 0
     if args.which == "dashboard":

@@ -12,6 +12,7 @@ from mdr.repository import Adoption, NodeRecord
 LAGGING_S = 120.0        # a node whose newest processed event is older than this is lagging
 STALE_GAUGES_S = 10.0    # ... as is one whose heartbeat lives but whose statistics stopped
 SILENT_AFTER_S = 5.0     # a receptor with no read cycle in this long is silent
+TRIAGING_S = 10.0        # a node whose reader left records out (Data Triage) this recently is triaging
 TIER_ORDER = ("core", "aggregation", "edge")
 
 
@@ -20,7 +21,7 @@ class NodeHealth:
     id: str
     tier: str
     parent: str
-    state: str               # alive | lagging | failed | dead
+    state: str               # alive | triaging | lagging | failed | dead
     reason: str              # why it is not alive ("" when alive)
     rows_in: int
     input_rate: float
@@ -32,6 +33,7 @@ class NodeHealth:
     views: tuple[str, ...] = ()
     archive_bytes: int = 0          # written to its archive since it started (dsp.archive)
     uplink_queued_bytes: int = 0    # waiting for its constrained uplink (dsp.uplink)
+    triaged: int = 0                # records its raw reader left out undecoded (dsp.triage)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -49,12 +51,17 @@ def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[
         state, reason = "lagging", f"no statistics for {(now_ms - updated_ms) / 1000:.0f} s"
     elif lag_s > LAGGING_S:
         state, reason = "lagging", f"newest event {lag_s:.0f} s old"
+    elif now_ms - stats.get("triaged_at_ms", 0) < TRIAGING_S * 1000:
+        state, reason = "triaging", (f"over its latency target: a sample of its input decoded "
+                                     f"({int(stats.get('triaged', 0)):,} records left out so far; approximate "
+                                     f"queries' windows say so)")
     else:
         state, reason = "alive", ""
     return NodeHealth(record.id, record.tier, record.parent, state, reason, int(stats.get("rows_in", 0)),
                       float(stats.get("input_rate", 0.0)), lag_s, int(stats.get("rows_out", 0)),
                       int(stats.get("dead", 0)), int(stats.get("late_rows", 0)), int(stats.get("running_queries", 0)),
-                      tuple(views), int(stats.get("archive_bytes", 0)), int(stats.get("uplink_queued_bytes", 0)))
+                      tuple(views), int(stats.get("archive_bytes", 0)), int(stats.get("uplink_queued_bytes", 0)),
+                      int(stats.get("triaged", 0)))
 
 
 def query_health(remote: Mapping[str, Sequence[str]], parts: Mapping[str, Mapping[str, Mapping]],

@@ -7,7 +7,8 @@ scrapes; what only the running process knows (micro-batch durations, result late
 MDR operations) is measured in-process and starts from zero with it, as Prometheus counters may.
 
 Metric names (all labelled by `node` or `service`):
-  hifi_readings_in_total, hifi_rows_out_total, hifi_dead_lettered_total, hifi_late_rows,
+  hifi_readings_in_total, hifi_rows_out_total, hifi_dead_lettered_total, hifi_triaged_records_total,
+  hifi_late_rows,
   hifi_input_rate, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up, hifi_archive_bytes,
   hifi_uplink_queued_bytes,
   hifi_receptor_reads_total / _cycles_total / _weak_reads_total {receptor},
@@ -61,7 +62,8 @@ class _NodeStatistics(Collector):
         for name, key, help_text in (
                 ("hifi_readings_in", "rows_in", "readings (edge) or view rows (others) the node took in"),
                 ("hifi_rows_out", "rows_out", "rows the node's queries and views emitted"),
-                ("hifi_dead_lettered", "dead", "input records rejected to hifi.dead.<node>")):
+                ("hifi_dead_lettered", "dead", "input records rejected to hifi.dead.<node>"),
+                ("hifi_triaged_records", "triaged", "raw records Data Triage left out undecoded (edge)")):
             yield _counter(name, help_text, ["node"], labels, stats.get(key, 0.0))
         for name, value, help_text in (
                 ("hifi_input_rate", stats.get("input_rate", 0.0), "rows per second read from the node's inputs"),

@@ -154,6 +154,7 @@ class HiFiNode:
         self.metrics = NodeMetrics(node_id, mdr)
         self.started_s = time.time()
         self._max_event_ms: int | None = None
+        self._triaged_seen = 0
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._gauges: threading.Thread | None = None
@@ -327,6 +328,10 @@ class HiFiNode:
                                               "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0,
                                               "archive_failures": archived.failures, **self._uplink_gauges()})
                 stats = self.mdr.stats(self.id)
+                triaged = int(stats.get("triaged", 0))   # records its raw reader left out (dsp.triage)
+                if triaged > self._triaged_seen:
+                    self.mdr.set_gauges(self.id, {"triaged_at_ms": now_ms()})
+                self._triaged_seen = triaged
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
             except Exception:  # noqa: BLE001 - statistics must not kill the node
                 log.exception("node %s: gauges failed", self.id)

@@ -49,7 +49,7 @@ def test_a_range_is_exact_within_its_budget_then_sampled_so_the_rest_fits():
     # 900 left at a tick each into half the budget (50 ticks): 1 in 18
     assert triage.every == 18
     assert set(weights[100:]) == {0, 18}
-    assert triage.left_out == weights.count(0) and triage.first_left_out == weights.index(0)
+    assert triage.left_out == weights.count(0) and triage.sampled_from == 100
     assert 30 < weights.count(18) < 70
 
 

@@ -26,9 +26,10 @@ function connect() {
 function render(s) {
   state.snapshot = s;
   $("topology-name").textContent = s.topology || "";
-  const counts = { alive: 0, lagging: 0, dead: 0 };
+  const counts = { alive: 0, triaging: 0, lagging: 0, dead: 0 };
   s.nodes.forEach((n) => { counts[n.state] = (counts[n.state] || 0) + 1; });
-  $("summary").textContent = `${s.nodes.length} nodes: ${counts.alive} alive, ${counts.lagging} lagging, ${counts.dead} dead · ${s.queries.length} queries · ${clock(s.now_ms)}`;
+  const triaging = counts.triaging ? `, ${counts.triaging} triaging` : "";
+  $("summary").textContent = `${s.nodes.length} nodes: ${counts.alive} alive${triaging}, ${counts.lagging} lagging, ${counts.dead} dead · ${s.queries.length} queries · ${clock(s.now_ms)}`;
   renderTree(s);
   renderReceptors(s);
   renderQueries(s);

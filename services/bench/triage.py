@@ -1,0 +1,213 @@
+"""`hifi bench triage`: one edge node fed 1x, 3x and 10x the rate it sustains exactly, with Data
+Triage (dsp.triage) keeping its latency, then 1x again (exact again, no restart).
+
+The one-edge hierarchy with the edge's `latency_target` set; an approximate count per receptor
+and antenna over 2 s windows placed at the edge (`[range by '2 seconds', approximate]`). First a
+ramp finds 1x: the rate doubles from --rate (20 s a step) until the node triages a window; 1x is
+the last rate it answered exactly. A publisher process
+(its own core, spawned: the parent runs Spark's JVM) stamps read cycles of READS_PER_CYCLE tags
+with the time they are sent, at each phase's rate. Per phase: readings/s published, the windows'
+latency (emission minus window end) p50/p95, the share of windows triaged, and for those the
+relative error of the count against the exact count — computed afterwards from the edge's
+archive (its rows of weight 1) and every record of the ranges its triage rows name (read again
+from the raw topic) — and the share of windows whose error is within the stated bound. Untriaged
+windows must equal the exact count: the bench says how many do not (it should be none).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from services.bench.report import figures_table, percentile
+from services.bench.runtime import one_edge_topology
+
+WINDOW_MS = 2_000
+QUERY = ("SELECT receptor_id, antenna, count(*) AS n FROM rfid_stream [range by '2 seconds', approximate] "
+         "GROUP BY receptor_id, antenna")
+RAMP_S = 20.0
+READS_PER_CYCLE = 50
+LOADS = (("1x", 1), ("3x", 3), ("10x", 10), ("1x again", 1))
+
+
+@dataclass(frozen=True)
+class LoadFigures:
+    name: str
+    published_per_s: float
+    windows: int
+    p50_ms: float | None
+    p95_ms: float | None
+    triaged: int
+    median_error: float | None    # relative, triaged windows
+    p95_error: float | None
+    within_bound: float | None    # share of triaged windows whose error is within their bound
+    wrong_exact: int              # untriaged windows that differ from the exact count
+
+
+def publish(bootstrap: str, topic: str, receptors: list[str], rate: float, seconds: float) -> int:
+    """Read cycles stamped now at `rate` readings/s for `seconds`; how many readings went out.
+    Runs in a process of its own."""
+    from wire import bus
+    from wire.codec import TagObservation, encode_read_cycle
+
+    producer = bus.make_producer(bootstrap, linger_ms=5, batch_size=1024 * 1024)
+    reads = [[TagObservation(f"urn:epc:id:sgtin:0614141.812345.{(i * 7 + j) % 2000}", 1 + j % 2, 0.6)
+              for j in range(READS_PER_CYCLE)] for i in range(64)]
+    started = time.monotonic()
+    sent = cycle = 0
+    while (elapsed := time.monotonic() - started) < seconds:
+        due = int(elapsed * rate)
+        now_ms = int(time.time() * 1000)
+        while sent + READS_PER_CYCLE <= due:
+            key, value = encode_read_cycle(receptors[cycle % len(receptors)], cycle, now_ms, reads[cycle % 64])
+            producer.send(topic, key=key, value=value)
+            sent += READS_PER_CYCLE
+            cycle += 1
+        time.sleep(0.005)
+    producer.flush()
+    producer.close()
+    return sent
+
+
+def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int) -> Counter:
+    """{(window start ms, receptor, antenna): readings} from the archive's exact rows and every record of
+    the ranges its triage rows name."""
+    import pyarrow.compute as pc
+    from kafka import TopicPartition
+
+    from protos import hifi_pb2
+    from wire import bus
+
+    counts: Counter = Counter()
+    ranges: list[tuple[int, int, int]] = []
+    for _, table in archive.batches(since_ms, [reader]):
+        if "weight" not in table.column_names:
+            continue
+        weight = pc.fill_null(table["weight"], 1)
+        exact = table.filter(pc.and_(pc.equal(weight, 1), pc.and_(pc.is_valid(table["tag_id"]),
+                                                                   pc.is_null(table["error"]))))
+        for receptor, antenna, ts in zip(exact["receptor_id"].to_pylist(), exact["antenna"].to_pylist(),
+                                         exact["ts"].to_pylist(), strict=True):
+            counts[int(ts.timestamp() * 1000) // WINDOW_MS * WINDOW_MS, receptor, antenna] += 1
+        named = table.filter(pc.equal(weight, 0))
+        ranges += zip(named["partition"].to_pylist(), named["offset"].to_pylist(), named["triaged_to"].to_pylist(),
+                      strict=True)
+    consumer = bus.make_consumer(bootstrap)
+    cycle = hifi_pb2.RfidReadCycle()
+    try:
+        for partition, start, end in ranges:
+            for record in bus.read_range(consumer, TopicPartition(topic, partition), start, end):
+                cycle.ParseFromString(record.value)
+                window = cycle.timestamp_ms // WINDOW_MS * WINDOW_MS
+                for read in cycle.reads:
+                    counts[window, cycle.receptor_id, read.antenna] += 1
+    finally:
+        consumer.close()
+    return counts
+
+
+def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
+                     progress: Callable[[str], None]) -> tuple[list[LoadFigures], list[LoadFigures]]:
+    """(the ramp that found 1x, the loads)."""
+    from dsp.shared import READER_PREFIX
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy, follow_results
+    from wire.topics import raw_topic
+
+    topology = one_edge_topology()
+    edge = topology.edge_nodes()[0]
+    topology.nodes = {n: replace(s, latency_target_ms=latency_target_ms) if n == edge else s
+                      for n, s in topology.nodes.items()}
+    topic = raw_topic(edge)
+    receptors = [r.id for r in topology.receptors_of(edge)]
+    windows: list[dict] = []
+    spans: list[tuple[str, float, int, int]] = []   # (load, readings/s published, from ms, to ms)
+    with embedded_or_external() as servers:
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
+        stop = threading.Event()
+        try:
+            hierarchy.start(progress)
+            assert hierarchy.placement is not None
+            plan = hierarchy.placement.submit(QUERY)
+            threading.Thread(target=follow_results, daemon=True,
+                             args=(servers.bootstrap, [plan.result_topic], stop,
+                                   lambda _, row: windows.append(row))).start()
+            began_ms = int(time.time() * 1000)
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+
+                def load(name: str, per_s: float, duration_s: float) -> list[dict]:
+                    progress(f"{name}: {per_s:,.0f} readings/s for {duration_s:.0f} s")
+                    start_ms = int(time.time() * 1000)
+                    sent = pool.apply(publish, (servers.bootstrap, topic, receptors, per_s, duration_s))
+                    spans.append((name, sent / duration_s, start_ms, int(time.time() * 1000)))
+                    time.sleep(2 * WINDOW_MS / 1000 + 1)   # its last windows close
+                    return _inside(windows, start_ms, spans[-1][3])
+
+                base = step = rate
+                while True:   # the ramp: double until a window is triaged or the publisher falls short
+                    found = load(f"ramp {step:,.0f}/s", step, RAMP_S)
+                    if any(w["triaged"] for w in found) or spans[-1][1] < 0.9 * step:
+                        break
+                    base, step = step, 2 * step
+                ramp = len(spans)
+                for name, times in LOADS:
+                    load(name, base * times, seconds)
+            progress("computing the exact counts from the archive and the triaged ranges")
+            exact = exact_counts(hierarchy.nodes[edge].dsp.archive, f"{READER_PREFIX}rfid:{topic}",
+                                 servers.bootstrap, topic, began_ms)
+            progress(f"the edge left {int(hierarchy.mdr.stats(edge).get('triaged', 0)):,} records undecoded")
+        finally:
+            stop.set()
+            hierarchy.stop()
+    figures = [_figures(name, per_s, _inside(windows, low, high), exact) for name, per_s, low, high in spans]
+    return figures[:ramp], figures[ramp:]
+
+
+def _inside(windows: list[dict], low: int, high: int) -> list[dict]:
+    """The windows wholly inside a load but its first (the load before may still be draining)."""
+    return [w for w in list(windows) if low + WINDOW_MS <= _ms(w["window_start"]) and _ms(w["window_end"]) <= high]
+
+
+def _figures(name: str, per_s: float, mine: list[dict], exact: Counter) -> LoadFigures:
+    def truth(w: dict) -> int:
+        return exact[_ms(w["window_start"]), w["receptor_id"], w["antenna"]]
+
+    latency = [w["_emitted_ms"] - _ms(w["window_end"]) for w in mine]
+    triaged = [w for w in mine if w["triaged"]]
+    errors = [abs(w["n"] - truth(w)) for w in triaged]
+    relative = [e / max(1, truth(w)) for e, w in zip(errors, triaged, strict=True)]
+    within = sum(e <= w["error_bound"] for e, w in zip(errors, triaged, strict=True))
+    wrong = sum(w["n"] != truth(w) for w in mine if not w["triaged"])
+    return LoadFigures(name, per_s, len(mine), percentile(latency, 50), percentile(latency, 95), len(triaged),
+                       percentile(relative, 50), percentile(relative, 95),
+                       within / len(triaged) if triaged else None, wrong)
+
+
+def _ms(value) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def triage_table(ramp: list[LoadFigures], figures: list[LoadFigures], latency_target_ms: int) -> str:
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f} %"
+
+    def secs(value: float | None) -> str:
+        return "n/a" if value is None else f"{value / 1000:.2f} s"
+
+    rows = [("edge latency target", f"{latency_target_ms / 1000:g} s; query: {QUERY}")]
+    rows += [(f.name, f"{f.published_per_s:,.0f} readings/s published; {f.triaged} of {f.windows} windows triaged")
+             for f in ramp]
+    for f in figures:
+        share = f.triaged / f.windows if f.windows else None
+        rows += [(f"{f.name}: published", f"{f.published_per_s:,.0f} readings/s"),
+                 (f"{f.name}: latency", f"p50 {secs(f.p50_ms)}, p95 {secs(f.p95_ms)} ({f.windows} windows)"),
+                 (f"{f.name}: triaged", f"{f.triaged} windows ({pct(share)}); their count's error p50 "
+                                        f"{pct(f.median_error)}, p95 {pct(f.p95_error)}; within the stated bound "
+                                        f"{pct(f.within_bound)}"),
+                 (f"{f.name}: exact windows", f"{f.windows - f.triaged - f.wrong_exact} equal the exact count, "
+                                              f"{f.wrong_exact} differ")]
+    return figures_table(rows)
