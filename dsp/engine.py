@@ -42,6 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -142,6 +143,9 @@ class SourceOp(Operator):
     marks: dict[str, int] = field(default_factory=dict)  # marker sources: each topic's latest promise
     first_mark_ms: int | None = None                   # marker sources: the first promise of any topic
     triaged_span: tuple[int, int] | None = None        # raw sources: the last batch's, if triaged
+    # raw sources fed a node's archive (a query over the past): how much more than the plan's
+    # lateness the bound waits, so rows that came too late live are in their windows (set_history)
+    history_lateness_ms = 0
 
     def __post_init__(self) -> None:
         self.columns = self.plan.columns
@@ -197,7 +201,9 @@ class SourceOp(Operator):
             if len(self.marks) < len(self.plan.topics) and waiting:
                 return None
             return heard
-        return None if self.newest_ms is None else self.newest_ms - self.plan.watermark_ms
+        if self.newest_ms is None:
+            return None
+        return self.newest_ms - self.plan.watermark_ms - self.history_lateness_ms
 
     def triaged(self) -> tuple[int, int] | None:
         return self.triaged_span
@@ -748,6 +754,32 @@ def _truth(values: Any, n: int) -> list[bool]:
     if isinstance(values, pa.Scalar):
         return [values.as_py() is True] * n
     return [v is True for v in values.to_pylist()]
+
+
+def raw_sources(root: Operator) -> list[SourceOp]:
+    """The sources of raw readings or samples under `root` (their bound is event time minus lateness)."""
+    if isinstance(root, SourceOp):
+        return [root] if not root.plan.markers else []
+    children = root.children if isinstance(root, UnionOp) else [root.child]   # type: ignore[attr-defined]
+    return [source for child in children for source in raw_sources(child)]
+
+
+def lateness_seen(batches: Iterable[pa.Table], column: str) -> int:
+    """How far (ms) behind the newest event time before it the latest row of `batches`, in order,
+    came: the lateness a replay of them needs for no row to be late."""
+    newest, most = None, 0
+    for batch in batches:
+        if column not in batch.column_names or not batch.num_rows:
+            continue
+        stamps = epoch_ms(batch[column]).drop_null().to_numpy()
+        if not len(stamps):
+            continue
+        before = np.maximum.accumulate(stamps)
+        if newest is not None:
+            before = np.maximum(before, newest)
+        most = max(most, int((before - stamps).max()))
+        newest = int(before[-1])
+    return most
 
 
 def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:

@@ -55,7 +55,7 @@ from pyspark.sql import DataFrame, SparkSession
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, topic_reader
-from dsp.engine import Operator, build, rows_of, supported, view_batch
+from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
@@ -121,6 +121,10 @@ class Reader:
 # own parts' outputs from their topics. A live query's parts are fed the seconds since their
 # submission and take those outputs in process, as they come.
 PAST_MS = 10_000
+
+# A query over the past keeps rows that came this late for their windows (the intake refuses
+# rows further behind than its max_behind, 10 minutes by default; the windows wait this long).
+HISTORY_LATENESS_CAP_MS = 10 * 60_000
 
 # How long another reader's batch waits for a failed batch to be replayed before it goes on
 # (its reader may have been cancelled meanwhile; going on risks a replay out of order).
@@ -211,16 +215,29 @@ class SharedRuntime:
         lock: the next batch it sees is the one after the last archived)."""
         joined = {key: reader for key, reader in self._readers.items()
                   if not reader.owner and (reader.topic, reader.format) in part.inputs}
+        late_ms = self._lateness_seen(joined, since_ms) if time.time() * 1000 - since_ms > PAST_MS else 0
+        sources = raw_sources(part.root)
+        for source in sources:   # a row that came too late for its window live is in it over the past
+            source.history_lateness_ms = max(0, late_ms - source.plan.watermark_ms)
         producer, sent = self._producer_for(), []
         reports: list[tuple[Part, BatchReport]] = []
         batches = 0
         for key, table in self.archive.batches(since_ms, joined):
             self._feed(part, joined[key].topic, table, producer, sent, reports)
             batches += 1
+        for source in sources:   # the live stream's own lateness from the seam on
+            source.history_lateness_ms = 0
         bus.deliver(producer, sent)
         self._run_hooks(reports)   # what it emitted counts in the node's statistics like the rest
-        log.info("node %s: part %s fed %d archived batches from %d on", self.node_id, part.managed.query_id,
-                 batches, since_ms)
+        log.info("node %s: part %s fed %d archived batches from %d on (rows up to %d ms late kept)", self.node_id,
+                 part.managed.query_id, batches, since_ms, late_ms)
+
+    def _lateness_seen(self, joined: Mapping[str, Reader], since_ms: int) -> int:
+        """How late the latest raw row the archive holds from `since_ms` on came (capped)."""
+        raw = [key for key, reader in joined.items() if reader.format in ("rfid", "samples")]
+        found = max((lateness_seen((table for _, table in self.archive.batches(since_ms, [key])), "ts")
+                     for key in raw), default=0)
+        return min(found, HISTORY_LATENESS_CAP_MS)
 
     def set_bounds(self, query_id: str, bounds: OutputBounds | None) -> None:
         with self._lock:

@@ -59,3 +59,27 @@ def test_hours_past_the_retention_are_deleted_as_a_new_hour_begins(tmp_path):
     assert archive.hours() == [hour_of(T0 + h * HOUR) for h in (1, 2, 3)]
     assert [t["n"].to_pylist() for _, t in archive.batches(0, {"reader:rfid:hifi.raw.door1"})] == [[1], [2], [3]]
     assert archive.oldest_ms() == T0 + HOUR
+
+
+def test_a_row_too_late_for_its_window_live_is_in_it_when_the_archive_is_replayed():
+    """What the shared runtime does for a part over the past (dsp.shared._feed_history): the
+    raw sources wait as long as the archive's latest row came late, then the plan's lateness."""
+    from dsp.engine import build, lateness_seen, raw_sources, rows_of
+    from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
+    from tests.test_engine import raw_batch
+
+    plan = Aggregate(Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000), ("receptor_id",),
+                     (AggSpec("n", "count"),), None, Window(2000, 2000))
+    batches = [raw_batch([("r1", "a", 0.5, T0 + 100), ("r1", "b", 0.5, T0 + 3500)]),
+               raw_batch([("r1", "c", 0.5, T0 + 1500)]),          # 2 s behind the newest: late live
+               raw_batch([("r1", "d", 0.5, T0 + 9000)])]
+    live = build(plan, {})
+    counts = [row[3] for b in batches for row in rows_of(live.push("raw", b))]
+    assert counts[0] == 1 and live.late_rows() == 1
+
+    assert lateness_seen(batches, "ts") == 2000
+    past = build(plan, {})
+    for source in raw_sources(past):
+        source.history_lateness_ms = lateness_seen(batches, "ts") - source.plan.watermark_ms
+    replayed = [row[3] for b in batches for row in rows_of(past.push("raw", b))]
+    assert replayed[0] == 2 and past.late_rows() == 0

@@ -163,6 +163,9 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
         finally:
             stop.set()
             hierarchy.stop()
+    import pickle
+    with open("/tmp/triage-dump.pickle", "wb") as fh:
+        pickle.dump((windows, exact, spans), fh)
     figures = [_figures(name, per_s, _inside(windows, low, high), exact) for name, per_s, low, high in spans]
     return figures[:ramp], figures[ramp:]
 
