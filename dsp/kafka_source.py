@@ -222,6 +222,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         rows: list[tuple] = []
         weights: list[int] | None = [] if self.format == "rfid" else None   # rfid: each row's (dsp.triage)
         triage = Triage(self.triage_s, partition.partition)
+        left_out_newest = 0   # the newest send time of a record left out (its readings' time, about)
         now_ms = int(time.time() * 1000)
         for record in records:
             arrival = arrival_ms(record.timestamp, now_ms)
@@ -233,8 +234,9 @@ class KafkaStreamReader(DataSourceStreamReader):
                         ingest.add_mote_reports(record, *decode_mote_reports(record.value, self.rules))
                     continue
                 weight = triage.weight(record.offset, partition.end)
-                if not weight:
-                    continue   # left out by Data Triage: named by the range's triage row
+                if not weight:   # left out by Data Triage: named by the range's triage row
+                    left_out_newest = max(left_out_newest, record.timestamp or 0)
+                    continue
                 # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
                 decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
                                             self.heartbeats or ingest is not None, self.rules, recent)
@@ -268,6 +270,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         if triage.sampled_from is not None:   # a row naming the range sampled (no tag: no query reads it)
             named: list = [None] * len(RAW_RFID_COLUMNS)
             named[PARTITION], named[OFFSET] = partition.partition, triage.sampled_from
+            # its time: the engine marks triaged every window from the batch's oldest row to here
+            named[TS] = ms_to_datetime(left_out_newest) if left_out_newest else None
             rows.append(tuple(named))
             weights.append(0)
             triaged_to = partition.end

@@ -140,3 +140,51 @@ def test_the_cause_of_a_failed_query_is_the_python_exception_not_its_wrapper():
     assert failure_cause("[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: no broker\nat x") \
         == "no broker"
     assert failure_cause("") == ""
+
+
+def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_accounted_for(servers, spark, mdr,
+                                                                                       tmp_path):
+    """Data Triage on real Spark and a real broker: a backlog far over a 1 ms budget is sampled;
+    the approximate windows say so and hold the estimate near the truth; the archive's exact rows
+    and the ranges its triage rows name hold every reading published."""
+    from kafka import TopicPartition
+    from pyarrow import compute as pc
+
+    from dsp.engine import BOUND_Z
+    from dsp.plan import Aggregate, AggSpec, Window
+    from dsp.shared import READER_PREFIX, SharedRuntime
+
+    node, raw, out = "tri", "hifi.raw.tri", "hifi.rqs.count.tri"
+    bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
+    now = int(time.time() * 1000)
+    _publish_cycles(servers.bootstrap, raw, 0, 6000, reads_per_cycle=5, now=now)   # 30 000 readings, 6 s
+    runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
+                            ingest=Ingest(node, raw, servers.redis_url, triage_ms=1))
+    plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
+                     (AggSpec("n", "count"),), None, Window(2000, 2000), annotate=True)
+    runtime.deploy("count", plan, out, start_offsets={f"{raw}:0": 0})
+    stats = wait_for(lambda: (s := mdr.stats(node)).get("triaged") and s, 90, "the records left out counted")
+    _publish_cycles(servers.bootstrap, raw, 6000, 1, now=now + 5_000)   # 3 readings 1 s after: closes the windows
+    wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 3, 60, "the backlog's windows")
+    time.sleep(2)
+    windows = topic_rows(servers.bootstrap, out)
+    archive = list(runtime.archive.batches(0, [f"{READER_PREFIX}rfid:{raw}"]))
+    runtime.stop_all()
+
+    assert all(w["triaged"] for w in windows) and stats["triaged"] > 0
+    exact = sum(pc.sum(pc.and_(pc.equal(pc.fill_null(t["weight"], 1), 1), pc.is_valid(t["tag_id"]))).as_py() or 0
+                for _, t in archive)
+    named = [(p, o, e) for _, t in archive for p, o, e, w in zip(
+        t["partition"].to_pylist(), t["offset"].to_pylist(), t["triaged_to"].to_pylist(), t["weight"].to_pylist(),
+        strict=True) if w == 0]
+    consumer = bus.make_consumer(servers.bootstrap)
+    cycle = hifi_pb2.RfidReadCycle()
+    for partition, start, end in named:
+        for record in bus.read_range(consumer, TopicPartition(raw, partition), start, end):
+            cycle.ParseFromString(record.value)
+            exact += len(cycle.reads)
+    consumer.close()
+    assert named and exact == 6000 * 5 + 3   # every reading: decoded, or in a range named as sampled
+    estimate = sum(w["n"] for w in windows)
+    spread = math.sqrt(sum((w["error_bound"] / BOUND_Z) ** 2 for w in windows))
+    assert abs(estimate - 30_000) <= 5 * spread + 5, (estimate, spread)

@@ -6,6 +6,7 @@ from mdr.repository import NodeRecord
 from services.health import (
     LAGGING_S,
     STALE_GAUGES_S,
+    TRIAGING_S,
     CountsSample,
     RateWindow,
     node_health,
@@ -36,6 +37,14 @@ def test_a_live_node_is_lagging_when_its_events_are_old_or_its_statistics_stoppe
     assert (fine.state, fine.reason, fine.rows_in, fine.dead_lettered, fine.lag_s, fine.views) == \
         ("alive", "", 7, 2, 3.0, ("a",))
     assert (fine.archive_bytes, fine.uplink_queued_bytes) == (5000, 300)
+
+
+def test_a_node_that_left_records_out_recently_is_triaging_then_alive_again():
+    stats = {"lag_ms": 0, "updated_ms": NOW, "triaged": 1234, "triaged_at_ms": NOW - 2000}
+    triaging = node_health(_node(), stats, [], NOW)
+    assert triaging.state == "triaging" and "1,234 records left out" in triaging.reason and triaging.triaged == 1234
+    later = node_health(_node(), {**stats, "triaged_at_ms": NOW - 1000 * TRIAGING_S - 1}, [], NOW)
+    assert later.state == "alive" and later.triaged == 1234
 
 
 def test_a_live_node_with_a_failed_part_is_failed_not_alive():

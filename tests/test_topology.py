@@ -89,6 +89,10 @@ def test_a_view_the_planner_refuses_names_the_view_and_node():
     ("nodes: [", "not valid YAML"),
     ("nodes:\n  - {id: a, tier: core}\n  - {id: b, tier: edge, parent: a, uplink: fast}\n",
      "line 3: node 'b': uplink 'fast' is not a byte rate"),
+    ("nodes:\n  - {id: a, tier: core, latency_target: 2 seconds}\n",
+     "line 2: node 'a': latency_target is for edge nodes"),
+    ("nodes:\n  - {id: a, tier: core}\n  - {id: b, tier: edge, parent: a, latency_target: soon}\n",
+     "line 3: node 'b': latency_target 'soon' is not a positive duration"),
     (NODES_OK + "views:\n  - {sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, tiers: [edge], priority: high}\n",
      "line 12: view 'v': priority 'high' is not a whole number"),
 ])
@@ -113,3 +117,8 @@ def test_an_uplink_is_a_byte_rate_and_a_view_has_a_priority():
                                 "priority: 10}\n")
     assert [topology.nodes[n].uplink_bytes_per_s for n in ("hq", "wh", "d1")] == [0, 0, 20_000]
     assert topology.views[0].priority == 10
+
+
+def test_an_edge_has_a_latency_target():
+    topology = parse_topology(NODES_OK.replace("    parent: wh\n", "    parent: wh\n    latency_target: 1 second\n"))
+    assert [topology.nodes[n].latency_target_ms for n in ("hq", "wh", "d1")] == [0, 0, 1000]

@@ -13,7 +13,7 @@ import pytest
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import BOUND_Z, build, rows_of
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
-from dsp.triage import Triage, read_budget_ms, sampled
+from dsp.triage import MIN_SAMPLE, Triage, read_budget_ms, sampled
 from glue.analyzer import analyze
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
@@ -40,17 +40,34 @@ def test_a_record_is_sampled_one_time_in_k_whatever_its_neighbours():
 def test_a_range_is_exact_within_its_budget_then_sampled_so_the_rest_fits():
     now = [0.0]
     tick = 2 ** -10   # about 1 ms a record (a power of two: exact sums)
-    triage = Triage(budget_s=100 * tick, clock=lambda: now[0])
+    triage = Triage(budget_s=1000 * tick, clock=lambda: now[0])
     weights = []
-    for offset in range(1000):
-        weights.append(triage.weight(offset, 1000))
-        now[0] += tick   # 100 fit in the budget
-    assert weights[:100] == [1] * 100
-    # 900 left at a tick each into half the budget (50 ticks): 1 in 18
-    assert triage.every == 18
-    assert set(weights[100:]) == {0, 18}
-    assert triage.left_out == weights.count(0) and triage.sampled_from == 100
-    assert 30 < weights.count(18) < 70
+    for offset in range(10_000):
+        weights.append(triage.weight(offset, 10_000))
+        now[0] += tick   # 1 000 fit in the budget
+    assert weights[:1000] == [1] * 1000
+    # 9 000 left at a tick each into half the budget (500 ticks): 1 in 18
+    assert triage.every == 18 and triage.sampled_from == 1000
+    assert set(weights[1000:]) == {0, 18}
+    assert triage.left_out == weights.count(0)
+    assert 400 < weights.count(18) < 600
+
+
+def test_a_small_overrun_is_decoded_exactly_and_a_sample_keeps_enough_records():
+    now = [0.0]
+    tick = 2 ** -10
+    small = Triage(budget_s=100 * tick, clock=lambda: now[0])
+    weights = []
+    for offset in range(400):   # 300 left over: fewer than two samples' worth
+        weights.append(small.weight(offset, 400))
+        now[0] += tick
+    assert set(weights) == {1} and small.sampled_from is None
+    capped = Triage(budget_s=100 * tick, clock=lambda: now[0])
+    for offset in range(100):
+        capped.weight(offset, 2100)
+        now[0] += 10 * tick     # ten times slower: 1 in 400 would fit, but 2 000 left keep 200
+    capped.weight(100, 2100)
+    assert capped.every == 2000 // MIN_SAMPLE
 
 
 def test_without_a_latency_target_every_record_is_decoded():

@@ -79,6 +79,7 @@ def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int
     import pyarrow.compute as pc
     from kafka import TopicPartition
 
+    from dsp.arrow_exprs import epoch_ms
     from protos import hifi_pb2
     from wire import bus
 
@@ -90,9 +91,12 @@ def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int
         weight = pc.fill_null(table["weight"], 1)
         exact = table.filter(pc.and_(pc.equal(weight, 1), pc.and_(pc.is_valid(table["tag_id"]),
                                                                    pc.is_null(table["error"]))))
-        for receptor, antenna, ts in zip(exact["receptor_id"].to_pylist(), exact["antenna"].to_pylist(),
-                                         exact["ts"].to_pylist(), strict=True):
-            counts[int(ts.timestamp() * 1000) // WINDOW_MS * WINDOW_MS, receptor, antenna] += 1
+        window = pc.multiply(pc.divide(epoch_ms(exact["ts"]), WINDOW_MS), WINDOW_MS)
+        grouped = exact.append_column("window", window).group_by(["window", "receptor_id", "antenna"]).aggregate(
+            [([], "count_all")])
+        for at, receptor, antenna, n in zip(*(grouped[c].to_pylist() for c in ("window", "receptor_id", "antenna",
+                                                                                 "count_all")), strict=True):
+            counts[at, receptor, antenna] += n
         named = table.filter(pc.equal(weight, 0))
         ranges += zip(named["partition"].to_pylist(), named["offset"].to_pylist(), named["triaged_to"].to_pylist(),
                       strict=True)
@@ -139,23 +143,30 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
             began_ms = int(time.time() * 1000)
             with multiprocessing.get_context("spawn").Pool(1) as pool:
 
-                def load(name: str, per_s: float, duration_s: float) -> list[dict]:
+                def load(name: str, per_s: float, duration_s: float) -> None:
                     progress(f"{name}: {per_s:,.0f} readings/s for {duration_s:.0f} s")
                     start_ms = int(time.time() * 1000)
                     sent = pool.apply(publish, (servers.bootstrap, topic, receptors, per_s, duration_s))
                     spans.append((name, sent / duration_s, start_ms, int(time.time() * 1000)))
-                    time.sleep(2 * WINDOW_MS / 1000 + 1)   # its last windows close
-                    return _inside(windows, start_ms, spans[-1][3])
+
+                def closed(name: str) -> list[dict]:
+                    """The load's windows, once the next load's readings have closed them."""
+                    time.sleep(2 * WINDOW_MS / 1000 + 1)
+                    low, high = next((low, high) for n, _, low, high in spans if n == name)
+                    return _inside(windows, low, high)
 
                 base = step = rate
                 while True:   # the ramp: double until a window is triaged or the publisher falls short
-                    found = load(f"ramp {step:,.0f}/s", step, RAMP_S)
+                    load(f"ramp {step:,.0f}/s", step, RAMP_S)
+                    pool.apply_async(publish, (servers.bootstrap, topic, receptors, step, 5.0))   # closes them
+                    found = closed(spans[-1][0])
                     if any(w["triaged"] for w in found) or spans[-1][1] < 0.9 * step:
                         break
                     base, step = step, 2 * step
                 ramp = len(spans)
-                for name, times in LOADS:
+                for name, times in LOADS:   # back to back: each load's readings close the windows before
                     load(name, base * times, seconds)
+                load("the last windows closing", base, 2 * WINDOW_MS / 1000 + 1)
             progress("computing the exact counts from the archive and the triaged ranges")
             exact = exact_counts(hierarchy.nodes[edge].dsp.archive, f"{READER_PREFIX}rfid:{topic}",
                                  servers.bootstrap, topic, began_ms)
@@ -163,11 +174,8 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
         finally:
             stop.set()
             hierarchy.stop()
-    import pickle
-    with open("/tmp/triage-dump.pickle", "wb") as fh:
-        pickle.dump((windows, exact, spans), fh)
     figures = [_figures(name, per_s, _inside(windows, low, high), exact) for name, per_s, low, high in spans]
-    return figures[:ramp], figures[ramp:]
+    return figures[:ramp], figures[ramp:-1]
 
 
 def _inside(windows: list[dict], low: int, high: int) -> list[dict]:
