@@ -144,7 +144,7 @@ class SourceOp(Operator):
     first_mark_ms: int | None = None                   # marker sources: the first promise of any topic
     triaged_span: tuple[int, int] | None = None        # raw sources: the last batch's, if triaged
     # raw sources fed a node's archive (a query over the past): how much more than the plan's
-    # lateness the bound waits, so rows that came too late live are in their windows (set_history)
+    # lateness the bound waits, so rows that came too late live are in their windows (dsp.shared)
     history_lateness_ms = 0
 
     def __post_init__(self) -> None:
