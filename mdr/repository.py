@@ -161,6 +161,7 @@ class QueryRecord:
     # the placement drawn: [{node, role, query_id, export_as, reused}], leaves first
     tasks: tuple[dict[str, Any], ...] = ()
     principal: str = ""   # who submitted it (its results and its cancel are theirs)
+    until_ms: int = 0     # `--until`: the placement cancels it once the windows before have gone out
 
 
 @dataclass(frozen=True)
@@ -419,7 +420,7 @@ class MDR:
                 "text": query.text, "root": query.root, "remote": json.dumps(query.remote),
                 "status": query.status, "submitted_ms": query.submitted_ms, "result_topic": query.result_topic,
                 "explain": query.explain, "columns": json.dumps(list(query.columns)),
-                "tasks": json.dumps(list(query.tasks)), "principal": query.principal,
+                "tasks": json.dumps(list(query.tasks)), "principal": query.principal, "until_ms": query.until_ms,
             })
             self._announce(pipe, "query", "put", query.id)
             pipe.execute()
@@ -439,7 +440,8 @@ class MDR:
                 result.append(QueryRecord(query_id, d["text"], d["root"], json.loads(d["remote"]), d["status"],
                                           int(d["submitted_ms"]), d.get("result_topic", ""), d.get("explain", ""),
                                           tuple(json.loads(d.get("columns", "[]"))),
-                                          tuple(json.loads(d.get("tasks", "[]"))), d.get("principal", "")))
+                                          tuple(json.loads(d.get("tasks", "[]"))), d.get("principal", ""),
+                                          int(d.get("until_ms", 0))))
         return result
 
     # ------------------------------------------------------------ tokens (services.identity)

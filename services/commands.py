@@ -524,13 +524,11 @@ def _statement_text(args: argparse.Namespace) -> str:
         raise CLIError(f"cannot read the statement from {args.file}: {exc}") from None
 
 
-UNTIL_GRACE_S = 60.0   # `--until`: the windows before it have reached the results by then
-
-
 def cmd_query(args: argparse.Namespace) -> int:
     import grpc
 
     from protos import hifi_pb2
+    from services.placement import UNTIL_GRACE_MS
     from wire.codec import from_value
     from wire.windows import DurationError, time_at
 
@@ -542,7 +540,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     except DurationError as exc:
         raise CLIError(str(exc)) from None
     if until_ms and args.timeout is None:
-        args.timeout = max(0.0, (until_ms - now) / 1000) + UNTIL_GRACE_S
+        args.timeout = max(0.0, (until_ms - now) / 1000) + UNTIL_GRACE_MS / 1000
     if args.reference:
         try:
             columns, rows = _reference_rows(args.sql, args.principal or SYSTEM)
@@ -580,8 +578,12 @@ def cmd_query(args: argparse.Namespace) -> int:
     finally:
         stream.cancel()
         if not keep:
-            stub.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
-            _progress(f"query {reply.query_id} cancelled")
+            try:
+                stub.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
+                _progress(f"query {reply.query_id} cancelled")
+            except grpc.RpcError as exc:   # its --until passed: the placement ended it
+                if exc.code() != grpc.StatusCode.NOT_FOUND:
+                    raise _rpc_error(exc) from None
     return 0
 
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import grpc
 
@@ -93,6 +93,10 @@ PLACEMENT_PRINCIPAL = "placement"   # the service principal its calls to the nod
 # (before that a restart, which comes after 2, 10, 30 s, may still recover it).
 FAILURES_ENDING_RESULTS = 3
 FAILURE_CHECK_S = 2.0
+# A query `--until` T is cancelled this long after T (its windows before T have gone out by then),
+# looked for every ENDING_CHECK_S.
+UNTIL_GRACE_MS = 60_000
+ENDING_CHECK_S = 10.0
 
 
 class QueryPlacer:
@@ -188,7 +192,8 @@ class QueryPlacer:
             tasks = tuple({"node": t.node, "role": t.role, "query_id": t.query_id, "export_as": t.export_as,
                            "reused": t.reused} for t in plan.tasks)
             self.mdr.put_query(QueryRecord(plan.query_id, sql, plan.placement.root, remote, "running", now_ms(),
-                                           plan.result_topic, plan.explain(), tuple(plan.columns), tasks, name))
+                                           plan.result_topic, plan.explain(), tuple(plan.columns), tasks, name,
+                                           until_ms or 0))
             return plan
 
     def _stub(self, node: str) -> hifi_pb2_grpc.NodeStub:
@@ -273,6 +278,19 @@ class QueryPlacer:
                     self._cancel_on(node, task)
             self.mdr.drop_query(query_id)
             return record
+
+    def end_finished(self, now: int) -> list[str]:
+        """Cancel the queries whose `--until` is UNTIL_GRACE_MS past; their ids."""
+        ended = []
+        for query in self.mdr.queries():
+            if query.until_ms and now >= query.until_ms + UNTIL_GRACE_MS:
+                try:
+                    self.cancel(query.id)
+                except KeyError:
+                    continue   # cancelled meanwhile
+                log.info("query %s ended: its --until passed", query.id)
+                ended.append(query.id)
+        return ended
 
     def results(self, query_id: str, stop: threading.Event) -> Iterator[tuple[list[str], tuple, int]]:
         """The query's result rows as they come, until `stop`; raises QueryFailed when a part of
@@ -405,8 +423,20 @@ class PlacementService:
     server: grpc.Server
     address: str
     metrics: ServiceMetrics
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._end_finished, daemon=True, name="placement-until").start()
+
+    def _end_finished(self) -> None:
+        while not self.stop.wait(ENDING_CHECK_S):
+            try:
+                self.placement.end_finished(now_ms())
+            except Exception:  # noqa: BLE001 - the MDR or a node unreachable: next round
+                log.exception("ending the queries whose --until passed failed")
 
     def close(self) -> None:
+        self.stop.set()
         self.server.stop(grace=1).wait(5)
         self.metrics.close()
 

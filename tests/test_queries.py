@@ -319,6 +319,7 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
     started a minute earlier — across the edges (whose archives hold the raw input) and the
     warehouse (whose archive holds the edges' partials, which the later query reuses)."""
     from services.judge import same_rows
+    from services.placement import UNTIL_GRACE_MS
 
     across = ("SELECT location, count(*) AS reads, max(read_strength) AS best FROM rfid_stream [range by '4 seconds', "
               "slide by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location")
@@ -358,6 +359,11 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
             assert same_rows(*span), (earlier.query.text, sorted(set(span[0]) ^ set(span[1]))[:6])
             assert all(w[0] >= since for w in got), "nothing before --since"
         assert hierarchy.mdr.stats("door1").get("archive_bytes", 0) > 0
+        # `--until`: the placement ends the query once the windows before it have gone out
+        bounded = hierarchy.placement.submit(at_edge, since_ms=since, until_ms=asked + 2000)
+        assert hierarchy.placement.end_finished(asked + 2000 + UNTIL_GRACE_MS - 1) == []
+        assert hierarchy.placement.end_finished(asked + 2000 + UNTIL_GRACE_MS) == [bounded.query_id]
+        assert bounded.query_id not in {q.id for q in hierarchy.mdr.queries()}
     finally:
         for plan in live + past:
             hierarchy.placement.cancel(plan.query_id)
