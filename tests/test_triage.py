@@ -17,7 +17,7 @@ from dsp.triage import MIN_SAMPLE, Triage, read_budget_ms, sampled
 from glue.analyzer import analyze
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
-from services.judge import as_ms
+from services.judge import as_ms, same_rows
 from tests.catalogs import supply_chain_catalog
 from tests.test_equivalence import EDGES, START_MS, central, run_bottom_up
 
@@ -180,3 +180,26 @@ def test_a_triaged_hierarchy_answers_within_its_stated_bounds_and_an_exact_one_e
     # windows are within 10 %); the 99 % bound covers the windows' errors, and says something
     assert within >= 0.9
     assert sorted(relative)[len(relative) // 2] < bounds[len(bounds) // 2] < 1.0
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT location, count(*) AS n, avg(read_strength) AS s FROM rfid_stream [range by '6 seconds', slide by "
+    "'2 seconds', approximate] JOIN receptor_locations USING (receptor_id) GROUP BY location",
+    "SELECT tag_id, sum(read_strength) AS total, max(read_strength) AS best FROM rfid_stream [range by '4 seconds', "
+    "approximate] WHERE read_strength >= 0.3 GROUP BY tag_id HAVING count(*) > 2",
+    "SELECT count(tag_id) AS n FROM rfid_stream [range by '3 seconds', approximate] WHERE receptor_id IN "
+    "('door1-r1', 'door2-r2')",
+])
+def test_approximate_queries_over_exact_input_equal_the_reference_and_say_exact(sql):
+    """Any shape of approximate query (sliding windows, joins, HAVING, several aggregates) planned
+    over the hierarchy: over input no edge triaged, the plain query's answer, marked exact."""
+    from tests.test_equivalence import readings
+
+    by_edge = readings(3)
+    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    assert plan.columns[-2:] == ["triaged", "error_bound"]
+    got = run_bottom_up([(task.topic, task.plan) for task in plan.tasks], by_edge)[plan.result_topic]
+    assert got and {row[-2:] for row in got} == {(False, 0.0)}
+    plain = sql.replace(", approximate]", "]")
+    want = [tuple(r[c] for c in plan.columns[:-2]) for r in central(plain, by_edge)]
+    assert same_rows([tuple(as_ms(v) for v in row[:-2]) for row in got], want)
