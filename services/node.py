@@ -154,7 +154,7 @@ class HiFiNode:
         self.metrics = NodeMetrics(node_id, mdr)
         self.started_s = time.time()
         self._max_event_ms: int | None = None
-        self._triaged_seen = 0
+        self._triaged_seen: int | None = None   # the MDR's `triaged` at the last round (None: none yet)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._gauges: threading.Thread | None = None
@@ -329,7 +329,7 @@ class HiFiNode:
                                               "archive_failures": archived.failures, **self._uplink_gauges()})
                 stats = self.mdr.stats(self.id)
                 triaged = int(stats.get("triaged", 0))   # records its raw reader left out (dsp.triage)
-                if triaged > self._triaged_seen:
+                if self._triaged_seen is not None and triaged > self._triaged_seen:
                     self.mdr.set_gauges(self.id, {"triaged_at_ms": now_ms()})
                 self._triaged_seen = triaged
                 self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
