@@ -76,22 +76,12 @@ def test_without_a_latency_target_every_record_is_decoded():
     assert read_budget_ms(0) == 0 and read_budget_ms(2000) == 500
 
 
-def _batches(records: list[list[tuple]], every: int, partition: int = 0) -> pa.Table:
-    """Raw reader rows of `records` (each a read cycle's readings), sampled 1 in `every` as the
-    reader does (every 1: exact), with the row naming what was left out."""
-    rows = []
-    first_left_out = None
-    for offset, record in enumerate(records):
-        weight = 1 if every == 1 else every if sampled(partition, offset, every) else 0
-        if not weight:
-            first_left_out = offset if first_left_out is None else first_left_out
-            continue
-        for receptor, tag, strength, ms in record:
-            rows.append({"receptor_id": receptor, "tag_id": tag, "antenna": 1, "read_strength": strength,
-                         "ts": dt.datetime.fromtimestamp(ms / 1000, dt.UTC), "partition": partition,
-                         "offset": offset, "weight": weight})
-    if first_left_out is not None:
-        rows.append({"partition": partition, "offset": first_left_out, "weight": 0})
+def _raw_table(records: list[tuple[int, int, list[tuple]]]) -> pa.Table:
+    """Raw reader rows of read cycles: per record its offset, weight and readings (receptor, tag,
+    strength, ts ms)."""
+    rows = [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "partition": 0,
+             "ts": dt.datetime.fromtimestamp(ms / 1000, dt.UTC), "offset": offset, "weight": weight}
+            for offset, weight, readings in records for r, t, s, ms in readings]
     return pa.Table.from_pylist(rows, schema=arrow_schema(RAW_COLUMNS))
 
 
@@ -101,11 +91,9 @@ def test_an_approximate_aggregate_weighs_sampled_rows_and_bounds_its_estimate():
     assert [n for n, _ in output_columns(plan)][-2:] == ["triaged", "error_bound"]
     root = build(plan, {})
     # two records of 3 and 1 readings sampled 1 in 4, a third left out; then an exact window
-    records = [[("r1", "a", 0.5, 100), ("r1", "b", 0.5, 100), ("r1", "c", 0.5, 100)], [("r1", "a", 0.5, 200)]]
-    table = _batches(records, 1)
-    table = table.set_column(table.column_names.index("weight"), "weight", pa.array([4, 4, 4, 4], pa.int32()))
-    root.push("raw", table)
-    out = rows_of(root.push("raw", _batches([[("r1", "a", 0.5, 1500)], [("r1", "a", 0.5, 2500)]], 1)))
+    root.push("raw", _raw_table([(0, 4, [("r1", "a", 0.5, 100), ("r1", "b", 0.5, 100), ("r1", "c", 0.5, 100)]),
+                                 (1, 4, [("r1", "a", 0.5, 200)])]))
+    out = rows_of(root.push("raw", _raw_table([(2, 1, [("r1", "a", 0.5, 1500)]), (3, 1, [("r1", "a", 0.5, 2500)])])))
     first, second = out
     assert first[2:] == ("r1", 16, True, pytest.approx(BOUND_Z * ((16 - 4) * (3 ** 2 + 1 ** 2)) ** 0.5))
     assert second[2:] == ("r1", 1, False, 0.0)
@@ -146,14 +134,13 @@ def _run(records: dict[str, list[list[tuple]]], every: int) -> list[dict]:
         by_record: dict[int, list] = defaultdict(list)
         for r, t, s, ms, *record in chunk:
             by_record[record[0] if record else -1].append((r, t, s, ms))
-        rows = []
+        kept = []
         for key, readings in by_record.items():
             offset = offsets.get(key, 10**9)
             weight = 1 if every == 1 or key == -1 else every if sampled(0, offset, every) else 0
-            rows += [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "partition": 0,
-                      "ts": dt.datetime.fromtimestamp(ms / 1000, dt.UTC), "offset": offset, "weight": weight}
-                     for r, t, s, ms in readings if weight]
-        return pa.Table.from_pylist(rows, schema=arrow_schema(RAW_COLUMNS))
+            if weight:
+                kept.append((offset, weight, readings))
+        return _raw_table(kept)
 
     emitted = run_bottom_up(tasks, flat, raw=raw, sentinel=lambda edge, ms: (EDGES[edge][0], "x", 0.0, ms, -1))
     return [dict(zip(plan.columns, (as_ms(v) for v in row), strict=True)) for row in emitted[plan.result_topic]]
