@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 log = logging.getLogger("hifi.archive")
@@ -212,3 +213,22 @@ class Archive:
     def size_bytes(self) -> int:
         return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(self.root)
                    for name in names)
+
+
+def exact_rows(batch: pa.Table) -> pa.Table:
+    """An archived raw batch: its readings decoded exactly (weight 1, a tag, no error)."""
+    if "weight" not in batch.column_names:
+        return batch.slice(0, 0)
+    return batch.filter(pc.and_(pc.equal(pc.fill_null(batch["weight"], 1), 1),
+                                pc.and_(pc.is_valid(batch["tag_id"]), pc.is_null(batch["error"]))))
+
+
+def sampled_ranges(batch: pa.Table) -> list[tuple[int, int, int]]:
+    """(partition, from offset, to offset) of each range an archived raw batch's triage rows name
+    (dsp.triage): with `exact_rows`, every reading the batch stood for (those records are still in
+    the raw topic)."""
+    if "weight" not in batch.column_names:
+        return []
+    named = batch.filter(pc.equal(pc.fill_null(batch["weight"], 1), 0))
+    return list(zip(named["partition"].to_pylist(), named["offset"].to_pylist(), named["triaged_to"].to_pylist(),
+                    strict=True))

@@ -201,7 +201,7 @@ class SharedRuntime:
             part.local_topics = frozenset() if owner or past else part.topics & {
                 p.managed.output_topic for p in self._parts.values() if not p.owner and p.bounds is None}
             if history_from_ms is not None and not resumed:
-                self._feed_history(part, history_from_ms)
+                self._feed_history(part, history_from_ms, past)
             self._parts[query_id] = part
             for source in sources(plan):
                 for topic in source.topics:
@@ -210,12 +210,13 @@ class SharedRuntime:
                     self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else (),
                                                owner), start_offsets)
 
-    def _feed_history(self, part: Part, since_ms: int) -> None:
+    def _feed_history(self, part: Part, since_ms: int, past: bool) -> None:
         """Feed a new part the batches the readers it joins archived from `since_ms` on (under the
-        lock: the next batch it sees is the one after the last archived)."""
+        lock: the next batch it sees is the one after the last archived); `past`: a query over the
+        past, whose raw sources first wait as long as the archive's latest row came late."""
         joined = {key: reader for key, reader in self._readers.items()
                   if not reader.owner and (reader.topic, reader.format) in part.inputs}
-        late_ms = self._lateness_seen(joined, since_ms) if time.time() * 1000 - since_ms > PAST_MS else 0
+        late_ms = self._lateness_seen(joined, since_ms) if past else 0
         sources = raw_sources(part.root)
         for source in sources:   # a row that came too late for its window live is in it over the past
             source.history_lateness_ms = max(0, late_ms - source.plan.watermark_ms)

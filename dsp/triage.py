@@ -16,7 +16,8 @@ estimate, unbiased), and an `approximate` query's windows say whether they were 
 bound the error. What was left out is still in the raw topic: the archive's triage rows name
 each range sampled (weight 0, from `offset` to `triaged_to`), so the exact answer can be computed
 later: the archive's rows of weight 1 and every record of those ranges.
-Pure but for the clock.
+Pure but for the clock (dsp.archive's exact_rows and sampled_ranges read an archived batch back;
+this module stays light: every Python worker imports it).
 """
 
 from __future__ import annotations

@@ -148,8 +148,8 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     the approximate windows say so and hold the estimate near the truth; the archive's exact rows
     and the ranges its triage rows name hold every reading published."""
     from kafka import TopicPartition
-    from pyarrow import compute as pc
 
+    from dsp.archive import exact_rows, sampled_ranges
     from dsp.engine import BOUND_Z
     from dsp.plan import Aggregate, AggSpec, Window
     from dsp.shared import READER_PREFIX, SharedRuntime
@@ -172,11 +172,8 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     runtime.stop_all()
 
     assert all(w["triaged"] for w in windows) and stats["triaged"] > 0
-    exact = sum(pc.sum(pc.and_(pc.equal(pc.fill_null(t["weight"], 1), 1), pc.is_valid(t["tag_id"]))).as_py() or 0
-                for _, t in archive)
-    named = [(p, o, e) for _, t in archive for p, o, e, w in zip(
-        t["partition"].to_pylist(), t["offset"].to_pylist(), t["triaged_to"].to_pylist(), t["weight"].to_pylist(),
-        strict=True) if w == 0]
+    exact = sum(exact_rows(t).num_rows for _, t in archive)
+    named = [found for _, t in archive for found in sampled_ranges(t)]
     consumer = bus.make_consumer(servers.bootstrap)
     cycle = hifi_pb2.RfidReadCycle()
     for partition, start, end in named:

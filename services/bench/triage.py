@@ -80,6 +80,7 @@ def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int
     import pyarrow.compute as pc
     from kafka import TopicPartition
 
+    from dsp.archive import exact_rows, sampled_ranges
     from dsp.arrow_exprs import epoch_ms
     from protos import hifi_pb2
     from wire import bus
@@ -87,20 +88,14 @@ def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int
     counts: Counter = Counter()
     ranges: list[tuple[int, int, int]] = []
     for _, table in archive.batches(since_ms, [reader]):
-        if "weight" not in table.column_names:
-            continue
-        weight = pc.fill_null(table["weight"], 1)
-        exact = table.filter(pc.and_(pc.equal(weight, 1), pc.and_(pc.is_valid(table["tag_id"]),
-                                                                   pc.is_null(table["error"]))))
+        exact = exact_rows(table)
         window = pc.multiply(pc.divide(epoch_ms(exact["ts"]), WINDOW_MS), WINDOW_MS)
         grouped = exact.append_column("window", window).group_by(["window", "receptor_id", "antenna"]).aggregate(
             [([], "count_all")])
         for at, receptor, antenna, n in zip(*(grouped[c].to_pylist() for c in ("window", "receptor_id", "antenna",
                                                                                  "count_all")), strict=True):
             counts[at, receptor, antenna] += n
-        named = table.filter(pc.equal(weight, 0))
-        ranges += zip(named["partition"].to_pylist(), named["offset"].to_pylist(), named["triaged_to"].to_pylist(),
-                      strict=True)
+        ranges += sampled_ranges(table)
     consumer = bus.make_consumer(bootstrap)
     cycle = hifi_pb2.RfidReadCycle()
     try:
