@@ -80,7 +80,6 @@ from wire.codec import (
     cycle_key,
     datetime_ms,
     decode_mote_reports,
-    decode_read_cycle,
     decode_sample_rows,
     encode_dead_letter,
     is_sensor_batch,
@@ -88,6 +87,7 @@ from wire.codec import (
     parse_row_batch,
     project_rows,
 )
+from wire.cycle_columns import RawCycle, decode_cycles, rows_table
 from wire.intake import (
     DUPLICATE,
     DUPLICATE_BATCH,
@@ -102,9 +102,7 @@ from wire.topics import dead_topic
 if TYPE_CHECKING:
     from mdr.repository import MDR
 
-TAG, ERROR, TS, PARTITION, OFFSET, PAYLOAD, RECEPTOR, STRENGTH = (
-    RAW_RFID_COLUMNS.index(c)
-    for c in ("tag_id", "error", "ts", "partition", "offset", "payload", "receptor_id", "read_strength"))
+TS, PARTITION, OFFSET = (RAW_RFID_COLUMNS.index(c) for c in ("ts", "partition", "offset"))
 
 _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
     StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
@@ -157,6 +155,9 @@ class OffsetRange(InputPartition):
 
 class KafkaStreamReader(DataSourceStreamReader):
     ROWS_PER_ARROW_BATCH = 20_000
+    # read cycles decoded together (wire.cycle_columns): ~2 k records of 10 readings; enough that
+    # the per-run costs vanish, few enough that Data Triage's clock sees the decoding as it goes
+    CYCLE_BYTES_PER_CHUNK = 1 << 20
 
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.schema = schema
@@ -220,7 +221,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
         refused: list[Refusal] = []
         rows: list[tuple] = []
-        weights: list[int] | None = [] if self.format == "rfid" else None   # rfid: each row's (dsp.triage)
+        cycles: list[RawCycle] = []   # rfid: read cycles, decoded a chunk at a time (wire.cycle_columns)
+        cycle_bytes = 0
         triage = Triage(self.triage_s, partition.partition)
         left_out_newest = 0   # the newest send time of a record left out (its readings' time, about)
         now_ms = int(time.time() * 1000)
@@ -237,15 +239,11 @@ class KafkaStreamReader(DataSourceStreamReader):
                 if not weight:   # left out by Data Triage: named by the range's triage row
                     left_out_newest = max(left_out_newest, record.timestamp or 0)
                     continue
-                # the data listener counts cycles by their heartbeat row (the only one with neither tag nor error)
-                decoded = decode_read_cycle(record.value, partition.partition, record.offset, arrival,
-                                            self.heartbeats or ingest is not None, self.rules, recent)
-                if ingest is not None:
-                    ingest.add(decoded)
-                    if not self.heartbeats:
-                        decoded = [r for r in decoded if r[TAG] is not None or r[ERROR] is not None]
-                rows.extend(decoded)
-                weights.extend([weight] * len(decoded))
+                cycles.append(RawCycle(record.value, record.offset, arrival, weight))
+                cycle_bytes += len(record.value or b"")
+                if cycle_bytes >= self.CYCLE_BYTES_PER_CHUNK:
+                    yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
+                    cycles, cycle_bytes = [], 0
             elif self.format == "samples":
                 if is_sensor_batch(record.headers):
                     rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
@@ -264,21 +262,20 @@ class KafkaStreamReader(DataSourceStreamReader):
                 elif self.markers and batch.watermark_ms:
                     rows.append(marker_row(self.schema, batch.watermark_ms))
             if len(rows) >= self.ROWS_PER_ARROW_BATCH:
-                yield _to_arrow(rows, schema, weights)
-                rows, weights = [], None if weights is None else []
-        triaged_to = None
+                yield _to_arrow(rows, schema)
+                rows = []
+        if cycles:
+            yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
         if triage.sampled_from is not None:   # a row naming the range sampled (no tag: no query reads it)
             named: list = [None] * len(RAW_RFID_COLUMNS)
             named[PARTITION], named[OFFSET] = partition.partition, triage.sampled_from
             # its time: the engine marks triaged every window from the batch's oldest row to here
             named[TS] = ms_to_datetime(left_out_newest) if left_out_newest else None
-            rows.append(tuple(named))
-            weights.append(0)
-            triaged_to = partition.end
+            yield from rows_table([tuple(named)], [0], partition.end).to_batches()
             if ingest is not None:
                 ingest.triaged = triage.left_out
         if rows:
-            yield _to_arrow(rows, schema, weights, triaged_to)
+            yield _to_arrow(rows, schema)
         if recent is not None:
             recent.reached(partition.end)
         if ingest is not None:
@@ -286,6 +283,19 @@ class KafkaStreamReader(DataSourceStreamReader):
         if refused and self.rules.node:
             dead_letter_once(self.bootstrap, self.mdr_url, self.rules.node, partition.topic, partition.partition,
                              refused)
+
+    def _cycle_batches(self, cycles: list[RawCycle], partition: int, recent: RecentCycles | None,
+                       ingest: IngestTally | None) -> Iterator[pa.RecordBatch]:
+        """A chunk of read cycles decoded; the data listener counts them by their heartbeat rows,
+        which only a reader asking for heartbeats keeps."""
+        table = decode_cycles(cycles, partition, self.heartbeats or ingest is not None, self.rules, recent)
+        if ingest is not None:
+            ingest.add(table)
+            if not self.heartbeats:
+                import pyarrow.compute as pc
+
+                table = table.filter(pc.invert(_heartbeats(table)))
+        yield from table.to_batches(self.ROWS_PER_ARROW_BATCH)
 
     def _batch_problem(self, batch: DecodedBatch, arrival: int) -> str:
         """Why a RowBatch of a child's view cannot be read: rows that do not fit this reader's
@@ -389,22 +399,25 @@ class IngestTally:
         self.cycles_of: Counter[str] = Counter()
         self.weak: Counter[str] = Counter()
 
-    def add(self, rows: list[tuple]) -> None:
-        """The rows of one read cycle, its heartbeat row included."""
-        for row in rows:
-            if row[ERROR] is not None:
-                if row[ERROR].startswith(DUPLICATE):
+    def add(self, table: pa.Table) -> None:
+        """A chunk of decoded read cycles (wire.cycle_columns), heartbeat rows included."""
+        import pyarrow.compute as pc
+
+        error = table.column("error")
+        if error.null_count < len(error):   # refused rows: few, one at a time
+            for row in table.filter(pc.is_valid(error)).select(["error", "offset", "payload"]).to_pylist():
+                if row["error"].startswith(DUPLICATE):
                     self.duplicates += 1
                 else:
-                    self.dead.append(Refusal(row[OFFSET], row[ERROR], row[PAYLOAD] or b""))
-            elif row[TAG] is None:
-                self.cycles_of[row[RECEPTOR]] += 1
-            else:
-                self.reads[row[RECEPTOR]] += 1
-                if row[STRENGTH] < self.weak_below:
-                    self.weak[row[RECEPTOR]] += 1
-                if self.newest is None or row[TS] > self.newest:
-                    self.newest = row[TS]
+                    self.dead.append(Refusal(row["offset"], row["error"], row["payload"] or b""))
+        self.cycles_of.update(_counts(table.filter(_heartbeats(table)).column("receptor_id")))
+        reads = table.filter(pc.and_(pc.is_null(error), pc.is_valid(table.column("tag_id"))))
+        self.reads.update(_counts(reads.column("receptor_id")))
+        self.weak.update(_counts(reads.filter(pc.less(reads.column("read_strength"), self.weak_below))
+                                 .column("receptor_id")))
+        newest = pc.max(reads.column("ts")).as_py()
+        if newest is not None and (self.newest is None or newest > self.newest):
+            self.newest = newest
 
     def add_samples(self, record, rows: list[tuple], problems: list[str]) -> None:
         """A sensor batch: its accepted samples counted, each refused one (or the record) dead-lettered."""
@@ -468,20 +481,24 @@ def shared_mdr(url: str) -> MDR:
     return _mdrs[url]
 
 
-def _to_arrow(rows: list[tuple], schema: pa.Schema, weights: list[int] | None = None,
-              triaged_to: int | None = None) -> pa.RecordBatch:
-    """`weights` (raw rows): each row's Data Triage weight, the column after the decoded ones;
-    `triaged_to`: the last row names the range sampled, up to there (`triaged_to`, the last column)."""
+def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
     # pyarrow converts the row tuples in C++: 40 ms per 100 k raw rows, against 167 ms for a
     # Python transpose (zip) then a column at a time, which was a third of a reader's CPU (py-spy).
-    if weights is None:
-        return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
-    decoded = pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema)[:len(RAW_RFID_COLUMNS)])))
-    until: list[int | None] = [None] * len(rows)
-    if triaged_to is not None:
-        until[-1] = triaged_to
-    return pa.RecordBatch.from_arrays([*decoded.columns, pa.array(weights, pa.int32()), pa.array(until, pa.int64())],
-                                      schema=schema)
+    return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
+
+
+def _heartbeats(table: pa.Table) -> pa.ChunkedArray:
+    """Which of a raw table's rows are heartbeats (neither a tag nor an error)."""
+    import pyarrow.compute as pc
+
+    return pc.and_(pc.is_null(table.column("tag_id")), pc.is_null(table.column("error")))
+
+
+def _counts(column: pa.ChunkedArray) -> dict[str, int]:
+    """How many rows each value of a column has."""
+    import pyarrow.compute as pc
+
+    return {pair["values"]: pair["counts"] for pair in pc.value_counts(column).to_pylist()}
 
 
 class KafkaDataSource(DataSource):

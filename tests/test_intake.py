@@ -110,15 +110,18 @@ def test_names_that_cannot_be_topics_are_refused():
 
 def test_the_ingest_tally_counts_readings_cycles_weak_reads_and_refusals_per_receptor():
     from dsp.kafka_source import IngestTally, OffsetRange
-    from wire.codec import TagObservation, decode_read_cycle, encode_read_cycle
+    from wire.codec import TagObservation, encode_read_cycle
+    from wire.cycle_columns import RawCycle, decode_cycles
+    from wire.intake import RecentCycles
 
-    tally = IngestTally(OffsetRange("hifi.raw.d1", 0, 0, 5), weak_below=0.2)
-    cycles = [("r1", 0, 1000, [0.5, 0.1, 0.9]), ("r2", 0, 3000, [0.15]), ("r1", 1, 2000, [])]
+    tally = IngestTally(OffsetRange("hifi.raw.d1", 0, 0, 6), weak_below=0.2)
+    cycles = [("r1", 0, 1000, [0.5, 0.1, 0.9]), ("r2", 0, 3000, [0.15]), ("r1", 1, 2000, []), ("r1", 1, 2000, [])]
+    records = []
     for offset, (receptor, cycle, ts, strengths) in enumerate(cycles):
         reads = [TagObservation(f"t{i}", 1, strength) for i, strength in enumerate(strengths)]
-        _, value = encode_read_cycle(receptor, cycle, ts, reads)
-        tally.add(decode_read_cycle(value, 0, offset, ts, heartbeat=True))
-    tally.add(decode_read_cycle(b"\xff garbage", 0, 3, 5000, heartbeat=True))
-    assert (tally.good, tally.cycles, tally.max_event_ms, len(tally.dead)) == (4, 3, 3000, 1)
+        records.append(RawCycle(encode_read_cycle(receptor, cycle, ts, reads)[1], offset, ts))
+    records.append(RawCycle(b"\xff garbage", 4, 5000))
+    tally.add(decode_cycles(records, 0, heartbeat=True, recent=RecentCycles(0)))
+    assert (tally.good, tally.cycles, tally.max_event_ms, len(tally.dead), tally.duplicates) == (4, 3, 3000, 1, 1)
     assert tally.per_receptor == {"r1:reads": 3, "r2:reads": 1, "r1:cycles": 2, "r2:cycles": 1,
                                   "r1:weak": 1, "r2:weak": 1}

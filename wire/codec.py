@@ -20,7 +20,7 @@ from wire import histogram
 from wire.intake import DUPLICATE, NO_RULES, IntakeRules, RecentCycles
 
 TOMBSTONE = "record has no value (a tombstone)"
-_BAD_VALUES = (DecodeError, ValueError, OverflowError, OSError, RecursionError)
+BAD_VALUES = (DecodeError, ValueError, OverflowError, OSError, RecursionError)
 
 RAW_RFID_COLUMNS = ("receptor_id", "tag_id", "antenna", "read_strength", "ts", "cycle",
                     "partition", "offset", "error", "payload")
@@ -85,7 +85,7 @@ def decode_mote_reports(value: bytes | None, rules: IntakeRules = NO_RULES) -> t
     try:
         msg = hifi_pb2.SensorBatch()
         msg.ParseFromString(value or b"")
-    except _BAD_VALUES:
+    except BAD_VALUES:
         return {}, [], 0
     found: Histograms = {}
     problems = []
@@ -123,7 +123,7 @@ def decode_sample_rows(value: bytes | None, quantities: Sequence[str], arrival_m
         return [], [TOMBSTONE]
     try:
         samples, batch_ms, _ = parse_sensor_batch(value)
-    except _BAD_VALUES as exc:
+    except BAD_VALUES as exc:
         return [], [f"undecodable SensorBatch: {exc}"]
     rows: list[tuple] = []
     problems: list[str] = []
@@ -156,13 +156,24 @@ def datetime_ms(value: dt.datetime) -> int:
     return round(value.timestamp() * 1000)
 
 
+INT_MAX, LONG_MAX = 2**31 - 1, 2**63 - 1   # Spark's INT and BIGINT: antenna and cycle must fit
+
+
 def cycle_problem(msg: hifi_pb2.RfidReadCycle, arrival_ms: int, rules: IntakeRules = NO_RULES) -> str | None:
-    """Why a decoded read cycle that arrived at `arrival_ms` cannot be accepted, or None."""
+    """Why a decoded read cycle that arrived at `arrival_ms` cannot be accepted as a whole (its
+    receptor, time or number), or None; its readings are reads_problem's."""
     if not msg.receptor_id:
         return "missing receptor_id"
     problem = rules.receptor_problem(msg.receptor_id) or rules.time_problem(msg.timestamp_ms, arrival_ms)
     if problem is not None:
         return problem
+    if msg.cycle > LONG_MAX:
+        return f"cycle {msg.cycle} is out of range (at most {LONG_MAX})"
+    return None
+
+
+def reads_problem(msg: hifi_pb2.RfidReadCycle) -> str | None:
+    """Why one of a read cycle's readings cannot be accepted (the first), or None."""
     for i, read in enumerate(msg.reads):
         if not read.tag_id:
             return f"read {i}: missing tag_id"
@@ -170,6 +181,8 @@ def cycle_problem(msg: hifi_pb2.RfidReadCycle, arrival_ms: int, rules: IntakeRul
             return f"read {i}: read_strength is {read.read_strength}"
         if read.read_strength < 0:
             return f"read {i}: negative read_strength {read.read_strength}"
+        if read.antenna > INT_MAX:
+            return f"read {i}: antenna {read.antenna} is out of range (at most {INT_MAX})"
     return None
 
 
@@ -178,34 +191,65 @@ def _error_row(receptor: str | None, cycle: int | None, partition: int, offset: 
     return (receptor, None, None, None, None, cycle, partition, offset, reason, payload)
 
 
-def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_ms: int, heartbeat: bool = False,
-                      rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> list[tuple]:
-    """Rows (RAW_RFID_COLUMNS) for one Kafka record that arrived at `arrival_ms`: one per tag
-    read, or one error row (a duplicate's reason starts with wire.intake.DUPLICATE); with
-    `heartbeat`, also a row with no tag for every valid cycle (that the reader cycled then, read
-    or not: adaptive smoothing steps an epoch once it knows the epoch is over). `recent`: the
-    partition's recent cycles, fed this record (every record must pass through it, in order)."""
+def parse_read_cycle(value: bytes | None, partition: int, offset: int,
+                     msg: hifi_pb2.RfidReadCycle | None = None) -> tuple[hifi_pb2.RfidReadCycle | None, tuple | None]:
+    """A raw record parsed (into `msg` if given), or its error row (a tombstone, undecodable bytes)."""
     if value is None:
-        return [_error_row(None, None, partition, offset, TOMBSTONE, None)]
-    msg = hifi_pb2.RfidReadCycle()
+        return None, _error_row(None, None, partition, offset, TOMBSTONE, None)
+    msg = msg if msg is not None else hifi_pb2.RfidReadCycle()
     try:
         msg.ParseFromString(value)
-    except _BAD_VALUES as exc:
-        return [_error_row(None, None, partition, offset, f"undecodable RfidReadCycle: {exc}", value)]
+    except BAD_VALUES as exc:
+        return None, _error_row(None, None, partition, offset, f"undecodable RfidReadCycle: {exc}", value)
+    return msg, None
+
+
+def cycle_refusal(msg: hifi_pb2.RfidReadCycle, value: bytes, partition: int, offset: int, arrival_ms: int,
+                  rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> tuple | None:
+    """The error row of a parsed read cycle refused as a whole — a duplicate (`recent`: the
+    partition's recent cycles, fed this record), or cycle_problem's — or None."""
+    cycle = msg.cycle if msg.cycle <= LONG_MAX else None   # the error row's, which Spark must hold
     if recent is not None and msg.receptor_id:
         earlier = recent.seen((msg.receptor_id, msg.cycle, msg.timestamp_ms), offset)
         if earlier is not None:
-            return [_error_row(msg.receptor_id, msg.cycle, partition, offset,
-                               f"{DUPLICATE} {msg.cycle} of {msg.receptor_id} (as at offset {earlier})", None)]
+            return _error_row(msg.receptor_id, cycle, partition, offset,
+                              f"{DUPLICATE} {msg.cycle} of {msg.receptor_id} (as at offset {earlier})", None)
     problem = cycle_problem(msg, arrival_ms, rules)
     if problem is not None:
-        return [_error_row(msg.receptor_id or None, msg.cycle, partition, offset, problem, value)]
+        return _error_row(msg.receptor_id or None, cycle, partition, offset, problem, value)
+    return None
+
+
+def reading_rows(msg: hifi_pb2.RfidReadCycle, value: bytes, partition: int, offset: int,
+                 heartbeat: bool = False) -> list[tuple]:
+    """The rows of a read cycle accepted as a whole: one per reading (and the heartbeat row), or
+    its error row if a reading fails reads_problem."""
+    problem = reads_problem(msg)
+    if problem is not None:
+        return [_error_row(msg.receptor_id, msg.cycle, partition, offset, problem, value)]
     ts = ms_to_datetime(msg.timestamp_ms)
     rows = [(msg.receptor_id, r.tag_id, r.antenna, r.read_strength, ts, msg.cycle, partition, offset, None, None)
             for r in msg.reads]
     if heartbeat:
         rows.append((msg.receptor_id, None, None, None, ts, msg.cycle, partition, offset, None, None))
     return rows
+
+
+def decode_read_cycle(value: bytes | None, partition: int, offset: int, arrival_ms: int, heartbeat: bool = False,
+                      rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> list[tuple]:
+    """Rows (RAW_RFID_COLUMNS) for one Kafka record that arrived at `arrival_ms`: one per tag
+    read, or one error row (a duplicate's reason starts with wire.intake.DUPLICATE); with
+    `heartbeat`, also a row with no tag for every valid cycle (that the reader cycled then, read
+    or not: adaptive smoothing steps an epoch once it knows the epoch is over). `recent`: the
+    partition's recent cycles, fed this record (every record must pass through it, in order).
+    A reader decodes many records at once with wire.cycle_columns, to the same rows."""
+    msg, error = parse_read_cycle(value, partition, offset)
+    if msg is None:
+        return [error]
+    refused = cycle_refusal(msg, value, partition, offset, arrival_ms, rules, recent)
+    if refused is not None:
+        return [refused]
+    return reading_rows(msg, value, partition, offset, heartbeat)
 
 
 def cycle_key(value: bytes | None) -> tuple[str, int, int] | None:
@@ -217,7 +261,7 @@ def cycle_key(value: bytes | None) -> tuple[str, int, int] | None:
     msg = hifi_pb2.RfidReadCycle()
     try:
         msg.ParseFromString(value)
-    except _BAD_VALUES:
+    except BAD_VALUES:
         return None
     return (msg.receptor_id, msg.cycle, msg.timestamp_ms) if msg.receptor_id else None
 
@@ -296,7 +340,7 @@ def batch_identity(value: bytes | None) -> tuple[str, str, str, int, int] | None
     msg = hifi_pb2.RowBatch()
     try:
         msg.ParseFromString(value or b"")
-    except _BAD_VALUES:
+    except BAD_VALUES:
         return None
     return (msg.producer, msg.stream, msg.run, msg.batch_id, msg.chunk) if msg.run else None
 
@@ -308,7 +352,7 @@ def parse_row_batch(value: bytes | None) -> tuple[DecodedBatch | None, str]:
         return None, TOMBSTONE
     try:
         batch = decode_row_batch(value)
-    except _BAD_VALUES as exc:
+    except BAD_VALUES as exc:
         return None, f"undecodable RowBatch: {exc}"
     ragged = next((n for n, row in enumerate(batch.rows) if len(row) != len(batch.columns)), None)
     if ragged is not None:
@@ -355,6 +399,6 @@ def decode_dead_letter(value: bytes | None) -> hifi_pb2.DeadLetter | None:
     msg = hifi_pb2.DeadLetter()
     try:
         msg.ParseFromString(value or b"")
-    except _BAD_VALUES:
+    except BAD_VALUES:
         return None
     return msg if value else None
