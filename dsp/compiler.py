@@ -117,6 +117,7 @@ class CompileContext:
     start_offsets: Mapping[str, int] | None = None
     intake: IntakeRules = field(default_factory=IntakeRules)   # what every source checks each record against
     mdr_url: str = ""    # where refused records of children's views are counted (see dsp.kafka_source)
+    handoff_dir: str = ""   # readers hand their rows to the driver in files there (dsp.kafka_source)
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
@@ -161,6 +162,8 @@ def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns
         shape = [*columns, (PROGRESS_COLUMN, "boolean")] if markers else list(columns)
         reader = (reader.option("schema", ddl(shape)).option("markers", str(markers).lower())
                   .option("event_time", event_time))
+    if ctx.handoff_dir:
+        reader = reader.option("handoff_dir", ctx.handoff_dir)
     if ctx.start_offsets is not None:
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
         reader = reader.option("startingOffsets", json.dumps(mine))

@@ -58,6 +58,7 @@ from dsp.compiler import CompileContext, Ingest, topic_reader
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
+from dsp.kafka_source import sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
 from dsp.uplink import Uplink
@@ -161,6 +162,11 @@ class SharedRuntime:
         os.makedirs(self.spark_queries.state_dir, exist_ok=True)
         self.intent_path = os.path.join(self.spark_queries.state_dir, "shared.intent")
         self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
+        # readers hand their rows over in files when Spark's workers share this machine (a
+        # cluster's workers do not: their rows go through Spark)
+        local = spark.sparkContext.master.startswith("local")
+        self.handoff_dir = os.path.join(self.spark_queries.state_dir, "handoff") if local else ""
+        sweep_handoff(self.handoff_dir)   # what a node that stopped left
         # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
         self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
                              bootstrap) if uplink_bytes_per_s > 0 else None
@@ -260,7 +266,7 @@ class SharedRuntime:
 
         def start(writer: Callable[[DataFrame], object]):
             ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(),
-                                 mdr_url=self.mdr_url, start_offsets=start_offsets)
+                                 mdr_url=self.mdr_url, start_offsets=start_offsets, handoff_dir=self.handoff_dir)
             # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
             df = topic_reader(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows", event_time,
                               heartbeats=reader.format == "samples")
@@ -281,9 +287,13 @@ class SharedRuntime:
 
     def _batch(self, key: str, topic: str, batch: DataFrame, batch_id: int) -> None:
         """One micro-batch of one reader, through every part that reads its topic."""
+        table = batch.toArrow()
+        if self.handoff_dir:
+            table = take_handoff(table)
+            if batch_id % 100 == 0:   # files of tasks that failed and ran again
+                sweep_handoff(self.handoff_dir, older_than_s=600)
         if batch_id <= self._saved.fences.get(key, -1):
             return   # a replay of a batch whose effects were saved
-        table = batch.toArrow()
         with self._lock:
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",

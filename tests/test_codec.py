@@ -56,6 +56,9 @@ def test_each_kind_of_bad_record_is_rejected_with_its_reason():
         _cycle(reads=[dict(tag_id="", read_strength=0.5)]): "missing tag_id",
         _cycle(reads=[dict(tag_id="t", read_strength=math.nan)]): "read_strength is nan",
         _cycle(reads=[dict(tag_id="t", read_strength=-0.1)]): "negative read_strength",
+        # fields wider than Spark's columns: once an error converting the batch, which stopped the reader
+        _cycle(reads=[dict(tag_id="t", antenna=2**31, read_strength=0.5)]): "antenna 2147483648 is out of range",
+        _cycle(cycle=2**63): "cycle 9223372036854775808 is out of range",
     }
     for payload, reason in cases.items():
         rows = decode_read_cycle(payload, 1, 7, NOW)
