@@ -164,6 +164,7 @@ def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns
                   .option("event_time", event_time))
     if ctx.handoff_dir:
         reader = reader.option("handoff_dir", ctx.handoff_dir)
+    reader = reader.option("tasks", str(ctx.spark.sparkContext.defaultParallelism))
     if ctx.start_offsets is not None:
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
         reader = reader.option("startingOffsets", json.dumps(mine))

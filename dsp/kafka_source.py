@@ -38,6 +38,8 @@ Options:
              readings (strength below `weak_below`, what cleaning will drop) for the dashboard,
              and the records Data Triage left out (`triaged`)
 
+  tasks      at most this many tasks read one partition's new records (Spark's cores: a backlog in
+             one partition is read in parallel); ranges of RECORDS_PER_TASK records at least
   handoff_dir  (local Spark only) a directory the driver reads: each read() writes its rows there as
              one Arrow IPC file and yields a single row naming it (column `__handoff`, the others
              null); the driver takes the files (take_handoff). The rows skip the trip through the
@@ -194,6 +196,11 @@ def sweep_handoff(directory: str, older_than_s: float = 0.0) -> None:
 
 class KafkaStreamReader(DataSourceStreamReader):
     ROWS_PER_ARROW_BATCH = 20_000
+    # A partition's new records are split among at most `tasks` tasks (option, default 1: Spark's
+    # cores), none under RECORDS_PER_TASK records: a task has a fixed cost, and a worker taking a
+    # partition's next range first reads the one before it for its duplicate look-back (wire.intake,
+    # 10 000 records: their keys only, ~2.5 µs a record against ~20 µs to decode a 10-reading one).
+    RECORDS_PER_TASK = 5_000
     # read cycles decoded together (wire.cycle_columns): ~2 k records of 10 readings; enough that
     # the per-run costs vanish, few enough that Data Triage's clock sees the decoding as it goes
     CYCLE_BYTES_PER_CHUNK = 1 << 20
@@ -214,6 +221,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.rules = IntakeRules.from_option(options.get("intake", ""))
         self.event_time = options.get("event_time", "")
         self.triage_s = int(options.get("triage_ms", "0")) / 1000
+        self.tasks = max(1, int(options.get("tasks", "1")))
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -235,12 +243,17 @@ class KafkaStreamReader(DataSourceStreamReader):
         return self._offsets("latest")
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        """Each partition's new offsets, in up to `tasks` ranges, split the same way each time (a
+        replayed batch is counted once by its ranges' bounds): Spark reads them in parallel even
+        when one Kafka partition holds the batch (few receptors, a backlog)."""
         ranges = []
         for key, stop in end.items():
             first = start.get(key, 0)
             if stop > first:
                 topic, partition = _split_key(key)
-                ranges.append(OffsetRange(topic, partition, first, stop))
+                pieces = min(self.tasks, -(-(stop - first) // self.RECORDS_PER_TASK))
+                bounds = [first + (stop - first) * i // pieces for i in range(pieces + 1)]
+                ranges.extend(OffsetRange(topic, partition, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False))
         return ranges
 
     def commit(self, end: dict) -> None:

@@ -87,16 +87,19 @@ end
 return 1
 """
 
+# A range is counted once, by its exact bounds: a reader's micro-batch is split into ranges the same
+# way each time it runs (dsp.kafka_source), and its tasks may finish in any order. The bounds are
+# kept an hour (a replay follows its failure within seconds).
 _RANGE_INCR = """
-local last = tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '-1')
-if tonumber(ARGV[2]) < last then return 0 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-local newest = tonumber(ARGV[4])
+local now = tonumber(redis.call('TIME')[1])
+if redis.call('ZADD', KEYS[2], 'NX', now, ARGV[1]) == 0 then return 0 end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - 3600)
+local newest = tonumber(ARGV[2])
 if newest > tonumber(redis.call('HGET', KEYS[1], 'max_event_ms') or '0') then
   redis.call('HSET', KEYS[1], 'max_event_ms', newest)
 end
-local node_end = 6 + 2 * tonumber(ARGV[5])
-for i = 6, #ARGV, 2 do
+local node_end = 4 + 2 * tonumber(ARGV[3])
+for i = 4, #ARGV, 2 do
   redis.call('HINCRBY', i < node_end and KEYS[1] or KEYS[3], ARGV[i], ARGV[i + 1])
 end
 return 1
@@ -548,12 +551,13 @@ class MDR:
                          max_event_ms: int, counts: dict[str, int],
                          receptor_counts: dict[str, int] | None = None) -> bool:
         """Add what a node consumed from offsets [start, end) of a partition, once: a replay of a
-        range already counted adds nothing. Also raises the node's newest event time seen.
+        range already counted adds nothing (a range of other bounds is another range). Also raises
+        the node's newest event time seen.
         `receptor_counts`: {"<receptor>:<reads|cycles|weak>": n}, the same range per receptor."""
-        args: list[Any] = [f"{topic}:{partition}", start, end, max_event_ms, len(counts)]
+        args: list[Any] = [f"{topic}:{partition}:{start}:{end}", max_event_ms, len(counts)]
         for name, value in [*counts.items(), *(receptor_counts or {}).items()]:
             args += [name, int(value)]
-        return bool(self._range_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "offsets"),
+        return bool(self._range_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "ranges"),
                                            self.k("stats", node_id, "receptors")], args=args))
 
     def receptor_stats(self, node_id: str) -> dict[str, dict[str, int]]:

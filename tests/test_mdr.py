@@ -76,9 +76,12 @@ def test_raw_offset_ranges_are_counted_once(mdr):
     assert mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
     assert not mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
     assert mdr.add_range_counts("n", "hifi.raw.n", 1, 0, 4, 900, {"rows_in": 3})
-    assert mdr.add_range_counts("n", "hifi.raw.n", 0, 10, 12, 2000, {"rows_in": 6})
+    # a batch's ranges of one partition, counted as their tasks finish: the later one first
+    assert mdr.add_range_counts("n", "hifi.raw.n", 0, 20, 30, 2000, {"rows_in": 6})
+    assert mdr.add_range_counts("n", "hifi.raw.n", 0, 10, 20, 1500, {"rows_in": 5})
+    assert not mdr.add_range_counts("n", "hifi.raw.n", 0, 10, 20, 1500, {"rows_in": 5})
     stats = mdr.stats("n")
-    assert (stats["rows_in"], stats["dead"], stats["max_event_ms"]) == (39, 1, 2000)
+    assert (stats["rows_in"], stats["dead"], stats["max_event_ms"]) == (44, 1, 2000)
 
 
 def test_a_prepare_waits_until_a_partitions_batches_obey_the_settings_and_not_for_silent_motes(mdr, monkeypatch):
