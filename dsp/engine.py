@@ -159,13 +159,16 @@ class SourceOp(Operator):
         hidden: dict[str, pa.ChunkedArray] = {}
         if self.plan.format == "rfid":
             self.triaged_span, hidden = self._triage(batch)
-            if hidden:
-                batch = batch.append_column(WEIGHT, hidden[WEIGHT]).append_column(CLUSTER, hidden[CLUSTER])
             valid = pc.is_null(batch["error"]) if "error" in names else None
             if "tag_id" in names:   # heartbeat rows (a cycle, no tag) are for adaptive smoothing only
                 tagged = pc.is_valid(batch["tag_id"])
                 valid = tagged if valid is None else pc.and_(valid, tagged)
-            if valid is not None:
+            # the plan's columns only, and filtered only if a row must go: a filter copies what it
+            # keeps (2 M raw rows: 0.66 s filtering all twelve columns, most of a node's batch)
+            batch = batch.select([name for name, _ in self.plan.columns])
+            if hidden:
+                batch = batch.append_column(WEIGHT, hidden[WEIGHT]).append_column(CLUSTER, hidden[CLUSTER])
+            if valid is not None and not pc.all(valid).as_py():
                 batch = batch.filter(valid)
         if PROGRESS_COLUMN in names:
             is_marker = pc.fill_null(batch[PROGRESS_COLUMN], False)
