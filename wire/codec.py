@@ -142,7 +142,9 @@ def decode_sample_rows(value: bytes | None, quantities: Sequence[str], arrival_m
 
 
 def is_sensor_batch(headers: Iterable[tuple[str, bytes]] | None) -> bool:
-    return any(name == RECORD_TYPE_HEADER and value == SENSOR_BATCH for name, value in headers or ())
+    if not headers:   # a read cycle's usual case, per record on the hot path
+        return False
+    return any(name == RECORD_TYPE_HEADER and value == SENSOR_BATCH for name, value in headers)
 
 
 def ms_to_datetime(ms: int) -> dt.datetime:
