@@ -223,7 +223,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.triage_s = int(options.get("triage_ms", "0")) / 1000
         self.tasks = max(1, int(options.get("tasks", "1")))
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
-        self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
+        self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)

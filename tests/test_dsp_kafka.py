@@ -185,3 +185,34 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     estimate = sum(w["n"] for w in windows)
     spread = math.sqrt(sum((w["error_bound"] / BOUND_Z) ** 2 for w in windows))
     assert abs(estimate - 30_000) <= 5 * spread + 5, (estimate, spread)
+
+
+def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(servers, tmp_path):
+    """`handoff_dir` (a local Spark): the range's rows go to the driver in an Arrow file, the same
+    rows, and the reader checks a child's rows against its own columns, not the handoff's."""
+    import pyarrow as pa
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+
+    from dsp.kafka_source import HANDOFF_COLUMN, KafkaStreamReader, OffsetRange, take_handoff
+    from wire.codec import encode_row_batch
+
+    topic = "hifi.view.handoff-test.counts"
+    bus.ensure_topics(servers.bootstrap, [topic])
+    producer = bus.make_producer(servers.bootstrap)
+    for batch_id in range(3):
+        producer.send(topic, value=encode_row_batch("child", "counts", ["tag_id", "reads"],
+                                                    [(f"t{batch_id}", batch_id), ("u", 7)], batch_id, 0))
+    producer.send(topic, value=b"not a RowBatch")
+    producer.flush()
+    rows = StructType([StructField("tag_id", StringType()), StructField("reads", LongType()),
+                       StructField("__progress", BooleanType())])
+    options = {"bootstrap": servers.bootstrap, "topics": topic, "format": "rows", "markers": "true"}
+    plain = KafkaStreamReader(rows, options)
+    handing = KafkaStreamReader(StructType([StructField(HANDOFF_COLUMN, StringType()), *rows.fields]),
+                                {**options, "handoff_dir": str(tmp_path / "handoff")})
+    assert handing.columns == plain.columns
+    sent = pa.Table.from_batches(list(plain.read(OffsetRange(topic, 0, 0, 4))))
+    (named,) = list(handing.read(OffsetRange(topic, 0, 0, 4)))
+    taken = take_handoff(pa.Table.from_batches([named]))
+    assert taken.to_pylist() == sent.to_pylist() and sent.num_rows == 6
+    assert not list((tmp_path / "handoff").iterdir())   # the file is taken away
