@@ -197,7 +197,7 @@ def sweep_handoff(directory: str, older_than_s: float = 0.0) -> None:
 class KafkaStreamReader(DataSourceStreamReader):
     ROWS_PER_ARROW_BATCH = 20_000
     # A partition's new records are split among at most `tasks` tasks (option, default 1: Spark's
-    # cores), none under RECORDS_PER_TASK records: a task has a fixed cost, and a worker taking a
+    # cores), and into pieces of RECORDS_PER_TASK records or more: a task has a fixed cost, and a worker taking a
     # partition's next range first reads the one before it for its duplicate look-back (wire.intake,
     # 10 000 records: their keys only, ~2.5 µs a record against ~20 µs to decode a 10-reading one).
     RECORDS_PER_TASK = 5_000

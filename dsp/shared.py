@@ -1,7 +1,8 @@
 """A node's shared runtime: each input topic read once per micro-batch, every plan fed from it.
 
 One Spark streaming query per input (a *reader*: the node's raw topic, each child view it
-reads) hands each micro-batch to the driver as Arrow (`toArrow`), where every part reading that
+reads) hands each micro-batch to the driver as Arrow (on a local Spark in files its tasks write,
+dsp.kafka_source's `handoff_dir`; on a cluster through Spark, `toArrow`), where every part reading that
 topic — standing views and user query parts alike — evaluates it (dsp.engine) and writes its
 rows and progress markers to its output topic. Adding a query adds its operators to the
 node's pipeline: no new Kafka read, Python data-source runner, per-batch planning or state store.
