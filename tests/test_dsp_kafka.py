@@ -216,3 +216,24 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
     taken = take_handoff(pa.Table.from_batches([named]))
     assert taken.to_pylist() == sent.to_pylist() and sent.num_rows == 6
     assert not list((tmp_path / "handoff").iterdir())   # the file is taken away
+
+
+def test_a_long_range_read_with_librdkafka_is_the_range_kafka_python_reads(servers):
+    from kafka import TopicPartition
+
+    from wire import range_fetch
+
+    topic = "hifi.raw.range-fetch-test"
+    bus.ensure_topics(servers.bootstrap, [topic])
+    producer = bus.make_producer(servers.bootstrap)
+    for cycle in range(range_fetch.LIBRDKAFKA_FROM + 500):
+        producer.send(topic, key=b"r1", value=encode_read_cycle("r1", cycle, 1_800_000_000_000,
+                                                                [TagObservation("t", 1, 0.5)])[1],
+                      headers=[("hifi-type", b"x")] if cycle % 7 == 0 else None)
+    producer.flush()
+    start, end = 100, range_fetch.LIBRDKAFKA_FROM + 400   # inside the log: both ends cut a fetch
+    ours = [(r.offset, r.value, r.headers or None, r.timestamp)
+            for r in range_fetch.read_range(servers.bootstrap, topic, 0, start, end)]
+    theirs = [(r.offset, r.value, r.headers or None, r.timestamp)
+              for r in bus.read_range(bus.make_consumer(servers.bootstrap), TopicPartition(topic, 0), start, end)]
+    assert ours == theirs and [o for o, *_ in ours] == list(range(start, end))

@@ -4,7 +4,8 @@ Every other client of the project is kafka-python (wire.bus). A reader's fetch i
 cost per record decides a node's capacity: kafka-python parses each record batch in Python, ~11 µs a
 record (measured on the 2-core machine: 900 k readings/s = 90 k records/s of 10 readings, and that
 before a row is decoded), where librdkafka parses in C: the same topic in 0.09 s against 0.55 s,
-5.5 M readings/s. Records come back as `Record`s, the fields readers use of kafka-python's.
+5.5 M readings/s. Records come back as `Record`s, the fields readers use of kafka-python's. A short
+range (LIBRDKAFKA_FROM) is read with kafka-python.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from wire import bus
 from wire.bus import client_security
+
+# A micro-batch of a hierarchy's steady state holds a few records a partition; there librdkafka's
+# first fetch after an assignment took up to 0.8 s now and then (p95 15 ms; measured over
+# `hifi bench pipeline`: its p95 latency rose from 6.7-6.9 s to 7.7-9.5 s), and kafka-python's per
+# record cost does not matter. Past this many records, librdkafka.
+LIBRDKAFKA_FROM = 1_000
 
 
 class Record(NamedTuple):
@@ -40,6 +48,7 @@ def make_range_consumer(bootstrap: str) -> Consumer:
     # fell from 444 k to 205 k readings/s.
     config = {"bootstrap.servers": bootstrap, "group.id": "hifi-range-reader", "enable.auto.commit": False,
               "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
+              "isolation.level": "read_uncommitted",   # as kafka-python reads, every other client here
               "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.bytes": 64 * 1024 * 1024,
               "enable.partition.eof": False, "log.connection.close": False,
               # its log through Python's (a worker's stderr is Spark's log): a broker going away at
@@ -64,9 +73,15 @@ def _consumer(bootstrap: str) -> Consumer:
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                idle_timeout_s: float = 5.0) -> Iterator[Record]:
-    """Yield the records of one partition with start <= offset < end, in order (as
-    wire.bus.read_range does with kafka-python)."""
+    """Yield the records of one partition with start <= offset < end, in order: a range of fewer
+    than LIBRDKAFKA_FROM records with kafka-python (wire.bus.read_range, whose records have the same
+    fields), a longer one with librdkafka."""
     if start >= end:
+        return
+    if end - start < LIBRDKAFKA_FROM:
+        from kafka import TopicPartition as KafkaTopicPartition
+
+        yield from bus.read_range(bus.shared_consumer(bootstrap), KafkaTopicPartition(topic, partition), start, end)
         return
     consumer = _consumer(bootstrap)
     consumer.assign([TopicPartition(topic, partition, start)])
