@@ -98,9 +98,12 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(error)
+                    # the client's own troubles (its group coordinator, which assign-only reading
+                    # never uses, may be denied to a node under ACLs) are not the range's
+                    if message.topic() == topic and message.partition() == partition \
+                            and error.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(error)
+                    continue
                 offset = message.offset()
                 if message.partition() != partition or message.topic() != topic or offset < position:
                     continue   # left from an earlier assignment, or before the start
