@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from kafka import TopicPartition as KafkaTopicPartition
 
 from wire import bus
 from wire.bus import client_security
@@ -79,8 +80,6 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
     if start >= end:
         return
     if end - start < LIBRDKAFKA_FROM:
-        from kafka import TopicPartition as KafkaTopicPartition
-
         yield from bus.read_range(bus.shared_consumer(bootstrap), KafkaTopicPartition(topic, partition), start, end)
         return
     consumer = _consumer(bootstrap)
