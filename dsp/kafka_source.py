@@ -3,7 +3,7 @@
 Options:
   bootstrap  broker address list
   topics     comma-separated topics, read as one stream (a parent's union of child views)
-  format     "rfid"  raw RfidReadCycle records -> one row per tag read (wire.codec.RAW_RFID_DDL),
+  format     "rfid"  raw RfidReadCycle records -> one row per tag read (wire.cycle_columns.RAW_RFID_DDL),
                      with `error` set on rows of records that fail validation; sensor sample
                      batches on the same topic (header hifi-type: sensor-batch) are skipped
              "samples"  the mote sample batches of a raw topic -> one row per sample of the schema
@@ -83,7 +83,6 @@ from dsp.triage import Triage
 from wire import bus, range_fetch
 from wire.codec import (
     RAW_RFID_COLUMNS,
-    RAW_RFID_DDL,
     DecodedBatch,
     Histograms,
     batch_identity,
@@ -97,7 +96,7 @@ from wire.codec import (
     parse_row_batch,
     project_rows,
 )
-from wire.cycle_columns import RawCycle, decode_cycles, rows_table
+from wire.cycle_columns import RAW_RFID_DDL, RawCycle, decode_cycles, rows_table
 from wire.intake import (
     DUPLICATE,
     DUPLICATE_BATCH,

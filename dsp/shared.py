@@ -310,15 +310,16 @@ class SharedRuntime:
             self._intend(key, batch_id)
             # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
             # 2 M-row batch, measured), and before the batch is recorded
-            archiving = threading.Thread(target=self._archive, args=(key, batch_id, table), name="archive-batch")
+            archiving = None
             if reader is not None and not reader.owner:
+                archiving = threading.Thread(target=self._archive, args=(key, batch_id, table), name="archive-batch")
                 archiving.start()
             try:
                 try:
                     for part in parts:
                         self._feed(part, topic, table, producer, sent, reports)
                 finally:
-                    if archiving.is_alive():
+                    if archiving is not None:
                         archiving.join()
                 bus.deliver(producer, sent)
                 if sent:

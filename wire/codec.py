@@ -24,11 +24,6 @@ BAD_VALUES = (DecodeError, ValueError, OverflowError, OSError, RecursionError)
 
 RAW_RFID_COLUMNS = ("receptor_id", "tag_id", "antenna", "read_strength", "ts", "cycle",
                     "partition", "offset", "error", "payload")
-# a raw reader's rows: the decoded columns, then Data Triage's (dsp.triage): what a row weighs
-# (1 exact, k sampled 1 in k, 0 the row naming the range sampled, from `offset` to `triaged_to`)
-RAW_RFID_DDL = ("receptor_id STRING, tag_id STRING, antenna INT, read_strength DOUBLE, ts TIMESTAMP, "
-                "cycle BIGINT, partition INT, offset BIGINT, error STRING, payload BINARY, weight INT, "
-                "triaged_to BIGINT")
 
 
 @dataclass(frozen=True)
