@@ -54,6 +54,7 @@ it holds only plain options, and clients live in per-process caches (wire.bus).
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import json
 import os
 import time
@@ -260,7 +261,19 @@ class KafkaStreamReader(DataSourceStreamReader):
         return None
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
-        """The range's rows (with `handoff_dir`: one row naming the file that holds them)."""
+        """The range's rows (with `handoff_dir`: one row naming the file that holds them).
+        Python's cyclic garbage collector is off meanwhile: a range makes a few small objects per
+        record and no cycles, and the collections their count set off took ~10 % of a reader's
+        time (measured: 3.5 -> 1.0 µs a record in the loop over the fetched records)."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            yield from self._read(partition)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         if not self.handoff_dir:
             yield from self._rows(partition)
             return

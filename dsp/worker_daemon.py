@@ -8,6 +8,14 @@ the whole work of a typical HiFi micro-batch. Archives on the path never change 
 lives, so here the invalidation skips zip importers and still refreshes directory finders.
 (Since dsp/python_worker.sh the Spark archives are off a local worker's path; this still saves
 the cost when PYSPARK_PYTHON is set by the user, and for any other archive on the path.)
+
+The daemon also imports, once, the modules a HiFi reader's task imports (WORKER_MODULES), so each
+worker it forks has them already: Spark forks a new worker whenever no idle one is at hand (the
+second task of a backlog, the first after a minute without tasks), and that worker spent ~0.4 s
+importing them on an idle machine, ~0.7 s beside a busy reader (measured). Spark's own daemon
+imports nothing before forking, in case an import starts threads; these start only pyarrow's
+allocator thread (jemalloc, which takes its locks around a fork) and a waiting thread pool that
+Arrow restarts in a forked child (tests/test_worker_daemon.py forks one and uses them).
 """
 
 from __future__ import annotations
@@ -16,6 +24,15 @@ import importlib
 import importlib.machinery
 import sys
 import zipimport
+
+# what a reader's task imports (dsp.kafka_source, and through it wire, protos and both Kafka
+# clients), the pyarrow.compute of its hot path and the MDR client of its ingest statistics
+WORKER_MODULES = ("dsp.kafka_source", "wire.cycle_columns", "pyarrow.compute", "mdr.repository")
+
+
+def preload() -> None:
+    for name in WORKER_MODULES:
+        importlib.import_module(name)
 
 
 def invalidate_caches_except_archives() -> None:
@@ -34,6 +51,7 @@ def invalidate_caches_except_archives() -> None:
 
 if __name__ == "__main__":
     importlib.invalidate_caches = invalidate_caches_except_archives
+    preload()
     from pyspark.daemon import manager
 
     manager()

@@ -183,8 +183,7 @@ def _standby() -> argparse.Namespace:
     from dsp.session import spark_session
     from services.cli import build_parser
 
-    spark = spark_session("hifi-standby")
-    spark.sparkContext.parallelize([0], 1).map(lambda x: x + 1).collect()   # the Python worker daemon up
+    spark_session("hifi-standby")   # Spark and its Python workers up (dsp.session.start_python_workers)
     _progress("standby: warm, waiting for the node to become")
     line = sys.stdin.readline()
     if not line.strip():

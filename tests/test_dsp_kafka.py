@@ -1,5 +1,6 @@
 """The DSP's Kafka reader and writer on real Spark and a real broker."""
 
+import gc
 import math
 import time
 
@@ -215,6 +216,7 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
     (named,) = list(handing.read(OffsetRange(topic, 0, 0, 4)))
     taken = take_handoff(pa.Table.from_batches([named]))
     assert taken.to_pylist() == sent.to_pylist() and sent.num_rows == 6
+    assert gc.isenabled()   # off only while a range is read (KafkaStreamReader.read)
     assert not list((tmp_path / "handoff").iterdir())   # the file is taken away
 
 
