@@ -4,6 +4,7 @@ that are not canonical, duplicates — in any mix and order."""
 
 import datetime as dt
 import math
+from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,13 +62,17 @@ def one_by_one(values, weights, heartbeat: bool) -> list[tuple]:
 @given(st.lists(raw_record(), max_size=25), st.booleans(), st.data())
 def test_a_run_decodes_to_the_rows_of_each_record_in_order(values, heartbeat, data):
     weights = [data.draw(st.sampled_from([1, 1, 7])) for _ in values]
+    valid_cycles: Counter[str] = Counter()
     table = decode_cycles([RawCycle(v, o, NOW, w) for o, (v, w) in enumerate(zip(values, weights, strict=True))],
-                          3, heartbeat, RULES, RecentCycles(0))
+                          3, heartbeat, RULES, RecentCycles(0), valid_cycles)
     expected = one_by_one(values, weights, heartbeat)
     got = [tuple(row.values()) for row in table.to_pylist()]
     assert table.column_names == [*RAW_RFID_COLUMNS, "weight", "triaged_to"]
     assert len(got) == len(expected)
     assert [plain(r) for r in got] == [plain(r) for r in expected]
+    # the valid cycles counted are those decode_read_cycle gives a heartbeat row, heartbeats asked or not
+    beats = Counter(row[0] for row in one_by_one(values, weights, True) if row[1] is None and row[8] is None)
+    assert valid_cycles == beats
 
 
 def test_a_long_run_of_good_cycles_is_read_column_wise_and_a_bad_one_in_it_refused_alone():

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import random
+from collections import Counter
 
 import pytest
 
@@ -121,7 +122,8 @@ def test_the_ingest_tally_counts_readings_cycles_weak_reads_and_refusals_per_rec
         reads = [TagObservation(f"t{i}", 1, strength) for i, strength in enumerate(strengths)]
         records.append(RawCycle(encode_read_cycle(receptor, cycle, ts, reads)[1], offset, ts))
     records.append(RawCycle(b"\xff garbage", 4, 5000))
-    tally.add(decode_cycles(records, 0, heartbeat=True, recent=RecentCycles(0)))
+    valid_cycles: Counter[str] = Counter()
+    tally.add(decode_cycles(records, 0, recent=RecentCycles(0), valid_cycles=valid_cycles), valid_cycles)
     assert (tally.good, tally.cycles, tally.max_event_ms, len(tally.dead), tally.duplicates) == (4, 3, 3000, 1, 1)
     assert tally.per_receptor == {"r1:reads": 3, "r2:reads": 1, "r1:cycles": 2, "r2:cycles": 1,
                                   "r1:weak": 1, "r2:weak": 1}

@@ -20,6 +20,7 @@ in record order.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -49,6 +50,7 @@ _SPARK_TYPES = {pa.string(): "STRING", pa.int32(): "INT", pa.int64(): "BIGINT", 
                 pa.binary(): "BINARY", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
 RAW_RFID_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in RAW_RFID_SCHEMA)
 _DECODED = pa.struct(list(RAW_RFID_SCHEMA)[:len(RAW_RFID_COLUMNS)])
+ERROR = RAW_RFID_COLUMNS.index("error")
 
 
 class RawCycle(NamedTuple):   # (a NamedTuple: a frozen dataclass costs ~1 µs a record to make)
@@ -74,9 +76,13 @@ class _Accepted(NamedTuple):
 
 
 def decode_cycles(records: Sequence[RawCycle], partition: int, heartbeat: bool = False,
-                  rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None) -> pa.Table:
+                  rules: IntakeRules = NO_RULES, recent: RecentCycles | None = None,
+                  valid_cycles: Counter[str] | None = None) -> pa.Table:
     """The rows (RAW_RFID_SCHEMA, `triaged_to` null) decode_read_cycle makes of each record, in
-    order. `recent` is fed every record, in order, as decode_read_cycle feeds it."""
+    order. `recent` is fed every record, in order, as decode_read_cycle feeds it. `valid_cycles`:
+    each valid read cycle's receptor counted there (what a heartbeat row stands for), so a reader
+    counting cycles needs no heartbeat rows: making them, then filtering them out again, was a
+    fifth of the data listener's time (measured: 5.0 against 2.65 µs a record for a run's columns)."""
     pieces: list[pa.Table] = []
     run: list[_Accepted] = []
     rows: list[tuple] = []
@@ -94,13 +100,17 @@ def decode_cycles(records: Sequence[RawCycle], partition: int, heartbeat: bool =
                                  msg.timestamp_ms, len(msg.reads)))
             continue
         if run:
-            pieces.extend(_run_tables(run, partition, heartbeat))
+            pieces.extend(_run_tables(run, partition, heartbeat, valid_cycles))
             run = []
-        found = [error] if error is not None else reading_rows(msg, record.value, partition, record.offset, heartbeat)
+        if error is None:
+            found = reading_rows(msg, record.value, partition, record.offset, heartbeat)
+            _count_valid(valid_cycles, msg.receptor_id, found)
+        else:
+            found = [error]
         rows.extend(found)
         weights.extend([record.weight] * len(found))
     if run:
-        pieces.extend(_run_tables(run, partition, heartbeat))
+        pieces.extend(_run_tables(run, partition, heartbeat, valid_cycles))
     if rows:
         pieces.append(rows_table(rows, weights))
     return pa.concat_tables(pieces) if pieces else RAW_RFID_SCHEMA.empty_table()
@@ -117,7 +127,15 @@ def rows_table(rows: list[tuple], weights: list[int], triaged_to: int | None = N
                                 schema=RAW_RFID_SCHEMA)
 
 
-def _run_tables(run: list[_Accepted], partition: int, heartbeat: bool) -> list[pa.Table]:
+def _count_valid(valid_cycles: Counter[str] | None, receptor_id: str, rows: list[tuple]) -> None:
+    """Count a cycle accepted as a whole whose reading rows are `rows`: valid unless a reading
+    was refused (then its one row is an error row)."""
+    if valid_cycles is not None and not (rows and rows[0][ERROR] is not None):
+        valid_cycles[receptor_id] += 1
+
+
+def _run_tables(run: list[_Accepted], partition: int, heartbeat: bool,
+                valid_cycles: Counter[str] | None) -> list[pa.Table]:
     """A run of accepted records as tables, split where columns and readings do not line up."""
     import pyarrow.compute as pc  # here: every Python worker imports wire; this costs ~40 ms
 
@@ -134,13 +152,17 @@ def _run_tables(run: list[_Accepted], partition: int, heartbeat: bool) -> list[p
         bad = pc.any(pc.or_(pc.or_(pc.is_nan(strength), pc.is_inf(strength)), pc.less(strength, 0))).as_py() or \
             (reads and pc.max(antenna).as_py() > INT_MAX)
         if not bad:
+            if valid_cycles is not None:
+                valid_cycles.update(a.receptor_id for a in run)
             return [_columns_table(run, columns.reads.tag_id, antenna.cast(pa.int32()), strength, partition, heartbeat)]
     if len(run) > 1:
         half = len(run) // 2
-        return _run_tables(run[:half], partition, heartbeat) + _run_tables(run[half:], partition, heartbeat)
+        return (_run_tables(run[:half], partition, heartbeat, valid_cycles)
+                + _run_tables(run[half:], partition, heartbeat, valid_cycles))
     (one,) = run
     msg = hifi_pb2.RfidReadCycle.FromString(one.value)
     found = reading_rows(msg, one.value, partition, one.offset, heartbeat)
+    _count_valid(valid_cycles, one.receptor_id, found)
     return [rows_table(found, [one.weight] * len(found))]
 
 
