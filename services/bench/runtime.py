@@ -64,7 +64,7 @@ def one_edge_topology() -> Topology:
 
 def tree_cpu_s(root: int | None = None, leave_out: set[int] | frozenset[int] = frozenset()) -> float:
     """CPU seconds (user + system) of process `root` (default: this one) and all its descendants
-    but those in `leave_out` and theirs."""
+    but those in `leave_out` and theirs, those that have ended included."""
     root = root or os.getpid()
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
@@ -77,7 +77,9 @@ def tree_cpu_s(root: int | None = None, leave_out: set[int] | frozenset[int] = f
         except OSError:
             continue
         parents[int(entry)] = int(fields[1])
-        times[int(entry)] = (int(fields[11]) + int(fields[12])) / TICKS
+        # with its children's that have ended (cutime, cstime): Spark ends a Python worker idle
+        # for a minute, and its CPU must not leave the sum (an idle node measured -0.000 cores)
+        times[int(entry)] = sum(int(f) for f in fields[11:15]) / TICKS
     total, stack = 0.0, [root]
     while stack:
         pid = stack.pop()
