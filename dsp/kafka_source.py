@@ -484,10 +484,15 @@ class IngestTally:
                 else:
                     self.dead.append(Refusal(row["offset"], row["error"], row["payload"] or b""))
         self.cycles_of.update(valid_cycles)
-        reads = table.filter(pc.and_(pc.is_null(error), pc.is_valid(table.column("tag_id"))))
-        self.reads.update(_counts(reads.column("receptor_id")))
-        self.weak.update(_counts(reads.filter(pc.less(reads.column("read_strength"), self.weak_below))
-                                 .column("receptor_id")))
+        # the three columns counted, filtered only if a row must go (a chunk's usual case: every
+        # row a reading): filtering the whole table was most of the tally's time
+        reads = table.select(["receptor_id", "read_strength", "ts"])
+        tags = table.column("tag_id")
+        if error.null_count < len(error) or tags.null_count:
+            reads = reads.filter(pc.and_(pc.is_null(error), pc.is_valid(tags)))
+        receptors = reads.column("receptor_id")
+        self.reads.update(_counts(receptors))
+        self.weak.update(_counts(pc.filter(receptors, pc.less(reads.column("read_strength"), self.weak_below))))
         newest = pc.max(reads.column("ts")).as_py()
         if newest is not None and (self.newest is None or newest > self.newest):
             self.newest = newest
