@@ -32,6 +32,7 @@ from wire.codec import (
     BAD_VALUES,
     INT_MAX,
     RAW_RFID_COLUMNS,
+    cycle_head,
     cycle_refusal,
     parse_read_cycle,
     reading_rows,
@@ -88,27 +89,27 @@ def decode_cycles(records: Sequence[RawCycle], partition: int, heartbeat: bool =
     rows: list[tuple] = []
     weights: list[int] = []
     msg = hifi_pb2.RfidReadCycle()
-    for record in records:
-        parsed, error = parse_read_cycle(record.value, partition, record.offset, msg)
+    for value, offset, arrival_ms, weight in records:
+        parsed, error = parse_read_cycle(value, partition, offset, msg)
         if parsed is not None:
-            error = cycle_refusal(msg, record.value, partition, record.offset, record.arrival_ms, rules, recent)
-        if error is None and msg.ByteSize() == len(record.value):
-            if rows:
-                pieces.append(rows_table(rows, weights))
-                rows, weights = [], []
-            run.append(_Accepted(record.value, record.offset, record.weight, msg.receptor_id, msg.cycle,
-                                 msg.timestamp_ms, len(msg.reads)))
-            continue
+            head = cycle_head(msg)
+            error = cycle_refusal(head, value, partition, offset, arrival_ms, rules, recent)
+            if error is None and msg.ByteSize() == len(value):
+                if rows:
+                    pieces.append(rows_table(rows, weights))
+                    rows, weights = [], []
+                run.append(_Accepted(value, offset, weight, *head, len(msg.reads)))
+                continue
         if run:
             pieces.extend(_run_tables(run, partition, heartbeat, valid_cycles))
             run = []
         if error is None:
-            found = reading_rows(msg, record.value, partition, record.offset, heartbeat)
-            _count_valid(valid_cycles, msg.receptor_id, found)
+            found = reading_rows(msg, value, partition, offset, heartbeat)
+            _count_valid(valid_cycles, head[0], found)
         else:
             found = [error]
         rows.extend(found)
-        weights.extend([record.weight] * len(found))
+        weights.extend([weight] * len(found))
     if run:
         pieces.extend(_run_tables(run, partition, heartbeat, valid_cycles))
     if rows:
