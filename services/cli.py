@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
     bench.add_argument("--readings", type=int, default=500_000,
                        help="capacity: readings published to the edge node (default 500000)")
+    bench.add_argument("--drains", type=int, default=3,
+                       help="capacity: backlogs published and drained one after another; the median rate is "
+                            "printed, each beside it (default 3)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 50],
                        help="sharing: how many user queries to run, one hierarchy each (default 1 10 50)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")

@@ -782,7 +782,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
 
         if args.which == "capacity":
-            _say(capacity_table(run_capacity_bench(args.readings, _progress)))
+            if args.readings <= 0 or args.drains <= 0:
+                raise CLIError("--readings and --drains must be positive")
+            _say(capacity_table(run_capacity_bench(args.readings, _progress, args.drains)))
         elif args.which == "idle":
             _say(f"cores used by one edge node and the core, standing views, no input: "
                  f"{run_idle_bench(args.duration, _progress):.3f}")
