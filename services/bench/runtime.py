@@ -1,7 +1,7 @@
 """`hifi bench idle`, `sharing` and `capacity`: what the DSP runtime costs a node.
 
 capacity the readings/s that edge node's standing views take in (a backlog published faster than
-         it reads), beside kafka-python's rate fetching the same topic.
+         it reads; the median of several), beside kafka-python's rate fetching the same topic.
 idle     one edge node (and the core above it) with its standing views and no input: the CPU the
          whole process tree (driver, Spark's JVM, its Python workers) uses, in cores.
 sharing  the same hierarchy with its agents running and 1, 10, 50 user queries over the edge's
@@ -16,6 +16,7 @@ in this process; compare counts as ratios within one run (the machine is shared)
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -266,8 +267,6 @@ def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: 
                    progress: Callable[[str], None]) -> tuple[float, float]:
     """One backlog published with the reader stopped, then drained: (readings/s over the
     micro-batches, seconds from the reader's restart to the end)."""
-    import json
-
     from dsp.manager import last_progress
     from wire import bus
 
@@ -301,8 +300,6 @@ def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: 
 
 def _records_between(start, end) -> int:
     """Records from one progress report's startOffset to its endOffset ({"topic:partition": n})."""
-    import json
-
     start = json.loads(start) if isinstance(start, str) else (start or {})
     end = json.loads(end) if isinstance(end, str) else (end or {})
     return sum(int(n) - int(start.get(key, 0)) for key, n in end.items())
