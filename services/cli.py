@@ -296,8 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
     bench.add_argument("--plot", default="bench-cleaning.png",
                        help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
-    bench.add_argument("--readings", type=int, default=500_000,
-                       help="capacity: readings published to the edge node (default 500000)")
+    bench.add_argument("--readings", type=int, default=2_000_000,
+                       help="capacity: readings published to the edge node per backlog (default 2000000)")
     bench.add_argument("--drains", type=int, default=3,
                        help="capacity: backlogs published and drained one after another; the median rate is "
                             "printed, each beside it (default 3)")
