@@ -26,8 +26,9 @@ import sys
 import zipimport
 
 # what a reader's task imports (dsp.kafka_source, and through it wire, protos and both Kafka
-# clients), the pyarrow.compute of its hot path and the MDR client of its ingest statistics
-WORKER_MODULES = ("dsp.kafka_source", "wire.cycle_columns", "pyarrow.compute", "mdr.repository")
+# clients), and what it imports late: the pyarrow.compute of its hot path and the MDR client of its
+# ingest statistics
+WORKER_MODULES = ("dsp.kafka_source", "pyarrow.compute", "mdr.repository")
 
 
 def preload() -> None:

@@ -24,8 +24,8 @@ CHILD = textwrap.dedent("""
         grouped = back.group_by("s", use_threads=True).aggregate([("x", "sum")])
         ok = pc.sum(back["x"]).as_py() == sum(range(200_000)) and grouped.num_rows == 97
         os._exit(0 if ok and all(m in sys.modules for m in WORKER_MODULES) else 1)
-    _, status = os.waitpid(pid, 0)
-    sys.exit(os.waitstatus_to_exitcode(status) if os.waitstatus_to_exitcode(status) >= 0 else 3)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    sys.exit(code if code >= 0 else 3)   # negative: ended by a signal (the alarm)
 """)
 
 

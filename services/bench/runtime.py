@@ -280,8 +280,7 @@ def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: 
     handle = readers._get(reader).handle
 
     def reached_the_end() -> bool:
-        offsets = (last_progress(handle).get("sources") or [{}])[0].get("endOffset") or "{}"
-        offsets = json.loads(offsets) if isinstance(offsets, str) else offsets
+        offsets = _offsets((last_progress(handle).get("sources") or [{}])[0].get("endOffset"))
         return all(int(offsets.get(key, -1)) >= end for key, end in ends.items())
 
     while not reached_the_end():
@@ -298,10 +297,14 @@ def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: 
     return records * READS_PER_CYCLE / (busy_ms / 1000), drain
 
 
+def _offsets(value) -> dict:
+    """A progress report's offsets ({"topic:partition": n}), which Spark gives as JSON text or not."""
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
 def _records_between(start, end) -> int:
-    """Records from one progress report's startOffset to its endOffset ({"topic:partition": n})."""
-    start = json.loads(start) if isinstance(start, str) else (start or {})
-    end = json.loads(end) if isinstance(end, str) else (end or {})
+    """Records from one progress report's startOffset to its endOffset."""
+    start, end = _offsets(start), _offsets(end)
     return sum(int(n) - int(start.get(key, 0)) for key, n in end.items())
 
 
