@@ -152,26 +152,33 @@ def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns
                  markers: bool = False, event_time: str = "", heartbeats: bool = False) -> DataFrame:
     """The `hifi_kafka` stream of `topics` in a reader's shape (dsp.kafka_source): raw readings
     with their `error` column, or a view's `columns` with a marker row per progress marker."""
-    reader = (ctx.spark.readStream.format("hifi_kafka").option("bootstrap", ctx.bootstrap)
-              .option("topics", ",".join(topics)).option("format", fmt)
-              .option("heartbeats", str(heartbeats).lower()).option("intake", ctx.intake.to_option())
-              .option("mdr_url", ctx.mdr_url))
+    return kafka_stream(ctx.spark, reader_options(ctx, topics, fmt, columns, markers, event_time, heartbeats))
+
+
+def kafka_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
+    return spark.readStream.format("hifi_kafka").options(**options).load()
+
+
+def reader_options(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns: Sequence[tuple[str, str]] = (),
+                   markers: bool = False, event_time: str = "", heartbeats: bool = False) -> dict[str, str]:
+    """The options of topic_reader's source (what dsp.kafka_source's reader is made of)."""
+    options = {"bootstrap": ctx.bootstrap, "topics": ",".join(topics), "format": fmt,
+               "heartbeats": str(heartbeats).lower(), "intake": ctx.intake.to_option(), "mdr_url": ctx.mdr_url}
     if fmt == "samples":
-        reader = reader.option("schema", ddl(columns))
+        options["schema"] = ddl(columns)
     if fmt == "rows":
         shape = [*columns, (PROGRESS_COLUMN, "boolean")] if markers else list(columns)
-        reader = (reader.option("schema", ddl(shape)).option("markers", str(markers).lower())
-                  .option("event_time", event_time))
+        options.update(schema=ddl(shape), markers=str(markers).lower(), event_time=event_time)
     if ctx.handoff_dir:
-        reader = reader.option("handoff_dir", ctx.handoff_dir)
-    reader = reader.option("tasks", str(ctx.spark.sparkContext.defaultParallelism))
+        options["handoff_dir"] = ctx.handoff_dir
+    options["tasks"] = str(ctx.spark.sparkContext.defaultParallelism)
     if ctx.start_offsets is not None:
         mine = {key: offset for key, offset in ctx.start_offsets.items() if key.rpartition(":")[0] in topics}
-        reader = reader.option("startingOffsets", json.dumps(mine))
+        options["startingOffsets"] = json.dumps(mine)
     if ctx.ingest is not None and topics == (ctx.ingest.raw_topic,):
-        reader = (reader.option("ingest_node", ctx.ingest.node).option("mdr_url", ctx.ingest.mdr_url)
-                  .option("weak_below", str(ctx.ingest.weak_below)).option("triage_ms", str(ctx.ingest.triage_ms)))
-    return reader.load()
+        options.update(ingest_node=ctx.ingest.node, mdr_url=ctx.ingest.mdr_url, weak_below=str(ctx.ingest.weak_below),
+                       triage_ms=str(ctx.ingest.triage_ms))
+    return options
 
 
 def _read_topic(source: Source, topics: tuple[str, ...], ctx: CompileContext, valid_only: bool,

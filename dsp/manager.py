@@ -107,6 +107,10 @@ class DSPManager:
     def checkpoint(self, query_id: str) -> str:
         return os.path.join(self.state_dir, query_id.replace("/", "_"))
 
+    def spark_checkpoint(self, query_id: str) -> str:
+        """Spark's own checkpoint of the query (its offset and commit logs, its state store)."""
+        return os.path.join(self.checkpoint(query_id), "spark")
+
     def _launch(self, managed: ManagedQuery) -> None:
         assert managed.start is not None
         managed.handle = managed.start()
@@ -117,7 +121,7 @@ class DSPManager:
 
     def _writer(self, df, query_id: str):
         return (df.writeStream.queryName(self._name(query_id))
-                .option("checkpointLocation", os.path.join(self.checkpoint(query_id), "spark"))
+                .option("checkpointLocation", self.spark_checkpoint(query_id))
                 .trigger(processingTime=f"{self.trigger_ms} milliseconds"))
 
     def _claims_ingest(self, plan: Plan, skips_backlog: bool) -> bool:
@@ -276,13 +280,15 @@ class DSPManager:
                         managed.error, managed.failed_at = failure_cause(str(again)), now
             return list(self._queries.values())
 
-    def progress(self) -> dict[str, float]:
-        """Input rate (rows/s read from the node's inputs) and rows dropped as late by watermarks.
+    def progress(self, leave_out: str = "") -> dict[str, float]:
+        """Input rate (rows/s read from the node's inputs) and rows dropped as late by watermarks,
+        of the queries but those whose id starts with `leave_out` (if given).
 
         An edge node's input is its raw topic, read by the data-listener query; other nodes'
         inputs are their children's views, read by all their queries.
         """
-        running = [m for m in self.queries() if m.status == "running" and m.handle is not None]
+        running = [m for m in self.queries() if m.status == "running" and m.handle is not None
+                   and not (leave_out and m.query_id.startswith(leave_out))]
         rate, late = 0.0, 0
         for managed in running:
             last = last_progress(managed.handle)

@@ -4,8 +4,12 @@ One Spark streaming query per input (a *reader*: the node's raw topic, each chil
 reads) hands each micro-batch to the driver as Arrow (on a local Spark in files its tasks write,
 dsp.kafka_source's `handoff_dir`; on a cluster through Spark, `toArrow`), where every part reading that
 topic — standing views and user query parts alike — evaluates it (dsp.engine) and writes its
-rows and progress markers to its output topic. Adding a query adds its operators to the
-node's pipeline: no new Kafka read, Python data-source runner, per-batch planning or state store.
+rows and progress markers to its output topic. A small batch (one task's worth of records: a
+hierarchy's steady state) the driver reads itself, from the bounds Spark logged for it
+(dsp.offset_log, KafkaStreamReader.read_here): Spark still decides the batches, checkpoints
+their offsets and replays them, but a job for a few records cost ~0.3-0.4 s a level. Adding a
+query adds its operators to the node's pipeline: no new Kafka read, Python data-source runner,
+per-batch planning or state store.
 
 Why this and not one Spark query per plan (the first design, dsp.manager): measured on the 2-core
 machine (issue 15), ten identical views on one stream at 1 k readings/s ran 28 s behind as ten
@@ -48,19 +52,22 @@ import os
 import pickle
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
-from dsp.compiler import CompileContext, Ingest, topic_reader
+from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
-from dsp.kafka_source import sweep_handoff, take_handoff
+from dsp.kafka_source import KafkaStreamReader, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
+from dsp.offset_log import batch_bounds
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
 from dsp.uplink import Uplink
 from wire import bus
@@ -119,6 +126,26 @@ class Reader:
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{self.topic}"
 
 
+class InputRate:
+    """Rows the readers took per second over the last `span_s` seconds (the node's input rate:
+    a batch read in the driver is not in Spark's progress)."""
+
+    def __init__(self, span_s: float = 10.0) -> None:
+        self.span_s = span_s
+        self._batches: deque[tuple[float, int]] = deque()
+        self._lock = threading.Lock()
+
+    def add(self, rows: int, at: float) -> None:
+        with self._lock:
+            self._batches.append((at, rows))
+            while self._batches and self._batches[0][0] < at - self.span_s:
+                self._batches.popleft()
+
+    def per_second(self, now: float) -> float:
+        with self._lock:
+            return sum(rows for at, rows in self._batches if at >= now - self.span_s) / self.span_s
+
+
 # A part fed more history than this is over the past (`--since`, a replay): it reads its node's
 # own parts' outputs from their topics. A live query's parts are fed the seconds since their
 # submission and take those outputs in process, as they come.
@@ -156,6 +183,8 @@ class SharedRuntime:
         self.state_path = os.path.join(self.spark_queries.state_dir, "shared.state")
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}
+        self._local_readers: dict[str, KafkaStreamReader] = {}   # each reader's source, for small batches
+        self.input_rate = InputRate()
         self._lock = threading.RLock()
         self._replayed = threading.Condition(self._lock)
         self._snapshot = b""     # the last save's bytes (what _restore goes back to)
@@ -269,9 +298,10 @@ class SharedRuntime:
             ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(),
                                  mdr_url=self.mdr_url, start_offsets=start_offsets, handoff_dir=self.handoff_dir)
             # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
-            df = topic_reader(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows", event_time,
-                              heartbeats=reader.format == "samples")
-            stream = writer(df)
+            options = reader_options(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows",
+                                     event_time, heartbeats=reader.format == "samples")
+            self._local_readers[key] = local_reader(options)
+            stream = writer(kafka_stream(self.spark, options))
             if reader.format == "rows":
                 # a child's view carries few rows per batch (partials, markers); polling it twice
                 # as often takes a level's wait for the next trigger from ~0.5 to ~0.25 s
@@ -288,13 +318,11 @@ class SharedRuntime:
 
     def _batch(self, key: str, topic: str, batch: DataFrame, batch_id: int) -> None:
         """One micro-batch of one reader, through every part that reads its topic."""
-        table = batch.toArrow()
-        if self.handoff_dir:
-            table = take_handoff(table)
-            if batch_id % 100 == 0:   # files of tasks that failed and ran again
-                sweep_handoff(self.handoff_dir, older_than_s=600)
+        if self.handoff_dir and batch_id % 100 == 0:   # files of tasks that failed and ran again
+            sweep_handoff(self.handoff_dir, older_than_s=600)
         if batch_id <= self._saved.fences.get(key, -1):
-            return   # a replay of a batch whose effects were saved
+            return   # a replay of a batch whose effects were saved: not read again
+        table = self._batch_rows(key, batch, batch_id)
         with self._lock:
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
@@ -336,11 +364,23 @@ class SharedRuntime:
                 raise
             self._saved.fences[key] = batch_id
             self._save()
+            self.input_rate.add(table.num_rows, time.monotonic())
             self._pending = None
             self._replayed.notify_all()
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
         # failed and runs again counts once
         self._run_hooks(reports)
+
+    def _batch_rows(self, key: str, batch: DataFrame, batch_id: int) -> pa.Table:
+        """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
+        (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
+        local = self._local_readers.get(key)
+        bounds = batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id) if local is not None else None
+        table = local.read_here(*bounds) if local is not None and bounds is not None else None
+        if table is not None:
+            return table
+        table = batch.toArrow()
+        return take_handoff(table) if self.handoff_dir else table
 
     def _run_hooks(self, reports: list[tuple[Part, BatchReport]]) -> None:
         """A hook that fails fails its part, as its sink would."""
@@ -557,8 +597,9 @@ class SharedRuntime:
     def progress(self) -> dict[str, float]:
         """Input rate (rows/s the readers read; the Spark-run plans' reads too) and rows dropped
         as late (by the parts and by Spark's watermarks)."""
-        found = self.spark_queries.progress()
+        found = self.spark_queries.progress(leave_out=READER_PREFIX)
         # no lock: a batch in flight holds it while it writes, and the gauges must not wait
         late = sum(p.root.late_rows() for p in list(self._parts.values()))
-        return {"input_rate": found["input_rate"], "late_rows": found["late_rows"] + late}
+        return {"input_rate": found["input_rate"] + self.input_rate.per_second(time.monotonic()),
+                "late_rows": found["late_rows"] + late}
 

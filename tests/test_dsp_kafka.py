@@ -239,3 +239,41 @@ def test_a_long_range_read_with_librdkafka_is_the_range_kafka_python_reads(serve
     theirs = [(r.offset, r.value, r.headers or None, r.timestamp)
               for r in bus.read_range(bus.make_consumer(servers.bootstrap), TopicPartition(topic, 0), start, end)]
     assert ours == theirs and [o for o, *_ in ours] == list(range(start, end))
+
+
+def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spark, tmp_path):
+    """dsp.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
+    Spark logged for it (dsp.offset_log): the same rows, of the same types, as Spark's tasks read."""
+    from dsp.compiler import CompileContext, kafka_stream, reader_options
+    from dsp.kafka_source import local_reader, take_handoff
+    from dsp.offset_log import batch_bounds
+    from wire.intake import IntakeRules
+
+    raw = "hifi.raw.driver-read"
+    bus.ensure_topics(servers.bootstrap, [raw])
+    _publish_cycles(servers.bootstrap, raw, 0, 20)
+    options = reader_options(CompileContext(spark, servers.bootstrap, intake=IntakeRules(),
+                                            handoff_dir=str(tmp_path / "handoff")), (raw,), "rfid")
+    here, checkpoint, compared = local_reader(options), str(tmp_path / "spark"), []
+
+    def both(batch, batch_id):
+        bounds = batch_bounds(checkpoint, batch_id)
+        compared.append((take_handoff(batch.toArrow()), here.read_here(*bounds) if bounds else None))
+
+    query = (kafka_stream(spark, options).writeStream.option("checkpointLocation", checkpoint)
+             .trigger(processingTime="300 milliseconds").foreachBatch(both).start())
+    try:
+        wait_for(lambda: compared, 60, "the first batch")
+        for first in (20, 40):   # later batches: bounds in the log
+            _publish_cycles(servers.bootstrap, raw, first, 20)
+            expected = (first + 20) * 3
+            wait_for(lambda n=expected: sum(t.num_rows for t, _ in compared) >= n, 60, "the batch")
+    finally:
+        query.stop()
+    assert compared[0][1] is None   # batch 0: its start is not logged, Spark reads it
+    later = compared[1:]
+    assert sum(t.num_rows for t, _ in later) == 120
+    for by_spark, by_driver in later:
+        assert by_driver is not None
+        assert by_driver.to_pylist() == by_spark.to_pylist()
+        assert [f.type for f in by_driver.schema] == [f.type for f in by_spark.schema]

@@ -14,8 +14,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka import TopicPartition as KafkaTopicPartition
@@ -59,17 +59,29 @@ def make_range_consumer(bootstrap: str) -> Consumer:
     return Consumer(config)
 
 
-# One consumer per bootstrap, process and thread: librdkafka's threads do not survive a fork (Spark
-# forks its Python workers from a daemon), and a range is read by one generator at a time.
-_consumers: dict[tuple[str, int, int], Consumer] = {}
+# One consumer of each client per bootstrap, process and thread: librdkafka's threads do not
+# survive a fork (Spark forks its Python workers from a daemon), a range is read by one generator at
+# a time, and the driver reads small batches on several threads at once (dsp.shared) while other
+# threads of its process use wire.bus's shared consumer.
+_consumers: dict[tuple[str, str, int, int], Any] = {}
+_consumers_lock = threading.Lock()
 
 
-def _consumer(bootstrap: str) -> Consumer:
-    key = (bootstrap, os.getpid(), threading.get_ident())
-    consumer = _consumers.get(key)
-    if consumer is None:
-        consumer = _consumers[key] = make_range_consumer(bootstrap)
-    return consumer
+def _consumer(client: str, bootstrap: str, make: Callable[[str], Any]) -> Any:
+    key = (client, bootstrap, os.getpid(), threading.get_ident())
+    with _consumers_lock:
+        consumer = _consumers.get(key)
+        if consumer is None:
+            _close_orphans()
+            consumer = _consumers[key] = make(bootstrap)
+        return consumer
+
+
+def _close_orphans() -> None:
+    """Close the consumers of this process's threads that ended."""
+    alive = {thread.ident for thread in threading.enumerate()}
+    for key in [k for k in _consumers if k[2] == os.getpid() and k[3] not in alive]:
+        _consumers.pop(key).close()
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
@@ -80,9 +92,10 @@ def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
     if start >= end:
         return
     if end - start < LIBRDKAFKA_FROM:
-        yield from bus.read_range(bus.shared_consumer(bootstrap), KafkaTopicPartition(topic, partition), start, end)
+        yield from bus.read_range(_consumer("kafka-python", bootstrap, bus.make_consumer),
+                                  KafkaTopicPartition(topic, partition), start, end)
         return
-    consumer = _consumer(bootstrap)
+    consumer = _consumer("librdkafka", bootstrap, make_range_consumer)
     consumer.assign([TopicPartition(topic, partition, start)])
     try:
         position, idle_since = start, time.monotonic()
