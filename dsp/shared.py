@@ -375,10 +375,10 @@ class SharedRuntime:
         """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
         (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
         local = self._local_readers.get(key)
-        bounds = batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id) if local is not None else None
-        table = local.read_here(*bounds) if local is not None and bounds is not None else None
-        if table is not None:
-            return table
+        if local is not None and (bounds := batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id)):
+            table = local.read_here(*bounds)
+            if table is not None:
+                return table
         table = batch.toArrow()
         return take_handoff(table) if self.handoff_dir else table
 
@@ -537,6 +537,7 @@ class SharedRuntime:
                     and not (self.ingest is not None and reader == Reader(self.ingest.raw_topic, "rfid"))]
             for key in idle:
                 del self._readers[key]
+                self._local_readers.pop(key, None)
             if self._pending is not None and self._pending[0] in idle:   # no replay will come
                 self._pending = None
                 self._replayed.notify_all()
