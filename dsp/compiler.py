@@ -156,6 +156,7 @@ def topic_reader(ctx: CompileContext, topics: tuple[str, ...], fmt: str, columns
 
 
 def kafka_stream(spark: SparkSession, options: Mapping[str, str]) -> DataFrame:
+    """The `hifi_kafka` source with these options (reader_options), as a stream."""
     return spark.readStream.format("hifi_kafka").options(**options).load()
 
 
