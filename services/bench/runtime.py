@@ -286,14 +286,13 @@ def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: 
     while not reached_the_end():
         time.sleep(0.05)
     drain = time.monotonic() - started
-    # batches with records, by their offsets (a small one the driver read has no input rows in Spark's count)
-    batches = [b for b in (json.loads(p.json()) for p in handle._jsq.recentProgress())
-               if b["timestamp"] >= _iso_after(started) and b.get("sources")
-               and _records_between(b["sources"][0]["startOffset"], b["sources"][0]["endOffset"])]
-    busy_ms = sum(b["durationMs"].get("triggerExecution", 0) for b in batches)
-    # the readings those batches took, from their offsets: a record read before the clock started
-    # must not count
-    records = sum(_records_between(b["sources"][0]["startOffset"], b["sources"][0]["endOffset"]) for b in batches)
+    # the batches since the clock started and the records each took, from their offsets (a record
+    # read before must not count; a small batch the driver read has no input rows in Spark's count)
+    timed = [(b, _records_between(b["sources"][0]["startOffset"], b["sources"][0]["endOffset"]))
+             for b in (json.loads(p.json()) for p in handle._jsq.recentProgress())
+             if b["timestamp"] >= _iso_after(started) and b.get("sources")]
+    busy_ms = sum(b["durationMs"].get("triggerExecution", 0) for b, records in timed if records)
+    records = sum(records for _, records in timed)
     if records * READS_PER_CYCLE != readings:
         progress(f"the timed batches took {records * READS_PER_CYCLE:,} readings of the {readings:,} published")
     return records * READS_PER_CYCLE / (busy_ms / 1000), drain
