@@ -2,10 +2,16 @@
 
 Figures: seconds from start (Spark included) to the first location count (the `location_counts`
 view that ends the counting part of the CSAVA chain: at the region on the default topology); raw
-readings per second the edge nodes consumed; p50/p95/max latency from a reading's timestamp to the
-location count that includes it (its emit time for that window and location); accuracy of those
-counts against ground truth; bytes per second into the edge tier (raw readings) and leaving each
-tier (the views it exports to its parents, progress markers included).
+readings per second the edge nodes consumed; **per level of the chain** (LEVELS: the doors'
+smoothing, the warehouse's arbitration, the region's counts, headquarters' trends) p50/p95 latency
+from a reading's timestamp to the first emit of that level's window holding it, p50/p95 from the
+window's end to that emit, and the windows expected there that never came out (missing); accuracy
+of the location counts against ground truth; bytes per second into the edge tier (raw readings)
+and leaving each tier (the views it exports to its parents, progress markers included).
+
+The agents run `duration` seconds and then TAIL_S more: windows that end by the first mark are
+expected at every level, and have the tail to come out (a window closes when later readings move
+event time past it, so the agents must not stop at the mark).
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edge.agent import read_jsonl
-from edge.truth import covered_windows, reading_latencies_ms, readings_per_node, true_location_counts
+from edge.level_latency import LevelLatency, level_latency, window_length_ms
+from edge.truth import covered_windows, read_cycles, readings_per_node, true_location_counts
 from glue.standing import crossing_topics, standing_views
 from glue.topology import Topology
 from services.bench.report import figures_table, percentile
 from wire import bus
-from wire.topics import raw_topic
+from wire.topics import raw_topic, view_topic
 from wire.windows import duration_ms
+
+# The CSAVA chain's windowed view at each level, bottom up (those the topology exports are measured)
+LEVELS = ("smoothed_rfid_stream", "product_counts", "location_counts", "location_trends")
+TAIL_S = 15.0
 
 
 @dataclass
@@ -30,9 +41,7 @@ class PipelineFigures:
     seconds_to_first_result: float | None
     edge_readings_per_s: float
     readings_consumed: int
-    latency_p50_ms: float | None
-    latency_p95_ms: float | None
-    latency_max_ms: float | None
+    levels: list[LevelLatency]
     windows_scored: int
     windows_exact: int
     bytes_per_s: dict[str, float]   # "raw into edge" and "leaving <tier>" -> bytes per second
@@ -46,9 +55,10 @@ class PipelineFigures:
             ("time from start to first location count", fmt(self.seconds_to_first_result, "s")),
             ("raw readings consumed by edge nodes", f"{self.readings_consumed:,}"),
             ("edge input rate", fmt(self.edge_readings_per_s, "readings/s")),
-            ("latency reading -> location count, p50", fmt(self.latency_p50_ms, "ms")),
-            ("latency reading -> location count, p95", fmt(self.latency_p95_ms, "ms")),
-            ("latency reading -> location count, max", fmt(self.latency_max_ms, "ms")),
+            *((f"latency reading -> {lv.level}, p50 / p95", f"{fmt(percentile(lv.reading_ms, 50), 'ms')} / "
+               f"{fmt(percentile(lv.reading_ms, 95), 'ms')}; window end -> emit "
+               f"{fmt(percentile(lv.close_ms, 50), 'ms')} / {fmt(percentile(lv.close_ms, 95), 'ms')}; "
+               f"{lv.missing} of {lv.expected} windows missing") for lv in self.levels),
             ("closed count windows exact vs truth", f"{self.windows_exact} of {self.windows_scored}"),
         ]
         raw = self.bytes_per_s.get("raw into edge", 0.0)
@@ -70,8 +80,17 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
     core_rows: list[dict] = []
     first_result: list[float] = []
     stop = threading.Event()
+    levels = level_views(topology)
+    emits: dict[str, dict[tuple[str, int], tuple[int, int]]] = {view: {} for view in levels}
+    topic_level = {view_topic(node, view): (view, node) for view, nodes in levels.items() for node in nodes}
 
     def collect(topic: str, row: dict) -> None:
+        view, node = topic_level[topic]
+        if row.get("window_start") is not None and row.get("window_end") is not None:
+            key = (node, int(row["window_start"].timestamp() * 1000))
+            emits[view].setdefault(key, (row["_emitted_ms"], int(row["window_end"].timestamp() * 1000)))
+        if view != "location_counts":
+            return
         if not first_result:
             first_result.append(time.monotonic() - started)
             progress(f"first location count after {first_result[0]:.1f} s")
@@ -82,12 +101,13 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
         try:
             hierarchy.start(progress)
             agent = hierarchy.start_agents()
-            counts = hierarchy.view_topics("location_counts")
-            follower = threading.Thread(target=follow_results, args=(servers.bootstrap, counts, stop, collect),
-                                        daemon=True)
+            follower = threading.Thread(target=follow_results, args=(servers.bootstrap, list(topic_level), stop,
+                                                                     collect), daemon=True)
             follower.start()
-            progress(f"running for {duration_s:.0f} s")
+            progress(f"running for {duration_s:.0f} s, then {TAIL_S:.0f} s for the last windows to come out")
             time.sleep(duration_s)
+            horizon_ms = int(time.time() * 1000)
+            time.sleep(TAIL_S)
             agent.stop()
             edge_nodes = topology.edge_nodes()
             consumed = sum(int(hierarchy.mdr.stats(n).get("rows_in", 0)) for n in edge_nodes)
@@ -102,20 +122,35 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
 
     produced = sum(readings_per_node(truth).values())
     progress(f"agents produced {produced} readings; edge nodes consumed {consumed}")
-    emitted = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["_emitted_ms"] for r in core_rows}
-    latencies = reading_latencies_ms(truth, emitted, window_ms)
+    chains = {node: topology.ancestors(node) for node in topology.edge_nodes()}
+    strength = float(topology.parameters.get("strength_T", 0.0))
+    cycles = list(read_cycles(truth))
+    per_level, length = [], window_ms
+    for view, nodes in levels.items():
+        length = window_length_ms(emits[view], length)
+        per_level.append(level_latency(f"{view} ({', '.join(nodes)})", set(nodes), emits[view], cycles, chains,
+                                       length, horizon_ms, strength))
     expected = true_location_counts(truth, window_ms)
     got = {(int(r["window_start"].timestamp() * 1000), r["location"]): r["tags"] for r in core_rows}
     emitted_windows = {w for w, _ in got}
-    scored = [w for w in covered_windows(truth, window_ms, agent.scenario.cycle_ms) if w in emitted_windows]
+    scored = [w for w in covered_windows(truth, window_ms, agent.scenario.cycle_ms)
+              if w in emitted_windows and w + window_ms <= horizon_ms]
     locations = {loc for _, loc in expected if loc != "away"}
     exact = sum(all(got.get((w, loc), 0) == expected.get((w, loc), 0) for loc in locations) for w in scored)
     return PipelineFigures(
         seconds_to_first_result=first_result[0] if first_result else None,
         edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
-        latency_p50_ms=percentile(latencies, 50), latency_p95_ms=percentile(latencies, 95),
-        latency_max_ms=float(max(latencies)) if latencies else None,
-        windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s, archive=archive)
+        levels=per_level, windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s, archive=archive)
+
+
+def level_views(topology: Topology) -> dict[str, list[str]]:
+    """The LEVELS the topology exports, each with the nodes exporting it (materialized)."""
+    found: dict[str, list[str]] = {}
+    for view in LEVELS:
+        nodes = [n for n in topology.nodes for v in topology.views_at(n) if v.name == view and v.materialize]
+        if nodes:
+            found[view] = nodes
+    return found
 
 
 def archive_per_tier(topology: Topology, stats: dict[str, dict[str, float]], run_s: float
