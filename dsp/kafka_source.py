@@ -20,7 +20,8 @@ Options:
   startingOffsets  "earliest" (default), "latest" (the end when the first micro-batch plans), or
              JSON {"topic:partition": offset} (partitions it does not name start at 0; see
              wire.bus.current_ends): how a query submitted at time T reads exactly what its
-             sources received after T
+             sources received after T. A topic added to a query that restarts on its checkpoint
+             (which has no offsets for it) starts where the JSON says, else at 0
   intake     the node's wire.intake.IntakeRules (JSON): every record is checked against them; what
              fails never reaches a query (raw records: a row with `error` set, which the compiler
              filters out; a view's records: skipped) and never stops one
@@ -38,6 +39,9 @@ Options:
              readings (strength below `weak_below`, what cleaning will drop) for the dashboard,
              and the records Data Triage left out (`triaged`)
 
+  topic_column  "true": every row also carries the topic it was read from (column `__topic`, last):
+             a reader of several topics (a node's children's views, dsp.shared) hands each part
+             the rows of the topics it reads
   tasks      at most this many tasks read one partition's new records (Spark's cores: a backlog in
              one partition is read in parallel); ranges of RECORDS_PER_TASK records at least
   handoff_dir  (local Spark only) a directory the driver reads: each read() writes its rows there as
@@ -63,7 +67,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -169,6 +173,24 @@ class OffsetRange(InputPartition):
 HANDOFF_COLUMN = "__handoff"
 
 
+TOPIC_COLUMN = "__topic"
+
+
+def by_topic(table: pa.Table, topics: Sequence[str]) -> list[tuple[str, pa.Table]]:
+    """A batch's rows split by the topic they came from (`topic_column`), the column dropped, in
+    the order of `topics` (a replayed batch splits alike); a batch without the column is all of
+    its only topic's."""
+    if TOPIC_COLUMN not in table.column_names:
+        return [(topics[0], table)] if len(topics) == 1 else []
+    import pyarrow.compute as pc
+
+    column, rows = table.column(TOPIC_COLUMN), table.drop_columns([TOPIC_COLUMN])
+    present = set(pc.unique(column).to_pylist())
+    if len(present) == 1:   # the usual small batch: no copy
+        return [(topic, rows) for topic in topics if topic in present]
+    return [(topic, rows.filter(pc.equal(column, topic))) for topic in topics if topic in present]
+
+
 def take_handoff(table: pa.Table) -> pa.Table:
     """The rows a micro-batch of a `handoff_dir` reader carried, from the files its tasks wrote (in
     the order Spark returned the tasks' rows), the files removed. Memory-mapped: the rows are not
@@ -213,8 +235,11 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.handoff_dir = options.get("handoff_dir", "")
-        self.declared = schema       # with handoff: the handoff column, then the rows' own
-        self.schema = StructType(schema.fields[1:]) if self.handoff_dir else schema
+        self.tagged = options.get("topic_column", "false") == "true"
+        self.declared = schema       # with handoff: the handoff column, then the rows' own (then the topic)
+        fields = schema.fields[1:] if self.handoff_dir else schema.fields
+        self.schema = StructType(fields[:-1] if self.tagged else fields)   # the rows' own columns
+        self.output = arrow_schema(StructType(fields))   # what a row read carries
         self.bootstrap = options["bootstrap"]
         self.topics = [t for t in options["topics"].split(",") if t]
         self.format = options.get("format", "rows")
@@ -228,6 +253,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.event_time = options.get("event_time", "")
         self.triage_s = int(options.get("triage_ms", "0")) / 1000
         self.tasks = max(1, int(options.get("tasks", "1")))
+        self.first = json.loads(self.starting) if self.starting.startswith("{") else {}
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -254,7 +280,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         when one Kafka partition holds the batch (few receptors, a backlog)."""
         ranges = []
         for key, stop in end.items():
-            first = start.get(key, 0)
+            first = start.get(key, self.first.get(key, 0))
             if stop > first:
                 topic, partition = _split_key(key)
                 pieces = min(self.tasks, -(-(stop - first) // self.RECORDS_PER_TASK))
@@ -274,7 +300,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         # one at a time: the driver's readers share this process's duplicate look-back (_recent)
         # and the switch of its garbage collector (read), as a Spark worker's tasks do in turn
         with _reading_here:
-            return pa.Table.from_batches([b for r in ranges for b in self.read(r)], arrow_schema(self.schema))
+            return pa.Table.from_batches([b for r in ranges for b in self.read(r)], self.output)
 
     def commit(self, end: dict) -> None:
         # Progress lives in Spark's checkpoint; nothing to commit on the broker.
@@ -295,16 +321,22 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         if not self.handoff_dir:
-            yield from self._rows(partition)
+            yield from self._tagged(partition)
             return
         os.makedirs(self.handoff_dir, exist_ok=True)
         path = os.path.join(self.handoff_dir, f"{uuid.uuid4().hex}.arrow")
-        schema = arrow_schema(self.schema)
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for batch in self._rows(partition):
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, self.output) as writer:
+            for batch in self._tagged(partition):
                 writer.write_batch(batch)
-        yield pa.RecordBatch.from_arrays([pa.array([path]), *(pa.nulls(1, f.type) for f in schema)],
+        yield pa.RecordBatch.from_arrays([pa.array([path]), *(pa.nulls(1, f.type) for f in self.output)],
                                          schema=arrow_schema(self.declared))
+
+    def _tagged(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
+        """The range's rows, with the topic they came from when the reader tags them."""
+        for batch in self._rows(partition):
+            if self.tagged:
+                batch = batch.append_column(TOPIC_COLUMN, pa.array([partition.topic] * batch.num_rows, pa.string()))
+            yield batch
 
     def _rows(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
@@ -599,6 +631,8 @@ class KafkaDataSource(DataSource):
 
     def schema(self) -> str:
         rows = RAW_RFID_DDL if self.options.get("format", "rows") == "rfid" else self.options["schema"]
+        if self.options.get("topic_column") == "true":
+            rows = f"{rows}, {TOPIC_COLUMN} STRING"
         return f"{HANDOFF_COLUMN} STRING, {rows}" if self.options.get("handoff_dir") else rows
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:

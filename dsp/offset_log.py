@@ -38,6 +38,11 @@ def batch_bounds(checkpoint: str, batch_id: int) -> tuple[Offsets, Offsets] | No
     return (start, end) if start is not None and end is not None else None
 
 
+def batch_end(checkpoint: str, batch_id: int) -> Offsets | None:
+    """Where batch `batch_id` of the query checkpointed at `checkpoint` ended (None: not logged)."""
+    return _logged(os.path.join(checkpoint, "offsets", str(batch_id)))
+
+
 def _logged(path: str) -> Offsets | None:
     try:
         with open(path, encoding="utf-8") as log:

@@ -1,7 +1,14 @@
 """A node's shared runtime: each input topic read once per micro-batch, every plan fed from it.
 
-One Spark streaming query per input (a *reader*: the node's raw topic, each child view it
-reads) hands each micro-batch to the driver as Arrow (on a local Spark in files its tasks write,
+A Spark streaming query (a *reader*) per form of input, not per input: the node's raw topic has
+one for its readings and one for its motes' samples, and the children's views of one shape (the
+same columns) share one, whatever the number of children — the topic rides on each row
+(`__topic`) and each part is handed the rows of the topics it reads. Adding a child adds
+partitions to a reader (restarted on its checkpoint with the topic added: the new topic starts
+where the part's start offsets say), not a query: a parent with N children ran N readers, each
+with its offset and commit logs, planning and task per micro-batch, polling twice a second
+(issue 23: 8 -> 24 doors put a warehouse 3.7 -> 15.6 s behind). A reader hands each micro-batch
+to the driver as Arrow (on a local Spark in files its tasks write,
 dsp.kafka_source's `handoff_dir`; on a cluster through Spark, `toArrow`), where every part reading that
 topic — standing views and user query parts alike — evaluates it (dsp.engine) and writes its
 rows and progress markers to its output topic. A small batch (one task's worth of records: a
@@ -47,6 +54,7 @@ Spark queries (dsp.manager), which also restarts readers that die.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pickle
@@ -54,7 +62,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -65,9 +73,9 @@ from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
-from dsp.kafka_source import KafkaStreamReader, local_reader, sweep_handoff, take_handoff
+from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
-from dsp.offset_log import batch_bounds
+from dsp.offset_log import batch_bounds, batch_end
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
 from dsp.uplink import Uplink
 from wire import bus
@@ -116,14 +124,43 @@ class Part:
 
 @dataclass(frozen=True)
 class Reader:
-    topic: str
+    """One Spark streaming query of the node: the topics of one form it reads. Views' rows of one
+    shape (format "rows", the same columns) share one reader, keyed by the shape; a raw topic's
+    readings and samples are a reader each, keyed by the topic."""
+
+    topics: tuple[str, ...]   # sorted: a batch is handed to the parts topic by topic in this order
     format: str
     columns: tuple[tuple[str, str], ...] = ()
     owner: str = ""   # feeds only the parts adopted from this node, from their own position
 
     @property
+    def shared(self) -> bool:
+        return self.format == "rows"
+
+    @property
     def key(self) -> str:
-        return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{self.topic}"
+        if not self.shared:
+            return self._per_topic_key(self.topics[0])
+        shape = hashlib.sha1(repr(self.columns).encode()).hexdigest()[:12]
+        return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{shape}"
+
+    def _per_topic_key(self, topic: str) -> str:
+        """A reader's key when every topic had a reader of its own (a raw reader's still)."""
+        return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{topic}"
+
+    def archive_keys(self, topic: str) -> tuple[str, ...]:
+        """Where the archive keeps this reader's batches of `topic`: the first is where they go now;
+        the others hold those of a node that ran before readers were shared (read back too)."""
+        if not self.shared:
+            return (self.key,)
+        return f"{self.key}~{topic}", self._per_topic_key(topic)
+
+    def older_checkpoints(self) -> dict[str, str]:
+        """topic -> the key of the reader it had when every topic had its own (older layout)."""
+        return {topic: self._per_topic_key(topic) for topic in self.topics} if self.shared else {}
+
+    def with_topics(self, topics: Sequence[str]) -> Reader:
+        return replace(self, topics=tuple(sorted(set(topics))))
 
 
 class InputRate:
@@ -184,6 +221,8 @@ class SharedRuntime:
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}
         self._local_readers: dict[str, KafkaStreamReader] = {}   # each reader's source, for small batches
+        self._starts: dict[str, dict[str, int]] = {}   # each reader's start offsets for topics its checkpoint lacks
+        self._changed: set[str] = set()   # readers whose topics changed: restarted outside the lock
         self.input_rate = InputRate()
         self._lock = threading.RLock()
         self._replayed = threading.Condition(self._lock)
@@ -243,15 +282,18 @@ class SharedRuntime:
                 for topic in source.topics:
                     if topic in part.local_topics:
                         continue
-                    self._ensure_reader(Reader(topic, source.format, source.columns if source.format != "rfid" else (),
-                                               owner), start_offsets)
+                    self._ensure_reader(Reader((topic,), source.format,
+                                               source.columns if source.format != "rfid" else (), owner), start_offsets)
+        self._restart_changed()
 
     def _feed_history(self, part: Part, since_ms: int, past: bool) -> None:
         """Feed a new part the batches the readers it joins archived from `since_ms` on (under the
         lock: the next batch it sees is the one after the last archived); `past`: a query over the
         past, whose raw sources first wait as long as the archive's latest row came late."""
         joined = {key: reader for key, reader in self._readers.items()
-                  if not reader.owner and (reader.topic, reader.format) in part.inputs}
+                  if not reader.owner and any((t, reader.format) in part.inputs for t in reader.topics)}
+        archived = {archive_key: topic for reader in joined.values() for topic in reader.topics
+                    if (topic, reader.format) in part.inputs for archive_key in reader.archive_keys(topic)}
         late_ms = self._lateness_seen(joined, since_ms) if past else 0
         sources = raw_sources(part.root)
         for source in sources:   # a row that came too late for its window live is in it over the past
@@ -259,8 +301,8 @@ class SharedRuntime:
         producer, sent = self._producer_for(), []
         reports: list[tuple[Part, BatchReport]] = []
         batches = 0
-        for key, table in self.archive.batches(since_ms, joined):
-            self._feed(part, joined[key].topic, table, producer, sent, reports)
+        for key, table in self.archive.batches(since_ms, archived):
+            self._feed(part, archived[key], table, producer, sent, reports)
             batches += 1
         for source in sources:   # the live stream's own lateness from the seam on
             source.history_lateness_ms = 0
@@ -284,42 +326,81 @@ class SharedRuntime:
         """An edge node's raw topic is always read (its reader is the node's data listener)."""
         if self.ingest is not None:
             with self._lock:
-                self._ensure_reader(Reader(self.ingest.raw_topic, "rfid"), None)
+                self._ensure_reader(Reader((self.ingest.raw_topic,), "rfid"), None)
 
     def _ensure_reader(self, reader: Reader, start_offsets: Mapping[str, int] | None) -> None:
+        """A reader of `reader`'s topics: the one of its key, with the topics added (restarted by
+        _restart_changed, outside the lock), or a new one. A topic added starts where
+        `start_offsets` say (else at its beginning)."""
         key = reader.key
-        if key in self._readers:
+        current = self._readers.get(key)
+        if current is not None and set(reader.topics) <= set(current.topics):
             return
-        ingest = self.ingest if reader.format == "rfid" else None
-        event_time = next((n for n in ("window_start", *(n for n, k in reader.columns if k == "timestamp"))
-                           if n in dict(reader.columns)), "")
-
-        def start(writer: Callable[[DataFrame], object]):
-            ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(),
-                                 mdr_url=self.mdr_url, start_offsets=start_offsets, handoff_dir=self.handoff_dir)
-            # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
-            options = reader_options(ctx, (reader.topic,), reader.format, reader.columns, reader.format == "rows",
-                                     event_time, heartbeats=reader.format == "samples")
-            self._local_readers[key] = local_reader(options)
-            # every reader polls twice as often as the node's trigger: a level's wait for the next
-            # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
-            # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
-            # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
-            # 1.71 -> 1.78 cores
-            stream = writer(kafka_stream(self.spark, options)).trigger(
-                processingTime=f"{self.reader_trigger_ms} milliseconds")
-            return stream.foreachBatch(lambda batch, batch_id: self._batch(key, reader.topic, batch, batch_id)).start()
-
+        starts = self._starts.setdefault(key, {})
+        for topic in reader.topics:   # where it started when it was read before goes
+            for offset_key in [k for k in starts if k.rpartition(":")[0] == topic]:
+                del starts[offset_key]
+        starts.update({k: v for k, v in (start_offsets or {}).items() if k.rpartition(":")[0] in reader.topics})
+        if current is not None:
+            self._readers[key] = current.with_topics(current.topics + reader.topics)
+            self._changed.add(key)
+            return
         if not os.path.isdir(self.spark_queries.checkpoint(key)):
             # a new reader numbers its batches from 0 again: the fence of an earlier one must go
             self._saved.fences.pop(key, None)
+            starts.update(self._older_layout_starts(reader))
         self._readers[key] = reader
-        self.spark_queries.run(key, start)
+        self.spark_queries.run(key, lambda writer: self._start_reader(key, writer))
+
+    def _older_layout_starts(self, reader: Reader) -> dict[str, int]:
+        """Where the per-topic readers of a node that ran before readers were shared had saved
+        their effects (their fence's batch end, from their offset logs): a shared reader new
+        here starts its topics there, nothing lost or doubled. Their checkpoints are left."""
+        found: dict[str, int] = {}
+        for topic, old_key in reader.older_checkpoints().items():
+            fence = self._saved.fences.pop(old_key, None)
+            end = batch_end(self.spark_queries.spark_checkpoint(old_key), fence) if fence is not None else None
+            if end is not None:
+                found.update({k: v for k, v in end.items() if k.rpartition(":")[0] == topic})
+                log.warning("node %s: %s was read by a reader of the older layout (%s, batch %d); the shared "
+                            "reader %s starts it where that one ended", self.node_id, topic, old_key, fence, reader.key)
+        return found
+
+    def _start_reader(self, key: str, writer: Callable[[DataFrame], object]):
+        """Start reader `key`'s Spark query on its topics as they are now (a restart too)."""
+        reader = self._readers[key]
+        ingest = self.ingest if reader.format == "rfid" else None
+        event_time = next((n for n in ("window_start", *(n for n, k in reader.columns if k == "timestamp"))
+                           if n in dict(reader.columns)), "")
+        ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(), mdr_url=self.mdr_url,
+                             start_offsets=self._starts.get(key) or None, handoff_dir=self.handoff_dir)
+        # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
+        options = reader_options(ctx, reader.topics, reader.format, reader.columns, reader.shared,
+                                 event_time, heartbeats=reader.format == "samples")
+        if reader.shared:
+            options["topic_column"] = "true"
+        self._local_readers[key] = local_reader(options)
+        # every reader polls twice as often as the node's trigger: a level's wait for the next
+        # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
+        # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
+        # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
+        # 1.71 -> 1.78 cores
+        stream = writer(kafka_stream(self.spark, options)).trigger(
+            processingTime=f"{self.reader_trigger_ms} milliseconds")
+        return stream.foreachBatch(lambda batch, batch_id: self._batch(key, batch, batch_id)).start()
+
+    def _restart_changed(self) -> None:
+        """Restart the readers whose topics changed, on their checkpoints (called outside the
+        lock: a stop waits for the batch in flight, which takes the lock)."""
+        with self._lock:
+            changed, self._changed = self._changed, set()
+        for key in changed:
+            self.spark_queries.restart(key)
 
     # ------------------------------------------------------------ the data path
 
-    def _batch(self, key: str, topic: str, batch: DataFrame, batch_id: int) -> None:
-        """One micro-batch of one reader, through every part that reads its topic."""
+    def _batch(self, key: str, batch: DataFrame, batch_id: int) -> None:
+        """One micro-batch of one reader, through every part that reads its topics, topic by topic."""
         if self.handoff_dir and batch_id % 100 == 0:   # files of tasks that failed and ran again
             sweep_handoff(self.handoff_dir, older_than_s=600)
         if batch_id <= self._saved.fences.get(key, -1):
@@ -331,10 +412,7 @@ class SharedRuntime:
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
                 self._pending = None
             reader = self._readers.get(key)
-            # a raw topic has two readers (readings, samples): each feeds the parts reading its form
-            owner, form = (reader.owner, reader.format) if reader is not None else ("", "")
-            parts = [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds
-                     and p.owner == owner and (topic, form) in p.inputs]
+            pieces = by_topic(table, reader.topics) if reader is not None else []
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
@@ -342,12 +420,14 @@ class SharedRuntime:
             # 2 M-row batch, measured), and before the batch is recorded
             archiving = None
             if reader is not None and not reader.owner:
-                archiving = threading.Thread(target=self._archive, args=(key, batch_id, table), name="archive-batch")
+                archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces),
+                                             name="archive-batch")
                 archiving.start()
             try:
                 try:
-                    for part in parts:
-                        self._feed(part, topic, table, producer, sent, reports)
+                    for topic, rows in pieces:
+                        for part in self._parts_reading(reader, topic):
+                            self._feed(part, topic, rows, producer, sent, reports)
                 finally:
                     if archiving is not None:
                         archiving.join()
@@ -373,6 +453,12 @@ class SharedRuntime:
         # failed and runs again counts once
         self._run_hooks(reports)
 
+    def _parts_reading(self, reader: Reader, topic: str) -> list[Part]:
+        """The parts fed `topic`'s rows from `reader`: a raw topic has two readers (readings,
+        samples), each feeding the parts reading its form; an adopted part only its own."""
+        return [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds
+                and p.owner == reader.owner and (topic, reader.format) in p.inputs]
+
     def _batch_rows(self, key: str, batch: DataFrame, batch_id: int) -> pa.Table:
         """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
         (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
@@ -392,14 +478,16 @@ class SharedRuntime:
             except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
                 self._fail(part, exc)
 
-    def _archive(self, key: str, batch_id: int, table) -> None:
-        """A batch the archive cannot take (a full disk) is logged and the stream goes on: the
-        answers of the present come before the record of the past."""
-        try:
-            self.archive.append(key, batch_id, table)
-        except Exception:  # noqa: BLE001 - see the docstring
-            self.archive.usage.failures += 1
-            log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
+    def _archive(self, reader: Reader, batch_id: int, pieces: list[tuple[str, pa.Table]]) -> None:
+        """A batch's rows, topic by topic. A batch the archive cannot take (a full disk) is logged
+        and the stream goes on: the answers of the present come before the record of the past."""
+        for topic, rows in pieces:
+            key = reader.archive_keys(topic)[0]
+            try:
+                self.archive.append(key, batch_id, rows)
+            except Exception:  # noqa: BLE001 - see the docstring
+                self.archive.usage.failures += 1
+                log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
 
     def _feed(self, part: Part, topic: str, table, producer, sent: list,
               reports: list[tuple[Part, BatchReport]]) -> None:
@@ -534,9 +622,16 @@ class SharedRuntime:
             part.managed.status = "stopped"
             still_read = {(p.owner, t, form) for p in self._parts.values() for t, form in p.inputs
                           if t not in p.local_topics}
-            idle = [key for key, reader in self._readers.items()
-                    if (reader.owner, reader.topic, reader.format) not in still_read
-                    and not (self.ingest is not None and reader == Reader(self.ingest.raw_topic, "rfid"))]
+            if self.ingest is not None:   # the data listener
+                still_read.add(("", self.ingest.raw_topic, "rfid"))
+            idle = []
+            for key, reader in self._readers.items():
+                kept = [t for t in reader.topics if (reader.owner, t, reader.format) in still_read]
+                if not kept:
+                    idle.append(key)
+                elif len(kept) < len(reader.topics):
+                    self._readers[key] = reader.with_topics(kept)
+                    self._changed.add(key)
             for key in idle:
                 del self._readers[key]
                 self._local_readers.pop(key, None)
@@ -548,6 +643,8 @@ class SharedRuntime:
         with self._lock:
             for key in idle:
                 self._saved.fences.pop(key, None)
+                self._starts.pop(key, None)
+        self._restart_changed()
 
     def stop_all(self) -> None:
         self.spark_queries.stop_all()
@@ -578,8 +675,8 @@ class SharedRuntime:
         now = time.monotonic()
         # no lock (status fields only): a batch in flight holds it while it writes
         readers_now = dict(self._readers)
-        down = {(readers_now[key].owner, readers_now[key].topic): q.error for key, q in readers.items()
-                if q.status == "failed" and key in readers_now}
+        down = {(readers_now[key].owner, topic): q.error for key, q in readers.items()
+                if q.status == "failed" and key in readers_now for topic in readers_now[key].topics}
         for part in list(self._parts.values()):
             managed = part.managed
             if managed.failed_at is not None:

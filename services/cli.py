@@ -250,8 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "planning: parse+place+rewrite time on a large generated hierarchy; "
                             "lag: lag added per level, pane partials vs naive windows (topology deep.yaml); "
                             "idle: cores one edge node (and the core) use with their standing views and no "
-                            "input; sharing: CPU-seconds per minute of that hierarchy with 1, 10, 50 user "
-                            "queries over the edge's stream, each query's answers against the reference; "
+                            "input; sharing: CPU-seconds per minute of that hierarchy (alone, and with the broker and "
+                            "Redis) with 1, 10, 100 distinct user queries over the edge's stream, their results' "
+                            "latency, and their answers against the reference; "
                             "capacity: readings/s that edge node takes in with its standing views, beside "
                             "kafka-python's rate over the same topic; chaos: nodes as processes under a "
                             "supervisor, one query running, faults one after another (kill -9 of an edge and of "
@@ -301,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--drains", type=int, default=3,
                        help="capacity: backlogs published and drained one after another; the median rate is "
                             "printed, each beside it (default 3)")
-    bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 50],
-                       help="sharing: how many user queries to run, one hierarchy each (default 1 10 50)")
+    bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100],
+                       help="sharing: how many distinct user queries to run, one hierarchy each (default 1 10 100)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
     bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
     bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")

@@ -4,26 +4,31 @@ capacity the readings/s that edge node's standing views take in (a backlog publi
          it reads; the median of several), beside kafka-python's rate fetching the same topic.
 idle     one edge node (and the core above it) with its standing views and no input: the CPU the
          whole process tree (driver, Spark's JVM, its Python workers) uses, in cores.
-sharing  the same hierarchy with its agents running and 1, 10, 50 user queries over the edge's
-         stream (count per tag over 2 s windows, each with its own strength threshold, so no two
-         share a plan): CPU-seconds per minute for each count, and every query's answers checked
-         against the central reference evaluator (services.judge).
+sharing  the same hierarchy with its agents running and 1, 10, 100 **distinct** user queries over
+         the edge's stream (services.bench.workload: different windows, slides, keys, filters,
+         aggregates, HAVING, each with rows): CPU-seconds per minute for each count, the hierarchy's
+         alone and with the broker and Redis (fifty result topics are written by the broker), the
+         results' latency (a window's first emit after its end, p50 / p95), and the answers
+         checked against the central reference evaluator (services.judge; all of them up to
+         CHECKED queries, a sample of CHECKED beyond).
 
-CPU is read from /proc (utime + stime of the process and every descendant but the embedded broker
-and Redis), so it counts the JVM and Spark's Python workers, and the receptor agents, which run
-in this process; compare counts as ratios within one run (the machine is shared).
+CPU is read from /proc (utime + stime of the process and every descendant, the embedded broker
+and Redis only where said), so it counts the JVM and Spark's Python workers, and the receptor
+agents, which run in this process; compare counts as ratios within one run (the machine is shared).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glue.topology import Topology, parse_topology
+from services.bench.workload import distinct_queries
 
 ONE_EDGE = """
 name: one-edge
@@ -93,10 +98,21 @@ def tree_cpu_s(root: int | None = None, leave_out: set[int] | frozenset[int] = f
 def cores_over(seconds: float, servers) -> float:
     """Cores the process tree (without the embedded broker and Redis, when they run) used
     during the next `seconds`."""
+    return cores_with_servers(seconds, servers)[0]
+
+
+def cores_with_servers(seconds: float, servers) -> tuple[float, float]:
+    """Cores the process tree used during the next `seconds`: without the embedded broker and
+    Redis, and with them."""
     leave_out = getattr(servers, "pids", set())
-    before, started = tree_cpu_s(leave_out=leave_out), time.monotonic()
+
+    def both() -> tuple[float, float]:
+        return tree_cpu_s(leave_out=leave_out), sum(tree_cpu_s(pid) for pid in leave_out)
+
+    (tree, serving), started = both(), time.monotonic()
     time.sleep(seconds)
-    return (tree_cpu_s(leave_out=leave_out) - before) / (time.monotonic() - started)
+    (tree_after, serving_after), spent = both(), time.monotonic() - started
+    return (tree_after - tree) / spent, (tree_after - tree + serving_after - serving) / spent
 
 
 @dataclass
@@ -105,11 +121,12 @@ class SharingFigures:
     cpu_s_per_min: float
     checked: int          # queries whose answers equal the reference
     windows: int          # windows compared, over all queries
+    cpu_with_servers_s_per_min: float = 0.0   # the broker and Redis included
+    latency_ms: list[float] = field(default_factory=list)   # per window: its first emit - its end
+    judged: int = 0       # queries compared with the reference (all, or a sample)
 
 
-def sharing_sql(n: int) -> str:
-    return (f"SELECT tag_id, count(*) AS reads FROM rfid_stream [range by '2 seconds'] "
-            f"WHERE read_strength >= {0.2 + n / 1000:.3f} GROUP BY tag_id")
+CHECKED = 20
 
 
 def run_idle_bench(seconds: float, progress: Callable[[str], None]) -> float:
@@ -140,27 +157,51 @@ def run_sharing_bench(counts: Sequence[int], seconds: float, progress: Callable[
             try:
                 hierarchy.start(progress)
                 hierarchy.start_agents()
-                plans = [hierarchy.placement.submit(sharing_sql(i)) for i in range(n)]
+                receptors = [r.id for r in hierarchy.topology.receptors]
+                plans = [hierarchy.placement.submit(sql) for sql in distinct_queries(n, receptors)]
                 progress(f"{n} queries submitted; settling for 15 s, then measuring for {seconds:.0f} s")
                 time.sleep(15)
-                cpu_per_min = cores_over(seconds, servers) * 60
+                alone, with_servers = cores_with_servers(seconds, servers)
                 time.sleep(5)
-                verdicts = [compare_to_reference(hierarchy, plan) for plan in plans]
-                figures.append(SharingFigures(n, cpu_per_min, sum(v.equal for v in verdicts),
-                                              sum(v.windows for v in verdicts)))
-                progress(f"{n} queries: {cpu_per_min:.1f} CPU-s/min, {figures[-1].checked} of {n} equal the reference")
+                judged = plans if n <= CHECKED else random.Random(n).sample(plans, CHECKED)
+                verdicts = [compare_to_reference(hierarchy, plan) for plan in judged]
+                latency = [ms for plan in plans for ms in first_emit_after_end_ms(servers.bootstrap, plan.result_topic)]
+                figures.append(SharingFigures(n, alone * 60, sum(v.equal for v in verdicts),
+                                              sum(v.windows for v in verdicts), with_servers * 60, latency,
+                                              len(judged)))
+                progress(f"{n} queries: {alone * 60:.1f} CPU-s/min ({with_servers * 60:.1f} with the broker and "
+                         f"Redis), {figures[-1].checked} of {len(judged)} checked equal the reference")
             finally:
                 hierarchy.stop()
     return figures
 
 
+def first_emit_after_end_ms(bootstrap: str, topic: str) -> list[float]:
+    """Per window of a results topic: its first emit's time after the window's end."""
+    from services.judge import as_ms, topic_rows
+
+    first: dict[int, int] = {}
+    for row in topic_rows(bootstrap, topic):
+        if row.get("window_end") is not None:
+            end = as_ms(row["window_end"])
+            first[end] = min(first.get(end, row["_emitted_ms"]), row["_emitted_ms"])
+    return [emitted - end for end, emitted in first.items()]
+
+
 def sharing_table(figures: list[SharingFigures]) -> str:
-    lines = ["queries  CPU-s/min  x of 1 query  answers = reference  windows compared"]
-    base = figures[0].cpu_s_per_min if figures else 0.0
+    from services.bench.report import percentile
+
+    lines = ["queries  CPU-s/min  x of 1  with broker+Redis  x of 1  result p50 / p95 s  answers = reference  "
+             "windows compared"]
+    base = figures[0] if figures else None
     for f in figures:
-        ratio = f.cpu_s_per_min / base if base else float("nan")
-        lines.append(f"{f.queries:>7}  {f.cpu_s_per_min:>9.1f}  {ratio:>12.2f}  {f.checked:>9} of {f.queries:<7}  "
-                     f"{f.windows:>16}")
+        ratio = f.cpu_s_per_min / base.cpu_s_per_min if base and base.cpu_s_per_min else float("nan")
+        served = (f.cpu_with_servers_s_per_min / base.cpu_with_servers_s_per_min
+                  if base and base.cpu_with_servers_s_per_min else float("nan"))
+        p50, p95 = percentile(f.latency_ms, 50), percentile(f.latency_ms, 95)
+        latency = f"{p50 / 1000:.2f} / {p95 / 1000:.2f}" if p50 is not None and p95 is not None else "n/a"
+        lines.append(f"{f.queries:>7}  {f.cpu_s_per_min:>9.1f}  {ratio:>6.2f}  {f.cpu_with_servers_s_per_min:>17.1f}  "
+                     f"{served:>6.2f}  {latency:>18}  {f.checked:>6} of {f.judged:<3} checked  {f.windows:>16}")
     return "\n".join(lines)
 
 
