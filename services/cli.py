@@ -238,8 +238,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos", "events", "proxy", "priority", "triage"],
-                       help="pipeline: start-up time, edge input rate, reading-to-core latency, accuracy; "
+                                         "sharing", "capacity", "chaos", "events", "proxy", "priority", "triage",
+                                         "fanin"],
+                       help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
+                            "window (headquarters included) and windows missing, accuracy; "
+                            "fanin: a warehouse over N doors at the same total reading rate: cores, the "
+                            "warehouse's windows after they close, its readers; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
                             "cleaning: errors against ground truth of raw reads, fixed windows and adaptive "
@@ -280,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "readings the agents would publish (no broker or Spark), instead of running them")
     bench.add_argument("--settle", type=float, default=20.0,
                        help="chaos: seconds of normal running after each fault (default 20)")
+    bench.add_argument("--children", type=int, nargs="+", default=[4, 16, 32],
+                       help="fanin: the warehouse's numbers of doors, one hierarchy each (default 4 16 32)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")

@@ -733,6 +733,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     if args.duration is None:
         args.duration = BENCH_DURATION_S
+    if args.which == "fanin":
+        from services.bench.fanin import fanin_table, run_fanin_bench
+
+        _say(fanin_table(run_fanin_bench(args.children, 20.0, args.duration, _progress)))
+        _stop_spark()
+        return 0
     if args.which == "lag":
         from services.bench.lag import run_lag_bench, table
 

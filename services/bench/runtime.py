@@ -178,14 +178,10 @@ def run_sharing_bench(counts: Sequence[int], seconds: float, progress: Callable[
 
 def first_emit_after_end_ms(bootstrap: str, topic: str) -> list[float]:
     """Per window of a results topic: its first emit's time after the window's end."""
-    from services.judge import as_ms, topic_rows
+    from services.bench.lag import first_emits
+    from services.judge import topic_records
 
-    first: dict[int, int] = {}
-    for row in topic_rows(bootstrap, topic):
-        if row.get("window_end") is not None:
-            end = as_ms(row["window_end"])
-            first[end] = min(first.get(end, row["_emitted_ms"]), row["_emitted_ms"])
-    return [emitted - end for end, emitted in first.items()]
+    return [emitted - end for end, emitted in first_emits(topic_records(bootstrap, topic)).items()]
 
 
 def sharing_table(figures: list[SharingFigures]) -> str:
