@@ -80,6 +80,20 @@ def network_settings(master: str, environ: Mapping[str, str]) -> dict[str, str]:
             "spark.network.crypto.enabled": "true"}
 
 
+def cluster_share(master: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """On a standalone cluster, the cores one node's application may hold (HIFI_SPARK_CORES_MAX,
+    default 2): without a cap the first application takes every core and the next node waits.
+
+    >>> cluster_share("spark://m:7077", {})
+    {'spark.cores.max': '2'}
+    >>> cluster_share("local[*]", {"HIFI_SPARK_CORES_MAX": "4"})
+    {}
+    """
+    if master.startswith("local"):
+        return {}
+    return {"spark.cores.max": environ.get("HIFI_SPARK_CORES_MAX", "2")}
+
+
 class SparkSecretMissing(HiFiError):
     """A Spark cluster without the secret that authenticates its connections."""
 
@@ -111,7 +125,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         )
-        for key, value in network_settings(master, os.environ).items():
+        for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ)}.items():
             builder = builder.config(key, value)
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).

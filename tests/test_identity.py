@@ -218,3 +218,13 @@ def test_the_spark_driver_listens_on_loopback_or_authenticated_and_encrypted():
     cluster = network_settings("spark://spark-master:7077", {"HIFI_SPARK_SECRET": "s3cret"})
     assert cluster == {"spark.authenticate": "true", "spark.authenticate.secret": "s3cret",
                        "spark.network.crypto.enabled": "true"}
+
+
+def test_a_node_on_a_spark_cluster_holds_a_share_of_its_cores_not_all():
+    import doctest
+
+    import dsp.session
+    from dsp.session import cluster_share
+
+    assert cluster_share("spark://spark-master:7077", {"HIFI_SPARK_CORES_MAX": "1"}) == {"spark.cores.max": "1"}
+    assert doctest.testmod(dsp.session).failed == 0
