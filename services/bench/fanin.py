@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from glue.topology import Topology, parse_topology
+from services.bench.runtime import EDGE_VIEWS, cores_with_servers
 
 CYCLE_MS_PER_CHILD = 25
 
@@ -44,16 +45,7 @@ receptors:
 relations:
   - {{name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}}
 views:
-  - tiers: [edge]
-    materialize: false
-    sql: |
-      CREATE VIEW cleaned_rfid_stream AS
-      SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
-  - tiers: [edge]
-    sql: |
-      CREATE VIEW smoothed_rfid_stream AS
-      SELECT receptor_id, tag_id, count(*) AS reads FROM cleaned_rfid_stream [range by 't1', slide by 't2']
-      GROUP BY receptor_id, tag_id HAVING count(*) >= count_T
+{EDGE_VIEWS.strip(chr(10))}
   - nodes: [fi{children}-wh]
     sql: |
       CREATE VIEW door_tags AS
@@ -83,7 +75,6 @@ class FaninFigures:
 def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
                     progress: Callable[[str], None]) -> list[FaninFigures]:
     from services.bench.lag import first_emits
-    from services.bench.runtime import cores_with_servers
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
     from services.judge import topic_records

@@ -30,6 +30,19 @@ from dataclasses import dataclass, field
 from glue.topology import Topology, parse_topology
 from services.bench.workload import distinct_queries
 
+# The supply chain's edge views (cleaning, smoothing), as the benchmarks' small topologies run them
+EDGE_VIEWS = """
+  - tiers: [edge]
+    materialize: false
+    sql: |
+      CREATE VIEW cleaned_rfid_stream AS
+      SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
+  - tiers: [edge]
+    sql: |
+      CREATE VIEW smoothed_rfid_stream AS
+      SELECT receptor_id, tag_id, count(*) AS reads FROM cleaned_rfid_stream [range by 't1', slide by 't2']
+      GROUP BY receptor_id, tag_id HAVING count(*) >= count_T
+"""
 ONE_EDGE = """
 name: one-edge
 parameters: {strength_T: 0.2, count_T: 1, t1: 2 seconds, t2: 2 seconds}
@@ -42,16 +55,7 @@ receptors:
 relations:
   - {name: receptor_locations, columns: [[receptor_id, string], [location, string]], replicas: ["*"]}
 views:
-  - tiers: [edge]
-    materialize: false
-    sql: |
-      CREATE VIEW cleaned_rfid_stream AS
-      SELECT receptor_id, tag_id FROM rfid_stream rs WHERE read_strength >= strength_T
-  - tiers: [edge]
-    sql: |
-      CREATE VIEW smoothed_rfid_stream AS
-      SELECT receptor_id, tag_id, count(*) AS reads FROM cleaned_rfid_stream [range by 't1', slide by 't2']
-      GROUP BY receptor_id, tag_id HAVING count(*) >= count_T
+""" + EDGE_VIEWS.strip("\n") + """
 scenario:
   name: one-edge
   seed: 11
