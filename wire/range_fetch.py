@@ -84,6 +84,14 @@ def _close_orphans() -> None:
         _consumers.pop(key).close()
 
 
+def read_short_ranges(bootstrap: str, ranges: list[tuple[str, int, int, int]]) -> dict[tuple[str, int, int], list]:
+    """(topic, partition, start) -> the records of each short range (topic, partition, start, end),
+    fetched together with kafka-python (a reader of many topics reads a small batch in one fetch)."""
+    consumer = _consumer("kafka-python", bootstrap, bus.make_consumer)
+    found = bus.read_ranges(consumer, {KafkaTopicPartition(t, p): (lo, hi) for t, p, lo, hi in ranges})
+    return {(t, p, lo): found[KafkaTopicPartition(t, p)] for t, p, lo, _ in ranges}
+
+
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
                idle_timeout_s: float = 5.0) -> Iterator[Record]:
     """Yield the records of one partition with start <= offset < end, in order: a range of fewer
