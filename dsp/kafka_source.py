@@ -304,8 +304,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         # one at a time: the driver's readers share this process's duplicate look-back (_recent)
         # and the switch of its garbage collector (read), as a Spark worker's tasks do in turn
         with _reading_here:
+            # several partitions in one fetch (one range each: a batch this small is not split)
+            apart = len(ranges) > 1 and len({(r.topic, r.partition) for r in ranges}) == len(ranges)
             fetched = range_fetch.read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
-                                                                     for r in ranges]) if len(ranges) > 1 else {}
+                                                                     for r in ranges]) if apart else {}
             return pa.Table.from_batches([b for r in ranges for b in self.read(r, fetched.get(r.key))], self.output)
 
     def commit(self, end: dict) -> None:
@@ -345,12 +347,12 @@ class KafkaStreamReader(DataSourceStreamReader):
                 batch = batch.append_column(TOPIC_COLUMN, pa.array([partition.topic] * batch.num_rows, pa.string()))
             yield batch
 
-    def _rows(self, partition: OffsetRange, fetched: list | None = None) -> Iterator[pa.RecordBatch]:
+    def _rows(self, partition: OffsetRange, prefetched: list | None = None) -> Iterator[pa.RecordBatch]:
         """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
         checks is refused (dead-lettered with its reason by the reader that owns that, counted,
         and skipped), so no record can stop a query."""
         recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
-        records = fetched if fetched is not None else range_fetch.read_range(
+        records = prefetched if prefetched is not None else range_fetch.read_range(
             self.bootstrap, partition.topic, partition.partition, partition.start, partition.end)
         schema = arrow_schema(self.schema)
         names = self.schema.fieldNames()
