@@ -77,6 +77,7 @@ from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_ha
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.offset_log import batch_bounds, batch_end
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
+from dsp.reader_restarts import ReaderRestarts
 from dsp.uplink import Uplink
 from wire import bus
 from wire.intake import IntakeRules
@@ -223,6 +224,7 @@ class SharedRuntime:
         self._local_readers: dict[str, KafkaStreamReader] = {}   # each reader's source, for small batches
         self._starts: dict[str, dict[str, int]] = {}   # each reader's start offsets for topics its checkpoint lacks
         self._changed: set[str] = set()   # readers whose topics changed: restarted outside the lock
+        self.restarts = ReaderRestarts(self.spark_queries.restart)
         self.input_rate = InputRate()
         self._lock = threading.RLock()
         self._replayed = threading.Condition(self._lock)
@@ -233,8 +235,8 @@ class SharedRuntime:
         self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
         # readers hand their rows over in files when Spark's workers share this machine (a
         # cluster's workers do not: their rows go through Spark)
-        local = spark.sparkContext.master.startswith("local")
-        self.handoff_dir = os.path.join(self.spark_queries.state_dir, "handoff") if local else ""
+        self.on_cluster = not spark.sparkContext.master.startswith("local")
+        self.handoff_dir = "" if self.on_cluster else os.path.join(self.spark_queries.state_dir, "handoff")
         sweep_handoff(self.handoff_dir)   # what a node that stopped left
         # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
         self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
@@ -379,7 +381,8 @@ class SharedRuntime:
                                  event_time, heartbeats=reader.format == "samples")
         if reader.shared:
             options["topic_column"] = "true"
-        self._local_readers[key] = local_reader(options)
+        if not self.on_cluster:   # a cluster's executors read every batch: the driver does not fetch
+            self._local_readers[key] = local_reader(options)
         # every reader polls twice as often as the node's trigger: a level's wait for the next
         # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
         # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
@@ -390,12 +393,11 @@ class SharedRuntime:
         return stream.foreachBatch(lambda batch, batch_id: self._batch(key, batch, batch_id)).start()
 
     def _restart_changed(self) -> None:
-        """Restart the readers whose topics changed, on their checkpoints (called outside the
+        """Hand the readers whose topics changed to the restarts (which restart them outside the
         lock: a stop waits for the batch in flight, which takes the lock)."""
         with self._lock:
             changed, self._changed = self._changed, set()
-        for key in changed:
-            self.spark_queries.restart(key)
+        self.restarts.add(changed)
 
     # ------------------------------------------------------------ the data path
 
@@ -461,7 +463,7 @@ class SharedRuntime:
 
     def _batch_rows(self, key: str, batch: DataFrame, batch_id: int) -> pa.Table:
         """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
-        (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
+        (KafkaStreamReader.read_here), a larger one, and every one on a cluster, by Spark's tasks."""
         local = self._local_readers.get(key)
         if local is not None and (bounds := batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id)):
             table = local.read_here(*bounds)
@@ -647,6 +649,7 @@ class SharedRuntime:
         self._restart_changed()
 
     def stop_all(self) -> None:
+        self.restarts.stop()
         self.spark_queries.stop_all()
         if self.uplink is not None:
             self.uplink.stop()   # what it still holds waits on disk for the next start

@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "that compose file needs (Redis, Grafana, each Kafka user), written 0600")
     deploy.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
     deploy.add_argument("--output", default=None, help="write here instead of to standard output")
+    deploy.add_argument("--spark-cluster", action="store_true",
+                        help="the nodes on a Spark standalone cluster of the deployment's own (a master, two "
+                             "workers; each node's application holds one core), not each in Spark's local mode; "
+                             "with secrets: HIFI_SPARK_SECRET too")
     deploy.set_defaults(func=cmd_deploy)
 
     query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
@@ -257,8 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "input; sharing: CPU-seconds per minute of that hierarchy (alone, and with the broker and "
                             "Redis) with 1, 10, 100 distinct user queries over the edge's stream, their results' "
                             "latency, and their answers against the reference; "
-                            "capacity: readings/s that edge node takes in with its standing views, beside "
-                            "kafka-python's rate over the same topic; chaos: nodes as processes under a "
+                            "capacity: the highest reading rate (supply-chain mix) that edge node sustains with its "
+                            "lag flat, beside librdkafka fetching the same topic and fetching plus the node's decode; "
+                            "chaos: nodes as processes under a "
                             "supervisor, one query running, faults one after another (kill -9 of an edge and of "
                             "an aggregation node, a crash between flush and fence, Redis restarted): seconds "
                             "until results flow again, readings published vs counted, duplicates, windows "
@@ -303,11 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
     bench.add_argument("--plot", default="bench-cleaning.png",
                        help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
-    bench.add_argument("--readings", type=int, default=2_000_000,
-                       help="capacity: readings published to the edge node per backlog (default 2000000)")
-    bench.add_argument("--drains", type=int, default=3,
-                       help="capacity: backlogs published and drained one after another; the median rate is "
-                            "printed, each beside it (default 3)")
+    bench.add_argument("--rates", type=float, nargs="+", default=None,
+                       help="capacity: readings/s offered in turn, until one is not held (default 10000, doubling "
+                            "to 320000)")
+    bench.add_argument("--step", type=float, default=120.0,
+                       help="capacity: seconds each rate is offered (default 120)")
     bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100],
                        help="sharing: how many distinct user queries to run, one hierarchy each (default 1 10 100)")
     bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")

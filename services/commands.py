@@ -308,9 +308,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     if args.what == "secrets":
         text = ("# secrets of the compose deployment of topology " + repr(topology.name) + ": keep this file private\n"
-                + "".join(f"{name}={secrets.token_urlsafe(24)}\n" for name in secret_variables(topology)))
+                + "".join(f"{name}={secrets.token_urlsafe(24)}\n"
+                          for name in secret_variables(topology, args.spark_cluster)))
     else:
-        text = render_compose(topology, args.topology)
+        text = render_compose(topology, args.topology, args.spark_cluster)
     if args.output:
         if args.what == "secrets" and os.path.exists(args.output):
             raise CLIError(f"{args.output} exists: new secrets would lock the running deployment out of its "
@@ -779,18 +780,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         _stop_spark()
         return 0
     if args.which in ("idle", "sharing", "capacity"):
-        from services.bench.runtime import (
-            capacity_table,
-            run_capacity_bench,
-            run_idle_bench,
-            run_sharing_bench,
-            sharing_table,
-        )
+        from services.bench.capacity import RATES, capacity_table, run_capacity_bench
+        from services.bench.runtime import run_idle_bench, run_sharing_bench, sharing_table
 
         if args.which == "capacity":
-            if args.readings <= 0 or args.drains <= 0:
-                raise CLIError("--readings and --drains must be positive")
-            _say(capacity_table(run_capacity_bench(args.readings, _progress, args.drains)))
+            rates = args.rates or RATES
+            if args.step <= 0 or min(rates) <= 0:
+                raise CLIError("--rates and --step must be positive")
+            _say(capacity_table(run_capacity_bench(sorted(rates), args.step, _progress)))
         elif args.which == "idle":
             _say(f"cores used by one edge node and the core, standing views, no input: "
                  f"{run_idle_bench(args.duration, _progress):.3f}")

@@ -42,9 +42,6 @@ STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
 TLS_DIR = "/var/lib/hifi/tls"   # the deployment's CA and certificates (the certs service makes them)
 MOUNTED_TOPOLOGY_DIR = "/etc/hifi/topology"
-SPARK_MASTER_COMMENT = ("# SPARK_MASTER: spark://spark-master:7077   # a Spark cluster instead of local mode (below)\n"
-                        "      # HIFI_SPARK_SECRET: ${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET}")
-
 HEADER = """\
 # HiFi on docker compose: Apache Kafka (KRaft), Redis, the nodes of topology {name!r}, the
 # placement service, the dashboard, the receptor agents, Prometheus and Grafana.
@@ -57,25 +54,10 @@ HEADER = """\
 # reached only inside the compose network. See the README, "Deploying with docker compose".
 """
 
-SPARK_SERVICES = """\
-  # A Spark cluster for the nodes instead of each node's local mode: uncomment these two services
-  # and the SPARK_MASTER and HIFI_SPARK_SECRET lines in each node's environment. The workers run
-  # the HiFi image: the nodes' Python code (the Kafka data source, the sinks) runs on them. Every
-  # connection is authenticated with the shared secret HIFI_SPARK_SECRET and encrypted.
-  # spark-master:
-  #   image: hifi:${HIFI_VERSION:-latest}
-  #   entrypoint: ["spark-class", "org.apache.spark.deploy.master.Master", "--host", "spark-master"]
-  #   environment:
-  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?}
-  #   ports: ["127.0.0.1:8080:8080"]
-  #   restart: unless-stopped
-  # spark-worker:
-  #   image: hifi:${HIFI_VERSION:-latest}
-  #   entrypoint: ["spark-class", "org.apache.spark.deploy.worker.Worker", "spark://spark-master:7077"]
-  #   environment:
-  #     SPARK_DAEMON_JAVA_OPTS: -Dspark.authenticate=true -Dspark.authenticate.secret=${HIFI_SPARK_SECRET:?}
-  #   depends_on: [spark-master]
-  #   restart: unless-stopped
+LOCAL_SPARK_NOTE = """\
+  # Each node runs Spark in local mode on its container's cores. `hifi deploy compose
+  # --spark-cluster` renders the nodes on a Spark standalone cluster of services of their own
+  # (spark-master, spark-worker-N), every connection authenticated with HIFI_SPARK_SECRET.
 """
 
 
@@ -124,16 +106,40 @@ def required(variable: str, what: str) -> str:
     return f"${{{variable}:?set {variable} ({what}; hifi deploy secrets makes them all)}}"
 
 
-def secret_variables(topology: Topology) -> list[str]:
+def secret_variables(topology: Topology, spark_cluster: bool = False) -> list[str]:
     """Every secret the compose file needs from the environment (`hifi deploy secrets` makes them)."""
     from services.kafka_acls import password_variable, users
 
     return [*(secret_variable("REDIS", u) for u in redis_users(topology)), "HIFI_GRAFANA_PASSWORD",
-            *(password_variable(u) for u in users(topology))]
+            *(password_variable(u) for u in users(topology)), *(["HIFI_SPARK_SECRET"] if spark_cluster else [])]
 
 
-def compose_model(topology: Topology, source: str) -> dict[str, Any]:
-    """The compose file as plain data."""
+SPARK_WORKERS = 2
+SPARK_SECRET = "${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET (the Spark cluster's shared secret; hifi deploy secrets " \
+               "--spark-cluster makes it)}"
+
+
+def spark_cluster_services(workers: int = SPARK_WORKERS) -> dict[str, Any]:
+    """A Spark standalone master and `workers` workers, running the HiFi image (the nodes' Python
+    code, the Kafka data source, runs on the executors), every connection authenticated with
+    HIFI_SPARK_SECRET; the master's UI on the host's loopback."""
+    daemon = {"SPARK_DAEMON_JAVA_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SPARK_SECRET}"}
+    services: dict[str, Any] = {"spark-master": {
+        "image": IMAGE,
+        "entrypoint": ["spark-class", "org.apache.spark.deploy.master.Master", "--host", "spark-master"],
+        "environment": daemon, "ports": ["127.0.0.1:${HIFI_SPARK_UI_PORT:-8080}:8080"], "restart": "unless-stopped"}}
+    for n in range(1, workers + 1):
+        services[f"spark-worker-{n}"] = {
+            "image": IMAGE, "entrypoint": ["spark-class", "org.apache.spark.deploy.worker.Worker",
+                                           "spark://spark-master:7077"],
+            "environment": daemon, "depends_on": ["spark-master"], "restart": "unless-stopped"}
+    return services
+
+
+def compose_model(topology: Topology, source: str, spark_cluster: bool = False) -> dict[str, Any]:
+    """The compose file as plain data; with `spark_cluster`, the nodes run on a Spark standalone
+    cluster of its own services (spark_cluster_services), each node's application holding
+    HIFI_SPARK_CORES_MAX cores of it."""
     from services.kafka_acls import password_variable, setup_script, users
     topology_path, mounts = topology_location(source)
     common_env = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path, "HIFI_TLS_DIR": TLS_DIR}
@@ -228,14 +234,19 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
             _healthy("kafka", "redis"),
             _healthcheck(["CMD", "hifi", "health", "--grpc", f"127.0.0.1:{PLACEMENT_PORT}"])),
     }
+    spark = ({"SPARK_MASTER": "spark://spark-master:7077", "HIFI_SPARK_SECRET": SPARK_SECRET,
+              "HIFI_SPARK_CORES_MAX": "1"} if spark_cluster else {"HIFI_SPARK_CORES": "2"})
+    if spark_cluster:
+        services.update(spark_cluster_services())
     for spec in topology.bottom_up():
         name = node_service(spec.id)
         services[name] = hifi(
             ["node"], name,
             {"HIFI_NODE_ID": spec.id, "HIFI_LISTEN": f"0.0.0.0:{NODE_PORT}", "HIFI_ADVERTISE_HOST": name,
              "HIFI_METRICS_PORT": str(METRICS_PORT), "HIFI_STATE_DIR": STATE_DIR,
-             "HIFI_SPARK_DRIVER_MEMORY": "1g", "HIFI_SPARK_CORES": "2"},
-            _healthy("kafka", "redis", "placement", *(node_service(c) for c in sorted(topology.children(spec.id)))),
+             "HIFI_SPARK_DRIVER_MEMORY": "1g", **spark},
+            {**_healthy("kafka", "redis", "placement", *(node_service(c) for c in sorted(topology.children(spec.id)))),
+             **({"spark-master": {"condition": "service_started"}} if spark_cluster else {})},
             _healthcheck(["CMD", "hifi", "health", "--node", spec.id], start_period="120s", retries=30),
             volumes=[f"{name}-state:{STATE_DIR}"])
     edges = sorted(n for n, spec in topology.nodes.items() if spec.tier == "edge")
@@ -274,14 +285,10 @@ def compose_model(topology: Topology, source: str) -> dict[str, Any]:
     return {"services": services, "volumes": {name: {} for name in volumes}}
 
 
-def render_compose(topology: Topology, source: str) -> str:
-    model = compose_model(topology, source)
+def render_compose(topology: Topology, source: str, spark_cluster: bool = False) -> str:
+    """The compose file's text (`spark_cluster`: see compose_model)."""
+    model = compose_model(topology, source, spark_cluster)
     services = yaml.safe_dump({"services": model["services"]}, sort_keys=False, width=120)
-    lines = []
-    for line in services.splitlines():
-        lines.append(line)
-        if line.startswith("      HIFI_SPARK_CORES:"):   # only the nodes run Spark
-            lines.append("      " + SPARK_MASTER_COMMENT)
     shown = os.path.relpath(source, REPO) if os.path.abspath(source).startswith(REPO + os.sep) else source
-    return (HEADER.format(name=topology.name, source=shown) + "\n".join(lines) + "\n" + SPARK_SERVICES + "\n"
-            + yaml.safe_dump({"volumes": model["volumes"]}, sort_keys=False))
+    return (HEADER.format(name=topology.name, source=shown) + services + ("" if spark_cluster else LOCAL_SPARK_NOTE)
+            + "\n" + yaml.safe_dump({"volumes": model["volumes"]}, sort_keys=False))

@@ -38,7 +38,7 @@ def _validated(text: str, tmp_path) -> dict:
 
 def _compose_config(path, passwords: dict[str, str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIFI_REDIS_PASSWORD", "HIFI_GRAFANA_PASSWORD",
-                                                                      "HIFI_KAFKA_PASSWORD"))}
+                                                                      "HIFI_KAFKA_PASSWORD", "HIFI_SPARK_SECRET"))}
     return subprocess.run(["docker-compose", "-f", str(path), "--project-directory", REPO, "config"],
                           capture_output=True, text=True, timeout=120, env={**env, **passwords})
 
@@ -180,10 +180,27 @@ def test_a_topology_outside_the_repository_is_mounted_into_the_containers(tmp_pa
     assert f"{tmp_path}:/etc/hifi/topology:ro" in node["volumes"]
 
 
-def test_the_spark_cluster_is_shown_commented():
-    text = render_compose(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)
-    assert "#   entrypoint: [\"spark-class\", \"org.apache.spark.deploy.worker.Worker\"" in text
-    assert text.count("# SPARK_MASTER: spark://spark-master:7077") == len(load_topology(DEFAULT_TOPOLOGY).nodes)
+def test_spark_cluster_renders_the_nodes_on_a_standalone_cluster_that_validates(tmp_path):
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    local = compose_model(topology, DEFAULT_TOPOLOGY)["services"]
+    assert not any(name.startswith("spark-") for name in local)
+    assert all("SPARK_MASTER" not in local[node_service(n)]["environment"] for n in topology.nodes)
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(render_compose(topology, DEFAULT_TOPOLOGY, spark_cluster=True))
+    secrets = secret_variables(topology, spark_cluster=True)
+    done = _compose_config(path, {name: f"secret-{i}" for i, name in enumerate(secrets)})
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    assert {"spark-master", "spark-worker-1", "spark-worker-2"} <= set(services)
+    for node in topology.nodes:
+        env = services[node_service(node)]["environment"]
+        assert env["SPARK_MASTER"] == "spark://spark-master:7077" and env["HIFI_SPARK_CORES_MAX"] == "1"
+        assert env["HIFI_SPARK_SECRET"] == f"secret-{secrets.index('HIFI_SPARK_SECRET')}"
+    worker = services["spark-worker-1"]["environment"]["SPARK_DAEMON_JAVA_OPTS"]
+    assert "-Dspark.authenticate=true" in worker and "spark.authenticate.secret=secret-" in worker
+    without = _compose_config(path, {name: f"secret-{i}" for i, name in enumerate(secrets)
+                                     if name != "HIFI_SPARK_SECRET"})
+    assert without.returncode != 0 and "HIFI_SPARK_SECRET" in without.stderr
 
 
 def test_grafana_shows_only_metrics_the_services_expose():

@@ -41,13 +41,18 @@ _LIBRDKAFKA_SECURITY = {"security_protocol": "security.protocol", "sasl_mechanis
                         "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password"}
 
 
+def librdkafka_client(bootstrap: str) -> dict[str, Any]:
+    """librdkafka's settings to reach the broker as every client of the project does (its security)."""
+    return {"bootstrap.servers": bootstrap, **{_LIBRDKAFKA_SECURITY[k]: v for k, v in client_security().items()}}
+
+
 def make_range_consumer(bootstrap: str) -> Consumer:
     # Assigned partitions only, never a group join (DESIGN §11: ~20 s on the embedded broker); the
     # group id is librdkafka's requirement, unused. fetch.wait.max.ms: a range's records exist
     # already, so a fetch never needs to wait for more. librdkafka's prefetch is left as it is
     # (up to 100 000 records or 64 MB ahead): capped at 10 000 records and 8 MB, the capacity bench
     # fell from 444 k to 205 k readings/s.
-    config = {"bootstrap.servers": bootstrap, "group.id": "hifi-range-reader", "enable.auto.commit": False,
+    config = {**librdkafka_client(bootstrap), "group.id": "hifi-range-reader", "enable.auto.commit": False,
               "enable.auto.offset.store": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
               "isolation.level": "read_uncommitted",   # as kafka-python reads, every other client here
               "max.partition.fetch.bytes": 8 * 1024 * 1024, "fetch.max.bytes": 64 * 1024 * 1024,
@@ -55,7 +60,6 @@ def make_range_consumer(bootstrap: str) -> Consumer:
               # its log through Python's (a worker's stderr is Spark's log): a broker going away at
               # shutdown is not an error of the node's
               "logger": logging.getLogger("hifi.librdkafka")}
-    config.update({_LIBRDKAFKA_SECURITY[k]: v for k, v in client_security().items()})
     return Consumer(config)
 
 

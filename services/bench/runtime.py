@@ -1,7 +1,5 @@
-"""`hifi bench idle`, `sharing` and `capacity`: what the DSP runtime costs a node.
+"""`hifi bench idle` and `sharing`: what the DSP runtime costs a node (capacity: services.bench.capacity).
 
-capacity the readings/s that edge node's standing views take in (a backlog published faster than
-         it reads; the median of several), beside kafka-python's rate fetching the same topic.
 idle     one edge node (and the core above it) with its standing views and no input: the CPU the
          whole process tree (driver, Spark's JVM, its Python workers) uses, in cores.
 sharing  the same hierarchy with its agents running and 1, 10, 100 **distinct** user queries over
@@ -22,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -205,167 +202,6 @@ def sharing_table(figures: list[SharingFigures]) -> str:
     return "\n".join(lines)
 
 
-@dataclass
-class CapacityFigures:
-    readings: int
-    client_rate: float      # readings/s kafka-python consumes the raw topic at (records decoded by nothing)
-    node_rates: list[float]  # each backlog's readings/s through the edge node's standing views, over its batches' time
-    drains_s: list[float]
-    decoding_rate: float = 0.0   # readings/s kafka-python consumes it at, each record parsed into readings
-
-    @property
-    def node_rate(self) -> float:
-        return statistics.median(self.node_rates)
-
-    @property
-    def drain_s(self) -> float:
-        return statistics.median(self.drains_s)
-
-
-READS_PER_CYCLE = 10
-
-
-def publish_backlog(bootstrap: str, topic: str, receptors: Sequence[str], readings: int) -> None:
-    """`readings` valid readings (READS_PER_CYCLE per read cycle, stamped now) on `topic`."""
-    from wire import bus
-    from wire.codec import TagObservation, encode_read_cycle
-
-    producer = bus.make_producer(bootstrap, linger_ms=20, batch_size=512 * 1024)
-    for cycle in range(readings // READS_PER_CYCLE):
-        receptor = receptors[cycle % len(receptors)]
-        reads = [TagObservation(f"urn:epc:id:sgtin:0614141.812345.{(cycle + i) % 500}", 1, 0.5)
-                 for i in range(READS_PER_CYCLE)]
-        key, value = encode_read_cycle(receptor, cycle, int(time.time() * 1000), reads)
-        producer.send(topic, key=key, value=value)
-    producer.flush()
-    producer.close()
-
-
-def client_rate(bootstrap: str, topic: str, decode: bool = False) -> float:
-    """Readings/s kafka-python fetches `topic` at: every record, nothing decoded (the floor a
-    Python reader of the topic stands on), or with `decode` each record parsed and its readings
-    made Python values (what any Python consumer of the readings does at least)."""
-    from kafka import TopicPartition
-
-    from protos import hifi_pb2
-    from wire import bus
-
-    consumer = bus.make_consumer(bootstrap)
-    cycle = hifi_pb2.RfidReadCycle()
-    try:
-        readings, started = 0, time.monotonic()
-        for tp in bus.partitions_of(consumer, [topic]):
-            end = bus.end_offsets(consumer, [tp])[tp]
-            for record in bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, end):
-                if decode:
-                    cycle.ParseFromString(record.value)
-                    readings += len([(cycle.receptor_id, r.tag_id, r.antenna, r.read_strength, cycle.timestamp_ms)
-                                     for r in cycle.reads])
-                else:
-                    readings += READS_PER_CYCLE
-        return readings / (time.monotonic() - started)
-    finally:
-        consumer.close()
-
-
-def run_capacity_bench(readings: int, progress: Callable[[str], None], drains: int = 3) -> CapacityFigures:
-    """Start the hierarchy; `drains` times, stop the edge's raw reader (the data listener its
-    standing views share), publish `readings` on its topic, start the reader again and time it
-    until its micro-batches have taken them all through the standing views (Spark's progress says
-    the batch that reached the topic's end is done): the node alone on the CPU, not sharing it with
-    the publisher. A backlog's rate is its readings over its micro-batches' time; its drain's time
-    also holds the reader's restart. One backlog is one or two micro-batches of a few seconds on a
-    shared machine: the median of several is the figure. Then time kafka-python fetching the topic."""
-    from dsp.shared import READER_PREFIX
-    from services.embedded import embedded_or_external
-    from services.hierarchy import Hierarchy
-    from wire.topics import raw_topic
-
-    topology = one_edge_topology()
-    edge = topology.edge_nodes()[0]
-    rates, times = [], []
-    with embedded_or_external() as servers:
-        topic = raw_topic(edge)
-        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
-        try:
-            hierarchy.start(progress)
-            time.sleep(10)
-            readers = hierarchy.nodes[edge].dsp.spark_queries
-            for drain in range(1, drains + 1):
-                rate, drain_s = _drain_backlog(readers, f"{READER_PREFIX}rfid:{topic}", servers.bootstrap, topic,
-                                               [r.id for r in topology.receptors_of(edge)], readings, progress)
-                rates.append(rate)
-                times.append(drain_s)
-                progress(f"backlog {drain} of {drains}: {rate:,.0f} readings/s over its micro-batches")
-        finally:
-            hierarchy.stop()
-        floor = client_rate(servers.bootstrap, topic)
-        decoding = client_rate(servers.bootstrap, topic, decode=True)
-    return CapacityFigures(readings, floor, rates, times, decoding)
-
-
-def _drain_backlog(readers, reader: str, bootstrap: str, topic: str, receptors: list[str], readings: int,
-                   progress: Callable[[str], None]) -> tuple[float, float]:
-    """One backlog published with the reader stopped, then drained: (readings/s over the
-    micro-batches, seconds from the reader's restart to the end)."""
-    from dsp.manager import last_progress
-    from wire import bus
-
-    readers.suspend(reader)
-    progress(f"publishing {readings:,} readings")
-    publish_backlog(bootstrap, topic, receptors, readings)
-    ends = bus.current_ends(bootstrap, [topic])
-    progress("published; the node reads them")
-    started = time.monotonic()
-    readers.resume(reader)
-    handle = readers._get(reader).handle
-
-    def reached_the_end() -> bool:
-        offsets = _offsets((last_progress(handle).get("sources") or [{}])[0].get("endOffset"))
-        return all(int(offsets.get(key, -1)) >= end for key, end in ends.items())
-
-    while not reached_the_end():
-        time.sleep(0.05)
-    drain = time.monotonic() - started
-    # the batches since the clock started and the records each took, from their offsets (a record
-    # read before must not count; a small batch the driver read has no input rows in Spark's count)
-    timed = [(b, _records_between(b["sources"][0]["startOffset"], b["sources"][0]["endOffset"]))
-             for b in (json.loads(p.json()) for p in handle._jsq.recentProgress())
-             if b["timestamp"] >= _iso_after(started) and b.get("sources")]
-    busy_ms = sum(b["durationMs"].get("triggerExecution", 0) for b, records in timed if records)
-    records = sum(records for _, records in timed)
-    if records * READS_PER_CYCLE != readings:
-        progress(f"the timed batches took {records * READS_PER_CYCLE:,} readings of the {readings:,} published")
-    return records * READS_PER_CYCLE / (busy_ms / 1000), drain
-
-
-def _offsets(value) -> dict:
+def offsets(value) -> dict:
     """A progress report's offsets ({"topic:partition": n}), which Spark gives as JSON text or not."""
     return json.loads(value) if isinstance(value, str) else (value or {})
-
-
-def _records_between(start, end) -> int:
-    """Records from one progress report's startOffset to its endOffset."""
-    start, end = _offsets(start), _offsets(end)
-    return sum(int(n) - int(start.get(key, 0)) for key, n in end.items())
-
-
-def _iso_after(monotonic_at: float) -> str:
-    """Spark's progress timestamp (ISO, UTC) of a moment taken from time.monotonic()."""
-    import datetime as dt
-
-    at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=time.monotonic() - monotonic_at)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def capacity_table(f: CapacityFigures) -> str:
-    return "\n".join([
-        f"backlog                                  {f.readings:,} readings",
-        f"kafka-python consume rate (the floor)    {f.client_rate:,.0f} readings/s",
-        f"kafka-python consuming, records decoded  {f.decoding_rate:,.0f} readings/s",
-        f"edge node with its standing views        {f.node_rate:,.0f} readings/s over its micro-batches"
-        + (f" (median of {len(f.node_rates)}: {', '.join(f'{r / 1000:,.0f} k' for r in f.node_rates)})"
-           if len(f.node_rates) > 1 else ""),
-        f"  the drain, the reader's restart with it  {f.drain_s:.1f} s ({f.readings / f.drain_s:,.0f} readings/s)",
-        f"node / client                            {f.node_rate / f.client_rate:.0%}",
-        f"node / decoding client                   {f.node_rate / f.decoding_rate:.0%}"])

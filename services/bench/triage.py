@@ -23,8 +23,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from services.bench.publisher import Cycle, publish
 from services.bench.report import figures_table, percentile
 from services.bench.runtime import one_edge_topology
+from wire.codec import TagObservation
 
 WINDOW_MS = 2_000
 QUERY = ("SELECT receptor_id, antenna, count(*) AS n FROM rfid_stream [range by '2 seconds', approximate] "
@@ -49,29 +51,11 @@ class LoadFigures:
     wrong_exact: int              # untriaged windows that differ from the exact count
 
 
-def publish(bootstrap: str, topic: str, receptors: list[str], rate: float, seconds: float) -> int:
-    """Read cycles stamped now at `rate` readings/s for `seconds`; how many readings went out.
-    Runs in a process of its own."""
-    from wire import bus
-    from wire.codec import TagObservation, encode_read_cycle
-
-    producer = bus.make_producer(bootstrap, linger_ms=5, batch_size=1024 * 1024)
+def cycles(receptors: list[str]) -> list[Cycle]:
+    """The read cycles the publisher sends round: READS_PER_CYCLE valid reads each."""
     reads = [[TagObservation(f"urn:epc:id:sgtin:0614141.812345.{(i * 7 + j) % 2000}", 1 + j % 2, 0.6)
               for j in range(READS_PER_CYCLE)] for i in range(64)]
-    started = time.monotonic()
-    sent = cycle = 0
-    while (elapsed := time.monotonic() - started) < seconds:
-        due = int(elapsed * rate)
-        now_ms = int(time.time() * 1000)
-        while sent + READS_PER_CYCLE <= due:
-            key, value = encode_read_cycle(receptors[cycle % len(receptors)], cycle, now_ms, reads[cycle % 64])
-            producer.send(topic, key=key, value=value)
-            sent += READS_PER_CYCLE
-            cycle += 1
-        time.sleep(0.005)
-    producer.flush()
-    producer.close()
-    return sent
+    return [(receptors[i % len(receptors)], reads[i % 64]) for i in range(64 * len(receptors))]
 
 
 def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int) -> Counter:
@@ -123,7 +107,7 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
     topology.nodes = {n: replace(s, latency_target_ms=latency_target_ms) if n == edge else s
                       for n, s in topology.nodes.items()}
     topic = raw_topic(edge)
-    receptors = [r.id for r in topology.receptors_of(edge)]
+    sent_round = cycles([r.id for r in topology.receptors_of(edge)])
     windows: list[dict] = []
     spans: list[tuple[str, float, float, int, int]] = []   # (load, readings/s asked, published, from ms, to ms)
     with embedded_or_external() as servers:
@@ -142,7 +126,7 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
                 def load(name: str, per_s: float, duration_s: float) -> None:
                     progress(f"{name}: {per_s:,.0f} readings/s for {duration_s:.0f} s")
                     start_ms = int(time.time() * 1000)
-                    sent = pool.apply(publish, (servers.bootstrap, topic, receptors, per_s, duration_s))
+                    sent = pool.apply(publish, (servers.bootstrap, topic, sent_round, per_s, duration_s))
                     spans.append((name, per_s, sent / duration_s, start_ms, int(time.time() * 1000)))
 
                 def closed(name: str) -> list[dict]:
@@ -154,7 +138,7 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
                 base = step = rate
                 while True:   # the ramp: double until a window is triaged or the publisher falls short
                     load(f"ramp {step:,.0f}/s", step, RAMP_S)
-                    pool.apply_async(publish, (servers.bootstrap, topic, receptors, step, 5.0))   # closes them
+                    pool.apply_async(publish, (servers.bootstrap, topic, sent_round, step, 5.0))   # closes them
                     found = closed(spans[-1][0])
                     if any(w["triaged"] for w in found) or spans[-1][2] < 0.9 * step:
                         break

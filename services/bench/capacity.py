@@ -1,0 +1,211 @@
+"""`hifi bench capacity`: the reading rate an edge node sustains, beside its own client's floors.
+
+A publisher process offers the edge node's raw topic a rate of readings for `step_s` seconds
+(default 120), one step after another, each rate higher than the last (default 10 k, doubling
+to 320 k readings/s), on the supply-chain mix (`mixed_cycles`: many tags, two antennas,
+weak reads, overlapping neighbours, ghosts, read cycles sent twice). Twice a second the bench reads
+how far the edge's raw reader is behind the topic's end (its last finished micro-batch's end
+offset) and turns the records behind into seconds at the rate published. A rate is **held** when
+the lag over the step's second half never exceeds two trigger intervals (flat: the node keeps up);
+the steps stop at the first rate not held, and the headline is the highest rate held.
+
+Beside it, measured in the same run over the same topic (everything the steps published) in one
+process: librdkafka fetching the topic (the client the node's readers use, wire.range_fetch), and
+librdkafka fetching plus the node's own decode (dsp.kafka_source's reader, intake checks
+included). The node runs its reads in two Spark tasks; the floors are one process each.
+The hierarchy's cores during each step are read from /proc (the publisher, broker and Redis left out).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from edge.rfid import Antenna, RfidReader
+from services.bench.publisher import Cycle, publish
+
+RATES = (10_000, 20_000, 40_000, 80_000, 160_000, 320_000)
+STEP_S = 120.0
+SAMPLE_S = 0.5
+POOL_CYCLES = 20_000    # distinct read cycles generated once and sent round, each stamped when sent
+TAGS = 5_000            # the tags that pass the doors
+RESENT = 0.02           # share of read cycles a reader sends twice (an outbox retry: intake drops it)
+
+
+@dataclass(frozen=True)
+class Step:
+    offered: float          # readings/s asked of the publisher
+    published: float        # readings/s it sent (the machine may not let it offer more)
+    lag_s: list[float]      # the reader's lag each sample, seconds at the published rate
+    cores: float            # the hierarchy's (edge and core nodes), publisher, broker, Redis left out
+    trigger_s: float
+
+    @property
+    def second_half(self) -> list[float]:
+        return self.lag_s[len(self.lag_s) // 2:] or [float("inf")]
+
+    @property
+    def held(self) -> bool:
+        """The lag stayed flat: never over two trigger intervals in the step's second half."""
+        return max(self.second_half) <= 2 * self.trigger_s
+
+
+@dataclass
+class CapacityFigures:
+    steps: list[Step] = field(default_factory=list)
+    fetch_rate: float = 0.0     # readings/s librdkafka fetches the topic at (nothing decoded)
+    decode_rate: float = 0.0    # readings/s librdkafka fetch + the node's decode, one process
+    readings: int = 0           # readings the floors read (the whole topic)
+
+    @property
+    def sustained(self) -> float:
+        held = [s.published for s in self.steps if s.held]
+        return max(held, default=0.0)
+
+
+def mixed_cycles(receptors: Sequence[str], cycles: int, seed: int = 7) -> list[Cycle]:
+    """`cycles` read cycles of the supply-chain mix, round the receptors: pallets of 20-40 of
+    TAGS tags pass each door for a few hundred cycles, read by two antennas at ~65 % a cycle with
+    noisy strengths (some under the cleaning threshold), with the next door's tags overlapping
+    weakly and ~1.5 ghost reads a cycle (pure, seeded).
+
+    >>> mix = mixed_cycles(["r1", "r2"], 400)
+    >>> len(mix), {r for r, _ in mix} == {"r1", "r2"}
+    (400, True)
+    >>> reads = [o for _, obs in mix for o in obs]
+    >>> len({o.tag_id for o in reads}) > 100, any(o.read_strength < 0.2 for o in reads)
+    (True, True)
+    """
+    rng = random.Random(seed)
+    tags = [f"urn:epc:id:sgtin:0614141.812345.{n}" for n in range(TAGS)]
+    ghosts = tuple(f"urn:epc:id:sgtin:0614141.999999.{n}" for n in range(TAGS))
+    readers = [RfidReader(r, f"door-{i}", "edge", antennas=(Antenna(0.0, 0.0), Antenna(2.0, 0.0)),
+                          ghost_rate=1.5, overlap=0.3, neighbours=(f"door-{(i + 1) % len(receptors)}",))
+               for i, r in enumerate(receptors)]
+    pallets = {r.location: rng.sample(tags, rng.randint(20, 40)) for r in readers}
+    out = []
+    for n in range(cycles):
+        reader = readers[n % len(readers)]
+        if rng.random() < 1 / 300:   # the pallet at this door leaves, another comes
+            pallets[reader.location] = rng.sample(tags, rng.randint(20, 40))
+        nearby = [(t, reader.neighbours[0]) for t in pallets[reader.neighbours[0]]]
+        reads = reader.read_cycle(pallets[reader.location], nearby, n, rng, ghosts)
+        out.append((reader.receptor_id, [read.observation for read in reads]))
+    return out
+
+
+def run_capacity_bench(rates: Sequence[float], step_s: float, progress: Callable[[str], None]) -> CapacityFigures:
+    """The one-edge hierarchy started with no agents; each rate offered in turn until one is not held."""
+    from services.bench.runtime import one_edge_topology
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy
+    from wire.topics import raw_topic
+
+    topology = one_edge_topology()
+    edge = topology.edge_nodes()[0]
+    receptors = [r.id for r in topology.receptors_of(edge)]
+    progress(f"generating {POOL_CYCLES:,} read cycles of the supply-chain mix")
+    pool = mixed_cycles(receptors, POOL_CYCLES)
+    figures = CapacityFigures()
+    with embedded_or_external() as servers:
+        topic = raw_topic(edge)
+        hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
+        try:
+            hierarchy.start(progress)
+            time.sleep(10)
+            watch = _ReaderWatch(hierarchy, edge, topic, servers.bootstrap)
+            for rate in rates:
+                step = _step(watch, pool, rate, step_s, servers, hierarchy.trigger_ms / 1000, progress)
+                figures.steps.append(step)
+                progress(f"{rate:,.0f} readings/s offered, {step.published:,.0f} sent: lag in the second half "
+                         f"max {max(step.second_half):.1f} s, {'held' if step.held else 'NOT held'}")
+                if not step.held:
+                    break
+        finally:
+            hierarchy.stop()
+        progress("the floors: librdkafka over the same topic, fetching, then fetching and decoding")
+        figures.readings, figures.fetch_rate, figures.decode_rate = floors(servers.bootstrap, topic)
+    return figures
+
+
+class _ReaderWatch:
+    """How far the edge's raw reader is behind its topic's end, in records."""
+
+    def __init__(self, hierarchy, edge: str, topic: str, bootstrap: str) -> None:
+        from dsp.shared import READER_PREFIX
+
+        self.queries = hierarchy.nodes[edge].dsp.spark_queries
+        self.reader = f"{READER_PREFIX}rfid:{topic}"
+        self.topic, self.bootstrap = topic, bootstrap
+
+    def behind(self) -> int:
+        from dsp.manager import last_progress
+        from services.bench.runtime import offsets
+        from wire import bus
+
+        read = offsets((last_progress(self.queries._get(self.reader).handle).get("sources") or [{}])[0]
+                       .get("endOffset"))
+        ends = bus.current_ends(self.bootstrap, [self.topic])
+        return sum(max(0, end - int(read.get(key, 0))) for key, end in ends.items())
+
+
+def _step(watch: _ReaderWatch, pool: list[Cycle], rate: float, step_s: float, servers, trigger_s: float,
+          progress: Callable[[str], None]) -> Step:
+    """One rate offered for `step_s`: the reader's lag sampled meanwhile, the hierarchy's cores."""
+    from services.bench.runtime import tree_cpu_s
+
+    records_per_reading = (1 + RESENT) / statistics.mean(len(reads) for _, reads in pool)
+    progress(f"offering {rate:,.0f} readings/s for {step_s:.0f} s")
+    with multiprocessing.get_context("spawn").Pool(1) as publisher:
+        sending = publisher.apply_async(publish, (watch.bootstrap, watch.topic, pool, rate, step_s, RESENT))
+        leave_out = set(getattr(servers, "pids", set())) | {p.pid for p in multiprocessing.active_children()}
+        cpu, started, behind = tree_cpu_s(leave_out=leave_out), time.monotonic(), []
+        while not sending.ready():
+            behind.append(watch.behind())
+            time.sleep(SAMPLE_S)
+        cores = (tree_cpu_s(leave_out=leave_out) - cpu) / (time.monotonic() - started)
+        published = sending.get() / step_s
+    return Step(rate, published, [b / (published * records_per_reading) for b in behind], cores, trigger_s)
+
+
+def floors(bootstrap: str, topic: str) -> tuple[int, float, float]:
+    """(readings on `topic`, readings/s librdkafka fetches them at, readings/s fetched and decoded
+    by the node's reader), each one timed pass over the whole topic in this process, after an
+    untimed pass that counts the readings (and warms the broker's cache for both alike)."""
+    from dsp.kafka_source import OffsetRange, local_reader
+    from protos import hifi_pb2
+    from wire import bus, range_fetch
+
+    ranges = [(int(key.rpartition(":")[2]), end) for key, end in bus.current_ends(bootstrap, [topic]).items()]
+    readings = sum(len(hifi_pb2.RfidReadCycle.FromString(record.value).reads)
+                   for partition, end in ranges
+                   for record in range_fetch.read_range(bootstrap, topic, partition, 0, end) if record.value)
+    started = time.monotonic()
+    for partition, end in ranges:
+        for _ in range_fetch.read_range(bootstrap, topic, partition, 0, end):
+            pass
+    fetch_s, started = time.monotonic() - started, time.monotonic()
+    reader = local_reader({"bootstrap": bootstrap, "topics": topic, "format": "rfid"})
+    for partition, end in ranges:
+        for _ in reader.read(OffsetRange(topic, partition, 0, end)):
+            pass
+    return readings, readings / fetch_s, readings / (time.monotonic() - started)
+
+
+def capacity_table(f: CapacityFigures) -> str:
+    lines = ["offered/s  published/s  lag p50 / max in the 2nd half (s)  cores  held"]
+    for s in f.steps:
+        lines.append(f"{s.offered:>9,.0f}  {s.published:>11,.0f}  {statistics.median(s.second_half):>13.2f} / "
+                     f"{max(s.second_half):<18.2f}  {s.cores:>5.2f}  {'yes' if s.held else 'no'}")
+    lines += [
+        f"sustained (the highest rate held, lag <= 2 trigger intervals)   {f.sustained:,.0f} readings/s",
+        f"librdkafka fetching the topic, one process (floor)             {f.fetch_rate:,.0f} readings/s",
+        f"librdkafka fetching + the node's decode, one process (floor)   {f.decode_rate:,.0f} readings/s",
+        f"sustained / fetch + decode                                      "
+        f"{f.sustained / f.decode_rate:.0%}" if f.decode_rate else "n/a",
+        f"(floors over the {f.readings:,} readings the steps published)"]
+    return "\n".join(lines)
