@@ -81,6 +81,7 @@ class Hierarchy:
     placement_address: str = ""
     dashboard: Dashboard | None = None
     processes: bool = False
+    spare: bool = True   # with processes: a warm spare process beside the nodes (services.supervisor)
     supervisor: Supervisor | None = None
     # the deployment's certificates (services.certs): made under the state directory when not given
     tls_dir: str = ""
@@ -136,7 +137,7 @@ class Hierarchy:
         """Every node as a process under the supervisor (each waits for its children's exports
         itself); returns once all are alive."""
         self.supervisor = Supervisor(self.topology.source, self.redis_url, self.bootstrap, self.state_dir, progress,
-                                     self.trigger_ms, spare=True, tls_dir=self.tls_dir)
+                                     self.trigger_ms, spare=self.spare, tls_dir=self.tls_dir)
         progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
         for spec in self.topology.bottom_up():
             self.supervisor.start(spec.id)

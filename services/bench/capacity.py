@@ -9,8 +9,8 @@ offset) and turns the records behind into seconds at the rate published. A rate 
 the lag over the step's second half never exceeds two trigger intervals (flat: the node keeps up);
 the steps stop at the first rate not held, and the headline is the highest rate held.
 
-Beside it, measured in the same run over the same topic (everything the steps published) in one
-process: librdkafka fetching the topic (the client the node's readers use, wire.range_fetch), and
+Beside it, measured in the same run over the same topic (the last FLOOR_RECORDS records the steps
+published) in one process: librdkafka fetching the topic (the client the node's readers use, wire.range_fetch), and
 librdkafka fetching plus the node's own decode (dsp.kafka_source's reader, intake checks
 included). The node runs its reads in two Spark tasks; the floors are one process each.
 The hierarchy's cores during each step are read from /proc (the publisher, broker and Redis left out).
@@ -141,16 +141,17 @@ class _ReaderWatch:
         self.queries = hierarchy.nodes[edge].dsp.spark_queries
         self.reader = f"{READER_PREFIX}rfid:{topic}"
         self.topic, self.bootstrap = topic, bootstrap
+        self.read: dict = {}   # the end of the last batch it finished (kept while it restarts)
 
     def behind(self) -> int:
         from dsp.manager import last_progress
         from services.bench.runtime import offsets
         from wire import bus
 
-        read = offsets((last_progress(self.queries._get(self.reader).handle).get("sources") or [{}])[0]
-                       .get("endOffset"))
+        self.read = offsets((last_progress(self.queries._get(self.reader).handle).get("sources") or [{}])[0]
+                            .get("endOffset")) or self.read
         ends = bus.current_ends(self.bootstrap, [self.topic])
-        return sum(max(0, end - int(read.get(key, 0))) for key, end in ends.items())
+        return sum(max(0, end - int(self.read.get(key, 0))) for key, end in ends.items())
 
 
 def _step(watch: _ReaderWatch, pool: list[Cycle], rate: float, step_s: float, servers, trigger_s: float,
@@ -168,30 +169,35 @@ def _step(watch: _ReaderWatch, pool: list[Cycle], rate: float, step_s: float, se
             behind.append(watch.behind())
             time.sleep(SAMPLE_S)
         cores = (tree_cpu_s(leave_out=leave_out) - cpu) / (time.monotonic() - started)
-        published = sending.get() / step_s
+        published = sending.get().readings / step_s
     return Step(rate, published, [b / (published * records_per_reading) for b in behind], cores, trigger_s)
 
 
+FLOOR_RECORDS = 300_000   # the floors read the topic's last records (~4 M readings of the mix)
+
+
 def floors(bootstrap: str, topic: str) -> tuple[int, float, float]:
-    """(readings on `topic`, readings/s librdkafka fetches them at, readings/s fetched and decoded
-    by the node's reader), each one timed pass over the whole topic in this process, after an
-    untimed pass that counts the readings (and warms the broker's cache for both alike)."""
+    """(readings read, readings/s librdkafka fetches them at, readings/s fetched and decoded by
+    the node's reader), each one timed pass over the topic's last FLOOR_RECORDS records in this
+    process, after an untimed pass that counts the readings (and warms the broker's cache for both
+    alike)."""
     from dsp.kafka_source import OffsetRange, local_reader
     from protos import hifi_pb2
     from wire import bus, range_fetch
 
-    ranges = [(int(key.rpartition(":")[2]), end) for key, end in bus.current_ends(bootstrap, [topic]).items()]
+    ends = bus.current_ends(bootstrap, [topic])
+    ranges = [(int(key.rpartition(":")[2]), max(0, end - FLOOR_RECORDS // len(ends)), end) for key, end in ends.items()]
     readings = sum(len(hifi_pb2.RfidReadCycle.FromString(record.value).reads)
-                   for partition, end in ranges
-                   for record in range_fetch.read_range(bootstrap, topic, partition, 0, end) if record.value)
+                   for partition, start, end in ranges
+                   for record in range_fetch.read_range(bootstrap, topic, partition, start, end) if record.value)
     started = time.monotonic()
-    for partition, end in ranges:
-        for _ in range_fetch.read_range(bootstrap, topic, partition, 0, end):
+    for partition, start, end in ranges:
+        for _ in range_fetch.read_range(bootstrap, topic, partition, start, end):
             pass
     fetch_s, started = time.monotonic() - started, time.monotonic()
     reader = local_reader({"bootstrap": bootstrap, "topics": topic, "format": "rfid"})
-    for partition, end in ranges:
-        for _ in reader.read(OffsetRange(topic, partition, 0, end)):
+    for partition, start, end in ranges:
+        for _ in reader.read(OffsetRange(topic, partition, start, end)):
             pass
     return readings, readings / fetch_s, readings / (time.monotonic() - started)
 
@@ -207,5 +213,5 @@ def capacity_table(f: CapacityFigures) -> str:
         f"librdkafka fetching + the node's decode, one process (floor)   {f.decode_rate:,.0f} readings/s",
         f"sustained / fetch + decode                                      "
         f"{f.sustained / f.decode_rate:.0%}" if f.decode_rate else "n/a",
-        f"(floors over the {f.readings:,} readings the steps published)"]
+        f"(floors over the last {f.readings:,} readings the steps published)"]
     return "\n".join(lines)

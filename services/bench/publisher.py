@@ -10,7 +10,9 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from wire.codec import TagObservation
 
@@ -19,11 +21,19 @@ TICK_S = 0.05   # the publisher paces itself twenty times a second
 Cycle = tuple[str, Sequence[TagObservation]]   # (receptor, the reads of one read cycle)
 
 
+@dataclass
+class Sent:
+    readings: int = 0   # each cycle once (a cycle sent twice is one)
+    # with tally_ms: {(time stamped, floored to tally_ms; receptor; antenna): readings} — what was
+    # sent, the truth a benchmark holds a node's counts to
+    tally: Counter = field(default_factory=Counter)
+
+
 def publish(bootstrap: str, topic: str, pool: Sequence[Cycle], rate: float, seconds: float,
-            resent: float = 0.0) -> int:
+            resent: float = 0.0, tally_ms: int = 0) -> Sent:
     """Offer `rate` readings/s of the pool's cycles, in turn, for `seconds`, each stamped as it is
     sent (its cycle number counting up), a share `resent` of them sent twice (an outbox's retry,
-    which the node's intake drops); the readings sent, each cycle counted once."""
+    which the node's intake drops); what was sent."""
     from confluent_kafka import Producer
 
     from wire.codec import encode_read_cycle
@@ -32,7 +42,8 @@ def publish(bootstrap: str, topic: str, pool: Sequence[Cycle], rate: float, seco
     producer = Producer({**librdkafka_client(bootstrap), "linger.ms": 20,
                          "queue.buffering.max.messages": 1_000_000})
     per_cycle = statistics.mean(len(reads) for _, reads in pool) or 1.0
-    rng, cycle, readings, due = random.Random(1), 0, 0, 0.0
+    antennas = [Counter(read.antenna for read in reads) for _, reads in pool] if tally_ms else []
+    rng, cycle, sent, due = random.Random(1), 0, Sent(), 0.0
     started = time.monotonic()
     while (elapsed := time.monotonic() - started) < seconds:
         due = elapsed * rate / per_cycle
@@ -43,8 +54,10 @@ def publish(bootstrap: str, topic: str, pool: Sequence[Cycle], rate: float, seco
             for _ in range(2 if resent and rng.random() < resent else 1):
                 producer.produce(topic, value, key)
             producer.poll(0)
-            readings += len(reads)
+            sent.readings += len(reads)
+            for antenna, n in antennas[cycle % len(pool)].items() if tally_ms else ():
+                sent.tally[now_ms // tally_ms * tally_ms, receptor, antenna] += n
             cycle += 1
         time.sleep(TICK_S)
     producer.flush()
-    return readings
+    return sent

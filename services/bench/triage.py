@@ -4,14 +4,14 @@ Triage (dsp.triage) keeping its latency, then 1x again (exact again, no restart)
 The one-edge hierarchy with the edge's `latency_target` set; an approximate count per receptor
 and antenna over 2 s windows placed at the edge (`[range by '2 seconds', approximate]`). First a
 ramp finds 1x: the rate doubles from --rate (20 s a step) until the node triages a window; 1x is
-the last rate it answered exactly. A publisher process
-(its own core, spawned: the parent runs Spark's JVM) stamps read cycles of READS_PER_CYCLE tags
-with the time they are sent, at each phase's rate. Per phase: readings/s published, the windows'
-latency (emission minus window end) p50/p95, the share of windows triaged, and for those the
-relative error of the count against the exact count — computed afterwards from the edge's
-archive (its rows of weight 1) and every record of the ranges its triage rows name (read again
-from the raw topic) — and the share of windows whose error is within the stated bound. Untriaged
-windows must equal the exact count: the bench says how many do not (it should be none).
+the last rate it answered exactly. A publisher process (services.bench.publisher) stamps read
+cycles of READS_PER_CYCLE tags with the time they are sent, at each phase's rate, and tallies
+what it sent per window, receptor and antenna: the exact count, known without the node (a
+reading lost or doubled at intake shows). Per phase: readings/s published, the windows' latency
+(emission minus window end) p50/p95, the share of windows triaged, and for those the relative
+error of the count against the exact count, and the share of windows whose error is within the
+stated bound. Untriaged windows must equal the exact count: the bench says how many do not (it
+should be none).
 """
 
 from __future__ import annotations
@@ -58,46 +58,9 @@ def cycles(receptors: list[str]) -> list[Cycle]:
     return [(receptors[i % len(receptors)], reads[i % 64]) for i in range(64 * len(receptors))]
 
 
-def exact_counts(archive, reader: str, bootstrap: str, topic: str, since_ms: int) -> Counter:
-    """{(window start ms, receptor, antenna): readings} from the archive's exact rows and every record of
-    the ranges its triage rows name."""
-    import pyarrow.compute as pc
-    from kafka import TopicPartition
-
-    from dsp.archive import exact_rows, sampled_ranges
-    from dsp.arrow_exprs import epoch_ms
-    from protos import hifi_pb2
-    from wire import bus
-
-    counts: Counter = Counter()
-    ranges: list[tuple[int, int, int]] = []
-    for _, table in archive.batches(since_ms, [reader]):
-        exact = exact_rows(table)
-        window = pc.multiply(pc.divide(epoch_ms(exact["ts"]), WINDOW_MS), WINDOW_MS)
-        grouped = exact.append_column("window", window).group_by(["window", "receptor_id", "antenna"]).aggregate(
-            [([], "count_all")])
-        for at, receptor, antenna, n in zip(*(grouped[c].to_pylist() for c in ("window", "receptor_id", "antenna",
-                                                                                 "count_all")), strict=True):
-            counts[at, receptor, antenna] += n
-        ranges += sampled_ranges(table)
-    consumer = bus.make_consumer(bootstrap)
-    cycle = hifi_pb2.RfidReadCycle()
-    try:
-        for partition, start, end in ranges:
-            for record in bus.read_range(consumer, TopicPartition(topic, partition), start, end):
-                cycle.ParseFromString(record.value)
-                window = cycle.timestamp_ms // WINDOW_MS * WINDOW_MS
-                for read in cycle.reads:
-                    counts[window, cycle.receptor_id, read.antenna] += 1
-    finally:
-        consumer.close()
-    return counts
-
-
 def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
                      progress: Callable[[str], None]) -> tuple[list[LoadFigures], list[LoadFigures]]:
     """(the ramp that found 1x, the loads)."""
-    from dsp.shared import READER_PREFIX
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy, follow_results
     from wire.topics import raw_topic
@@ -109,6 +72,7 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
     topic = raw_topic(edge)
     sent_round = cycles([r.id for r in topology.receptors_of(edge)])
     windows: list[dict] = []
+    exact: Counter = Counter()   # the publisher's own tally of what it sent: the truth
     spans: list[tuple[str, float, float, int, int]] = []   # (load, readings/s asked, published, from ms, to ms)
     with embedded_or_external() as servers:
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap)
@@ -120,14 +84,15 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
             threading.Thread(target=follow_results, daemon=True,
                              args=(servers.bootstrap, [plan.result_topic], stop,
                                    lambda _, row: windows.append(row))).start()
-            began_ms = int(time.time() * 1000)
             with multiprocessing.get_context("spawn").Pool(1) as pool:
 
                 def load(name: str, per_s: float, duration_s: float) -> None:
                     progress(f"{name}: {per_s:,.0f} readings/s for {duration_s:.0f} s")
                     start_ms = int(time.time() * 1000)
-                    sent = pool.apply(publish, (servers.bootstrap, topic, sent_round, per_s, duration_s))
-                    spans.append((name, per_s, sent / duration_s, start_ms, int(time.time() * 1000)))
+                    sent = pool.apply(publish, (servers.bootstrap, topic, sent_round, per_s, duration_s, 0.0,
+                                                WINDOW_MS))
+                    exact.update(sent.tally)
+                    spans.append((name, per_s, sent.readings / duration_s, start_ms, int(time.time() * 1000)))
 
                 def closed(name: str) -> list[dict]:
                     """The load's windows, once the next load's readings have closed them."""
@@ -138,8 +103,10 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
                 base = step = rate
                 while True:   # the ramp: double until a window is triaged or the publisher falls short
                     load(f"ramp {step:,.0f}/s", step, RAMP_S)
-                    pool.apply_async(publish, (servers.bootstrap, topic, sent_round, step, 5.0))   # closes them
+                    closing = pool.apply_async(publish, (servers.bootstrap, topic, sent_round, step, 5.0, 0.0,
+                                                         WINDOW_MS))   # closes them
                     found = closed(spans[-1][0])
+                    exact.update(closing.get().tally)
                     if any(w["triaged"] for w in found) or spans[-1][2] < 0.9 * step:
                         break
                     base, step = step, 2 * step
@@ -147,9 +114,6 @@ def run_triage_bench(rate: float, seconds: float, latency_target_ms: int,
                 for name, times in LOADS:   # back to back: each load's readings close the windows before
                     load(name, base * times, seconds)
                 load("the last windows closing", base, 2 * WINDOW_MS / 1000 + 1)
-            progress("computing the exact counts from the archive and the triaged ranges")
-            exact = exact_counts(hierarchy.nodes[edge].dsp.archive, f"{READER_PREFIX}rfid:{topic}",
-                                 servers.bootstrap, topic, began_ms)
             progress(f"the edge left {int(hierarchy.mdr.stats(edge).get('triaged', 0)):,} records undecoded")
         finally:
             stop.set()
