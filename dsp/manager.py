@@ -105,7 +105,12 @@ class DSPManager:
     # ------------------------------------------------------------ starting queries
 
     def checkpoint(self, query_id: str) -> str:
-        return os.path.join(self.state_dir, query_id.replace("/", "_"))
+        """The query's directory under the node's state (never outside it: its state is deleted
+        with it on cancel)."""
+        name = query_id.replace("/", "_")
+        if name in ("", ".", ".."):
+            raise ValueError(f"query id {query_id!r} names no directory of its own")
+        return os.path.join(self.state_dir, name)
 
     def spark_checkpoint(self, query_id: str) -> str:
         """Spark's own checkpoint of the query (its offset and commit logs, its state store)."""

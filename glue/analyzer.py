@@ -40,7 +40,7 @@ from dsp.plan import (
     expr_type,
 )
 from dsp.smurf import DEFAULT_DELTA
-from glue.catalog import Catalog, ExportedView
+from glue.catalog import INTERNAL_VIEW_NAME, Catalog, ExportedView
 from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
@@ -609,6 +609,9 @@ def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog) -> None:
     if holders:
         raise _err(f"a view named {name!r} already exists (exported at {', '.join(holders)}); view names are "
                    f"unique, so choose another", pos)
+    if INTERNAL_VIEW_NAME.fullmatch(name):
+        raise _err(f"{name!r} is a name of the form the planner gives the partial streams it exports; "
+                   f"choose another view name", pos)
     if name in RAW_STREAMS or name in catalog.streams or name in catalog.relations:
         raise _err(f"{name!r} is the name of a {'static relation' if name in catalog.relations else 'stream'}; "
                    f"choose another view name", pos)

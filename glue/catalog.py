@@ -6,11 +6,16 @@ The placement service fills a Catalog from the MDR and the topology; everything 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsp.plan import Column, Plan, Window
+
+# The names the planner gives the partial streams it exports (glue.rewrite.distribute: a part's
+# role and its plan's hash); a user's view may not take one (a later query would read it as its own).
+INTERNAL_VIEW_NAME = re.compile(r"(smooth|producer|merge|window|final)_[0-9a-f]{12}")
 
 
 @dataclass(frozen=True)

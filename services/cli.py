@@ -246,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "fanin"],
                        help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
                             "window (headquarters included) and windows missing, accuracy; "
-                            "fanin: a warehouse over N doors at the same total reading rate: cores, the "
-                            "warehouse's windows after they close, its readers; "
+                            "fanin: a warehouse over N doors at the same total reading rate: the parent alone (its "
+                            "doors emulated) its cores and what it adds after the last door's marker, then whole "
+                            "hierarchies: cores, the warehouse's windows after they close, its readers; "
                             "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
                             "per node, seconds from an edge node's crash to dead (topology small.yaml); "
                             "cleaning: errors against ground truth of raw reads, fixed windows and adaptive "
@@ -289,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "readings the agents would publish (no broker or Spark), instead of running them")
     bench.add_argument("--settle", type=float, default=20.0,
                        help="chaos: seconds of normal running after each fault (default 20)")
-    bench.add_argument("--children", type=int, nargs="+", default=[4, 16, 32],
-                       help="fanin: the warehouse's numbers of doors, one hierarchy each (default 4 16 32)")
+    bench.add_argument("--children", type=int, nargs="*", default=[4, 16, 64],
+                       help="fanin: the parent alone (the warehouse, its doors emulated by a publisher process): "
+                            "its numbers of doors, one run each (default 4 16 64)")
+    bench.add_argument("--whole", type=int, nargs="*", default=[4, 16, 32],
+                       help="fanin: whole hierarchies (every door a node): their numbers of doors (default 4 16 32)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
                        help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
     bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")

@@ -735,9 +735,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.duration is None:
         args.duration = BENCH_DURATION_S
     if args.which == "fanin":
-        from services.bench.fanin import fanin_table, run_fanin_bench
+        from services.bench.fanin import fanin_table, parent_table, run_fanin_bench, run_parent_bench
 
-        _say(fanin_table(run_fanin_bench(args.children, 20.0, args.duration, _progress)))
+        if min(args.children + args.whole, default=1) <= 0:
+            raise CLIError("--children and --whole take positive numbers of doors")
+        if args.children:
+            _say(parent_table(run_parent_bench(args.children, 20.0, args.duration, _progress)))
+        if args.whole:
+            _say(fanin_table(run_fanin_bench(args.whole, 20.0, args.duration, _progress)))
         _stop_spark()
         return 0
     if args.which == "lag":

@@ -68,7 +68,7 @@ from services.metrics import ServiceMetrics
 from services.placement import query_states
 from wire import bus
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
-from wire.identity import Identity
+from wire.identity import INTERNAL_READERS, Identity
 from wire.topics import dead_topic, view_topic
 from wire.windows import DurationError, time_at
 
@@ -154,7 +154,7 @@ class EventLog:
                 shown = "  ".join(f"{k}={_json_cell(v)}" for k, v in row.items()
                                   if k not in ("window_start", "window_end"))
                 self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
-                           "receptor": row.get("receptor_id", "")})
+                           "receptor": row.get("receptor_id", ""), "view": f"{node}.{record.topic.split('.', 3)[3]}"})
 
 
 MAX_BODY_BYTES = 1 << 20   # a query's text is at most 64 KiB (glue.limits); this leaves room
@@ -377,10 +377,13 @@ class Sessions:
 
 
 def visible_to(snapshot: dict, identity: Identity) -> dict:
-    """The part of a snapshot a caller may see: its own queries (an operator: all) and the views it
-    may read; the hierarchy's health is everyone's."""
+    """The part of a snapshot a caller may see: its own queries (an operator: all), the views it
+    may read and the events of those (an alert's row is its view's; a dead letter is the
+    operators'); the hierarchy's health is everyone's."""
     readers = {f"{v['node']}.{v['name']}": v["readers"] for v in snapshot["views"]}
     return {**snapshot,
+            "events": [e for e in snapshot["events"] if identity.may_read(readers.get(e.get("view", ""),
+                                                                                      INTERNAL_READERS))],
             "queries": [q for q in snapshot["queries"] if identity.may_touch(q["principal"])],
             "views": [{k: v for k, v in view.items() if k != "readers"} for view in snapshot["views"]
                       if identity.may_read(readers[f"{view['node']}.{view['name']}"])]}

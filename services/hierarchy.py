@@ -82,6 +82,7 @@ class Hierarchy:
     dashboard: Dashboard | None = None
     processes: bool = False
     spare: bool = True   # with processes: a warm spare process beside the nodes (services.supervisor)
+    only: frozenset[str] = frozenset()   # start these of the topology's nodes (empty: every one)
     supervisor: Supervisor | None = None
     # the deployment's certificates (services.certs): made under the state directory when not given
     tls_dir: str = ""
@@ -121,6 +122,8 @@ class Hierarchy:
             progress("starting Spark")
             spark = spark_session()
             for spec in self.topology.bottom_up():
+                if self.only and spec.id not in self.only:
+                    continue
                 progress(f"starting node {spec.id} ({spec.tier})")
                 node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
                                 self.state_dir, self.trigger_ms, security=Security(self.tls_dir))

@@ -45,7 +45,7 @@ from services.sensor_proxy import SensorProxy
 from wire import bus
 from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
-from wire.topics import control_topic, dead_topic, part_topic, raw_topic
+from wire.topics import control_topic, dead_topic, part_id_problem, part_topic, raw_topic
 from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
@@ -70,33 +70,43 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         except (PlanError, ValueError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
+    @staticmethod
+    def _part(context: grpc.ServicerContext, query_id: str) -> str:
+        """The part's id, refused unless it can name a checkpoint directory and topics (`..` would
+        reach outside the node's state)."""
+        problem = part_id_problem(query_id)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        return query_id
+
     def Deploy(self, request, context):  # noqa: N802 - gRPC method names
+        self._part(context, request.query_id)
         if request.plan.format != PLAN_FORMAT:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
         if request.prepare:
             self._guard(context, self.node.prepare, request.query_id, request.plan.body)
             return hifi_pb2.DeployReply(query_id=request.query_id)
         topic = self._guard(context, lambda: self.node.deploy(
-            request.query_id, request.plan.body, request.export_as, tuple(request.readers) or ("*",),
+            request.query_id, request.plan.body, request.export_as, tuple(request.readers) or INTERNAL_READERS,
             request.definition, request.output_topic, dict(request.start_offsets) if request.start_offsets else None,
             history_from_ms=request.history_from_ms or None, priority=request.priority))
         return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
-        self._guard(context, self.node.cancel, request.query_id)
+        self._guard(context, self.node.cancel, self._part(context, request.query_id))
         return hifi_pb2.Ack(ok=True)
 
     def Suspend(self, request, context):  # noqa: N802
-        self._guard(context, self.node.dsp.suspend, request.query_id)
+        self._guard(context, self.node.dsp.suspend, self._part(context, request.query_id))
         return hifi_pb2.Ack(ok=True)
 
     def Resume(self, request, context):  # noqa: N802
-        self._guard(context, self.node.dsp.resume, request.query_id)
+        self._guard(context, self.node.dsp.resume, self._part(context, request.query_id))
         return hifi_pb2.Ack(ok=True)
 
     def ExportView(self, request, context):  # noqa: N802
-        self._guard(context, self.node.deploy, f"view.{request.view}", request.plan.body, request.view,
-                    tuple(request.readers) or ("*",))
+        self._guard(context, self.node.deploy, self._part(context, f"view.{request.view}"), request.plan.body,
+                    request.view, tuple(request.readers) or INTERNAL_READERS)
         return hifi_pb2.Ack(ok=True)
 
     def RevokeView(self, request, context):  # noqa: N802
@@ -233,8 +243,12 @@ class HiFiNode:
         for query_id, spec in sorted(self.mdr.desired(self.id).items()):
             if query_id in running:
                 continue
+            if problem := part_id_problem(query_id):
+                log.error("node %s: desired part refused: %s", self.id, problem)
+                continue
             try:
-                self.deploy(query_id, spec["plan"], spec.get("export_as", ""), tuple(spec.get("readers", ("*",))),
+                self.deploy(query_id, spec["plan"], spec.get("export_as", ""),
+                            tuple(spec.get("readers") or INTERNAL_READERS),
                             spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"),
                             priority=spec.get("priority", 0))   # no history: it takes its saved state back
                 deployed.append(query_id)

@@ -33,7 +33,7 @@ from services.metrics import ServiceMetrics
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
-from wire.identity import INTERNAL_READERS, SYSTEM, Identity, IdentityError, checked_readers
+from wire.identity import INTERNAL_READERS, SYSTEM, Identity, IdentityError, checked_priority, checked_readers
 from wire.windows import WindowError
 
 # A part over the past is fed the batches its node took in from this long before the query's
@@ -371,7 +371,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             else:
                 plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers,
                                              since_ms=request.since_ms or None, until_ms=request.until_ms or None,
-                                             priority=request.priority)
+                                             priority=checked_priority(self._caller(context),
+                                                                              request.priority))
         except IdentityError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except AccessError as exc:

@@ -265,3 +265,20 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
                        lambda: f"the two bad records among the dashboard's events; it shows "
                                f"{hierarchy.dashboard.snapshot()['events']}")
     assert any("negative read_strength" in r for r in reasons) and len(reasons) == 2, reasons
+
+
+def test_a_user_sees_only_the_events_of_views_it_may_read():
+    from services.dashboard import visible_to
+    from wire.identity import Identity
+
+    views = [{"node": "region", "name": "people_in_danger", "readers": ["role:operator"]},
+             {"node": "region", "name": "stock_alerts", "readers": ["*"]}]
+    events = [{"kind": "danger", "view": "region.people_in_danger", "text": "tag_id=urn:epc:id:gid:1.2.3"},
+              {"kind": "stock", "view": "region.stock_alerts", "text": "location=dock n=0"},
+              {"kind": "dead", "node": "door1", "text": "hifi.raw.door1:0@4: not a read cycle"},
+              {"kind": "faulty", "view": "door1.mote_quality_gone", "text": "receptor_id=mote-3"}]
+    snapshot = {"queries": [], "views": views, "events": events}
+    user = visible_to(snapshot, Identity("ann", frozenset({"user"})))
+    assert [e["kind"] for e in user["events"]] == ["stock"], "an operator's alert rows reached a user"
+    operator = visible_to(snapshot, Identity("olga", frozenset({"operator"})))
+    assert [e["kind"] for e in operator["events"]] == ["danger", "stock", "dead", "faulty"]

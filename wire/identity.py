@@ -144,6 +144,33 @@ def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(readers))
 
 
+# A query's lane on constrained uplinks (dsp.uplink: a lane, and its spool, per priority): operators
+# may put a query ahead of the topology's views (alerts run at up to a few); a user only behind them.
+OPERATOR_PRIORITIES = range(-100, 101)
+USER_PRIORITIES = range(-100, 1)
+
+
+def checked_priority(caller: Identity, priority: int) -> int:
+    """A query's priority as `caller` may give it.
+
+    >>> checked_priority(Identity("ann", frozenset({"user"})), -5)
+    -5
+    >>> try:
+    ...     checked_priority(Identity("ann", frozenset({"user"})), 7)
+    ... except IdentityError as refused:
+    ...     print(refused)
+    priority 7: a user's query runs at -100 to 0 (an operator's up to 100)
+    >>> checked_priority(Identity("olga", frozenset({"operator"})), 7)
+    7
+    """
+    allowed = OPERATOR_PRIORITIES if caller.has("operator") else USER_PRIORITIES
+    if priority not in allowed:
+        who = "an operator's" if caller.has("operator") else "a user's"
+        raise IdentityError(f"priority {priority}: {who} query runs at {allowed[0]} to {allowed[-1]}"
+                            + ("" if caller.has("operator") else f" (an operator's up to {OPERATOR_PRIORITIES[-1]})"))
+    return priority
+
+
 def checked_roles(roles: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     unknown = [r for r in roles if r not in ROLES]
     if unknown or not roles:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def raw_topic(edge_node: str) -> str:
     return f"hifi.raw.{edge_node}"
@@ -32,3 +34,22 @@ def dead_topic(node: str) -> str:
 def control_topic(edge_node: str) -> str:
     """What an edge node's sensor proxy tells its receptors (wire.receptor_settings)."""
     return f"hifi.control.{edge_node}"
+
+
+PART_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,199}")
+
+
+def part_id_problem(query_id: str) -> str | None:
+    """Why `query_id` cannot name a query's part on a node (it names the part's checkpoint directory
+    and topics), or None. The planner's ids are `q<hex>`, `view.<name>` and `<owner>:<id>`.
+
+    >>> [part_id_problem(i) for i in ("q1a2b3c4d", "view.smoothed_rfid_stream", "door1:q1a2b3c4d")]
+    [None, None, None]
+    >>> part_id_problem("..")
+    "query id '..' is not a part's name (letters, digits and _ . : @ -, no '..', at most 200)"
+    >>> part_id_problem("view/../../etc") is not None, part_id_problem("") is not None
+    (True, True)
+    """
+    if PART_ID.fullmatch(query_id) and ".." not in query_id:
+        return None
+    return f"query id {query_id[:60]!r} is not a part's name (letters, digits and _ . : @ -, no '..', at most 200)"

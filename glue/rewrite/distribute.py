@@ -325,7 +325,8 @@ class _Builder:
                                 view_topic(node, self.q.view_name), self.q.view_name)
             return NodeTask(node, role, self.query_id, plan, results_topic(self.query_id), "")
         name = _view_name(role, plan)
-        reused = any(v.node == node and v.name == name for v in self.catalog.views)
+        # the same name and the same plan: a view of another name-alike is never read as this part
+        reused = any(v.node == node and v.name == name and v.plan == plan for v in self.catalog.views)
         return NodeTask(node, role, f"view.{name}", plan, view_topic(node, name), name, reused)
 
     def build(self, node: str) -> NodeTask:

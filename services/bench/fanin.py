@@ -11,9 +11,15 @@ the warehouse, its partials pushed down). After `settle` seconds, for `duration`
   warehouse added (its emit after the last door's emit of the same window end, p50);
 - the Spark streaming queries the warehouse ran to read its children.
 
-Compare N as ratios within one run (the machine is shared). The figure the issue names as the
-parent's own CPU, with the children emulated by a publisher in another process, is not measured
-here: the doors' cost is in the cores, and grows with N by their own readers.
+Compare N as ratios within one run (the machine is shared). The doors' cost is in those cores,
+and grows with N by their own readers; hence the second table, **the parent alone**
+(`run_parent_bench`): the warehouse is the only node running, in this process, and its N doors
+are emulated by a publisher process (`emulate_children`) that writes what each door's part of
+`door_tags` would write to its topic — per 2 s window one row of the door's distinct tags (the
+same TAGS_PER_WINDOW split among the doors, whatever N) and then a progress marker past the
+window. Measured: the cores of this process tree (the parent: driver, JVM, Python workers; not
+the publisher, broker or Redis), and what the parent adds — its first emit of a window after the
+last child's marker passed the window's end (p50 / p95).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from glue.topology import Topology, parse_topology
 from services.bench.runtime import EDGE_VIEWS, cores_with_servers
 
 CYCLE_MS_PER_CHILD = 25
+WINDOW_MS = 2_000
+TAGS_PER_WINDOW = 400   # the parent alone: distinct tags a window, over all the emulated doors
 
 
 def fanin_topology(children: int) -> Topology:
@@ -129,4 +137,112 @@ def fanin_table(figures: list[FaninFigures]) -> str:
                      f"{f.cores_with_servers:>17.2f}  {f.readers:>16}  "
                      f"{_p(f.close_to_emit_ms, 50):>20} / {_p(f.close_to_emit_ms, 95):<17}  "
                      f"{_p(f.added_ms, 50):>16}  {len(f.close_to_emit_ms):>7}")
+    return "\n".join(lines)
+
+
+@dataclass
+class ParentFigures:
+    children: int
+    cores: float
+    added_ms: list[float] = field(default_factory=list)   # parent's emit - the last child's marker past the end
+    readers: int = 0
+
+
+def emulate_children(bootstrap: str, children: list[tuple[str, str, str]], columns: list[str], seconds: float) -> int:
+    """Write, for `seconds`, what each child (node, topic, stream) of a `door_tags` parent writes: at
+    each window's end, the window's row of its share of the tags, then a marker past it (a process
+    of its own). The rows sent."""
+    import datetime as dt
+
+    from dsp.kafka_sink import new_run, send_marker, send_rows
+    from wire import bus
+
+    producer, run, sent = bus.make_producer(bootstrap, linger_ms=5), new_run(), 0
+    share = max(1, TAGS_PER_WINDOW // len(children))
+    batch, started = 0, time.time()
+    window = int(started * 1000) // WINDOW_MS * WINDOW_MS + WINDOW_MS   # the first whole window's start
+    while time.time() < started + seconds:
+        end = window + WINDOW_MS
+        time.sleep(max(0.0, end / 1000 - time.time()))
+        futures = []
+        for n, (node, topic, stream) in enumerate(children):
+            tags = [f"urn:epc:id:sgtin:0614141.812345.{n * share + (i + batch) % share}" for i in range(share)]
+            row = (dt.datetime.fromtimestamp(window / 1000, dt.UTC), dt.datetime.fromtimestamp(end / 1000, dt.UTC),
+                   f"{node}-r1", tags)
+            futures += send_rows(producer, topic, node, stream, columns, [row], batch, run)
+            futures.append(send_marker(producer, topic, node, stream, batch, end, run))
+            sent += 1
+        bus.deliver(producer, futures)
+        window, batch = end, batch + 1
+    producer.close()
+    return sent
+
+
+def run_parent_bench(children: Sequence[int], settle_s: float, duration_s: float,
+                     progress: Callable[[str], None]) -> list[ParentFigures]:
+    """For each N: the warehouse alone in this process, its N doors emulated by a publisher process."""
+    import multiprocessing
+
+    from dsp.plan import output_columns
+    from glue.standing import standing_views
+    from services.bench.lag import first_emits
+    from services.bench.runtime import tree_cpu_s
+    from services.embedded import embedded_or_external
+    from services.hierarchy import Hierarchy
+    from services.judge import topic_records
+    from wire.topics import view_topic
+
+    found = []
+    for n in children:
+        topology = fanin_topology(n)
+        parent = topology.root
+        door_tags = next(s for s in standing_views(topology) if s.view.name == "door_tags")
+        doors = [t for t in door_tags.tasks if t.node != parent]
+        columns = [name for name, _ in output_columns(doors[0].plan)]
+        with embedded_or_external() as servers:
+            hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, only=frozenset([parent]))
+            try:
+                hierarchy.start(progress)
+                progress(f"{n} emulated children: settling for {settle_s:.0f} s, then measuring for {duration_s:.0f} s")
+                with multiprocessing.get_context("spawn").Pool(1) as publisher:
+                    emulating = publisher.apply_async(emulate_children, (
+                        servers.bootstrap, [(t.node, t.topic, t.export_as) for t in doors], columns,
+                        settle_s + duration_s + 5))
+                    time.sleep(settle_s)
+                    leave_out = {*getattr(servers, "pids", set()), *(p.pid for p in multiprocessing.active_children())}
+                    since_ms, cpu, started = int(time.time() * 1000), tree_cpu_s(leave_out=leave_out), time.monotonic()
+                    time.sleep(duration_s)
+                    cores = (tree_cpu_s(leave_out=leave_out) - cpu) / (time.monotonic() - started)
+                    until_ms = int(time.time() * 1000) - 3_000
+                    emulating.get()
+                queries = hierarchy.nodes[parent].dsp.spark_queries.queries()
+                readers = sum(q.query_id.startswith("read:") for q in queries)
+                emits = first_emits(topic_records(servers.bootstrap, view_topic(parent, "door_tags")))
+                passed = [markers_past(topic_records(servers.bootstrap, t.topic)) for t in doors]
+            finally:
+                hierarchy.stop()
+        ends = [e for e in emits if since_ms <= e - WINDOW_MS and e <= until_ms and all(e in p for p in passed)]
+        figures = ParentFigures(n, cores, [emits[e] - max(p[e] for p in passed) for e in ends], readers)
+        found.append(figures)
+        progress(f"{n} emulated children: the parent {cores:.2f} cores, adds p50 {_p(figures.added_ms, 50)} s")
+    return found
+
+
+def markers_past(records) -> dict[int, int]:
+    """window end (ms) -> when the first marker at or past it was emitted (ms), over RowBatch records."""
+    from wire.codec import readable_batches
+
+    first: dict[int, int] = {}
+    for _, batch in readable_batches(records):
+        if not batch.rows and batch.watermark_ms:
+            first[batch.watermark_ms] = min(first.get(batch.watermark_ms, batch.emitted_ms), batch.emitted_ms)
+    return first
+
+
+def parent_table(figures: list[ParentFigures]) -> str:
+    lines = ["children (emulated)  parent cores  x of first  parent's readers  parent adds p50 / p95 s  windows"]
+    base = figures[0].cores if figures else 0.0
+    for f in figures:
+        lines.append(f"{f.children:>19}  {f.cores:>12.2f}  {f.cores / base if base else 0.0:>10.2f}  {f.readers:>16}  "
+                     f"{_p(f.added_ms, 50):>14} / {_p(f.added_ms, 95):<8}  {len(f.added_ms):>7}")
     return "\n".join(lines)
