@@ -43,6 +43,7 @@ class Step:
     lag_s: list[float]      # the reader's lag each sample, seconds at the published rate
     cores: float            # the hierarchy's (edge and core nodes), publisher, broker, Redis left out
     trigger_s: float
+    others: tuple[float, float] = (0.0, 0.0)   # cores of the broker and Redis, and of the publisher
 
     @property
     def second_half(self) -> list[float]:
@@ -163,14 +164,20 @@ def _step(watch: _ReaderWatch, pool: list[Cycle], rate: float, step_s: float, se
     progress(f"offering {rate:,.0f} readings/s for {step_s:.0f} s")
     with multiprocessing.get_context("spawn").Pool(1) as publisher:
         sending = publisher.apply_async(publish, (watch.bootstrap, watch.topic, pool, rate, step_s, RESENT))
-        leave_out = set(getattr(servers, "pids", set())) | {p.pid for p in multiprocessing.active_children()}
-        cpu, started, behind = tree_cpu_s(leave_out=leave_out), time.monotonic(), []
+        serving, publishing = set(getattr(servers, "pids", set())), {p.pid for p in multiprocessing.active_children()}
+
+        def cpu() -> tuple[float, float, float]:
+            return (tree_cpu_s(leave_out=serving | publishing), sum(tree_cpu_s(p) for p in serving),
+                    sum(tree_cpu_s(p) for p in publishing))
+
+        before, started, behind = cpu(), time.monotonic(), []
         while not sending.ready():
             behind.append(watch.behind())
             time.sleep(SAMPLE_S)
-        cores = (tree_cpu_s(leave_out=leave_out) - cpu) / (time.monotonic() - started)
+        spent = [(after - then) / (time.monotonic() - started) for after, then in zip(cpu(), before, strict=True)]
         published = sending.get().readings / step_s
-    return Step(rate, published, [b / (published * records_per_reading) for b in behind], cores, trigger_s)
+    return Step(rate, published, [b / (published * records_per_reading) for b in behind], spent[0], trigger_s,
+                (spent[1], spent[2]))
 
 
 FLOOR_RECORDS = 300_000   # the floors read the topic's last records (~4 M readings of the mix)
@@ -203,10 +210,11 @@ def floors(bootstrap: str, topic: str) -> tuple[int, float, float]:
 
 
 def capacity_table(f: CapacityFigures) -> str:
-    lines = ["offered/s  published/s  lag p50 / max in the 2nd half (s)  cores  held"]
+    lines = ["offered/s  published/s  lag p50 / max in the 2nd half (s)  cores: nodes  broker+Redis  publisher  held"]
     for s in f.steps:
         lines.append(f"{s.offered:>9,.0f}  {s.published:>11,.0f}  {statistics.median(s.second_half):>13.2f} / "
-                     f"{max(s.second_half):<18.2f}  {s.cores:>5.2f}  {'yes' if s.held else 'no'}")
+                     f"{max(s.second_half):<18.2f}  {s.cores:>12.2f}  {s.others[0]:>12.2f}  {s.others[1]:>9.2f}  "
+                     f"{'yes' if s.held else 'no'}")
     lines += [
         f"sustained (the highest rate held, lag <= 2 trigger intervals)   {f.sustained:,.0f} readings/s",
         f"librdkafka fetching the topic, one process (floor)             {f.fetch_rate:,.0f} readings/s",

@@ -169,8 +169,9 @@ def emulate_children(bootstrap: str, children: list[tuple[str, str, str]], colum
             tags = [f"urn:epc:id:sgtin:0614141.812345.{n * share + (i + batch) % share}" for i in range(share)]
             row = (dt.datetime.fromtimestamp(window / 1000, dt.UTC), dt.datetime.fromtimestamp(end / 1000, dt.UTC),
                    f"{node}-r1", tags)
-            futures += send_rows(producer, topic, node, stream, columns, [row], batch, run)
-            futures.append(send_marker(producer, topic, node, stream, batch, end, run))
+            # as a part numbers its messages: rows, then the marker, each its own batch id
+            futures += send_rows(producer, topic, node, stream, columns, [row], 2 * batch + 1, run)
+            futures.append(send_marker(producer, topic, node, stream, 2 * batch + 2, end, run))
             sent += 1
         bus.deliver(producer, futures)
         window, batch = end, batch + 1
@@ -206,7 +207,7 @@ def run_parent_bench(children: Sequence[int], settle_s: float, duration_s: float
                 progress(f"{n} emulated children: settling for {settle_s:.0f} s, then measuring for {duration_s:.0f} s")
                 with multiprocessing.get_context("spawn").Pool(1) as publisher:
                     emulating = publisher.apply_async(emulate_children, (
-                        servers.bootstrap, [(t.node, t.topic, t.export_as) for t in doors], columns,
+                        servers.bootstrap, [(t.node, t.topic, t.query_id) for t in doors], columns,
                         settle_s + duration_s + 5))
                     time.sleep(settle_s)
                     leave_out = {*getattr(servers, "pids", set()), *(p.pid for p in multiprocessing.active_children())}
