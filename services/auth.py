@@ -103,6 +103,24 @@ def bearer(metadata) -> str:
     return ""
 
 
+# grpcio calls a behaviour marked so with a third argument (a callback that sends each response)
+# and holds no worker thread while it streams: grpc_health's Watch is one. A wrapper must keep the
+# mark, or every open Watch holds one of the server's few worker threads.
+BEHAVIOUR_FLAGS = ("experimental_non_blocking", "experimental_thread_pool")
+
+
+def non_blocking(behaviour: Callable) -> bool:
+    return bool(getattr(behaviour, "experimental_non_blocking", False))
+
+
+def marked_like(wrapper: Callable, behaviour: Callable) -> Callable:
+    """`wrapper` with `behaviour`'s grpcio flags (BEHAVIOUR_FLAGS)."""
+    for flag in BEHAVIOUR_FLAGS:
+        if hasattr(behaviour, flag):
+            setattr(wrapper, flag, getattr(behaviour, flag))
+    return wrapper
+
+
 class AuthInterceptor(grpc.ServerInterceptor):
     """Refuses a call before its servicer runs unless its token's roles allow the method."""
 
@@ -119,7 +137,7 @@ class AuthInterceptor(grpc.ServerInterceptor):
         return handler._replace(**{kind: self._guard(getattr(handler, kind), method)})
 
     def _guard(self, behavior, method: str):
-        def guarded(request, context):
+        def guarded(request, context, *callback):
             identity = self.authenticator.caller(context)
             allowed, why = authorize(method, identity)
             if not allowed:
@@ -128,5 +146,6 @@ class AuthInterceptor(grpc.ServerInterceptor):
                                   "a valid bearer token is needed (hifi users add makes one; hifi up writes an admin "
                                   "token to its run file)")
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-            return behavior(request, context)   # a stream's generator: the check ran before its first row
-        return guarded
+            # a stream's generator (or, non-blocking, its callback): the check ran before its first row
+            return behavior(request, context, *callback)
+        return marked_like(guarded, behavior)

@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from dsp.kafka_sink import BatchReport
 from mdr.repository import MDR
+from services.auth import non_blocking
 
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0)
@@ -173,7 +174,7 @@ class _CallMetrics(grpc.ServerInterceptor):
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, handler.unary_unary), handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream is not None:
+        if handler.unary_stream is not None and not non_blocking(handler.unary_stream):   # (health's Watch: unmetered)
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(method, handler.unary_stream), handler.request_deserializer,
                 handler.response_serializer)

@@ -263,7 +263,8 @@ class QueryPlacer:
             log.warning("cancel %s on %s: %s", query_id, node, exc)
 
     def cancel(self, query_id: str) -> QueryRecord:
-        """Tear down the query's remote queries, keeping those another running query uses."""
+        """Tear down the query's remote queries, keeping those another running query uses and
+        those no query deployed (a standing view's parts, which a query may reuse)."""
         with self._lock:
             queries = {q.id: q for q in self.mdr.queries()}
             record = queries.get(query_id)
@@ -272,7 +273,10 @@ class QueryPlacer:
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
             for node, tasks in record.remote.items():
-                ending = [task for task in reversed(tasks) if (node, task) not in in_use]
+                # only what a query deployed (the node's desired state): a standing view's part
+                # that a query reused runs on after it
+                made = self.mdr.desired(node)
+                ending = [task for task in reversed(tasks) if (node, task) not in in_use and task in made]
                 self.mdr.drop_desired(node, ending)   # first: the node must not deploy them again
                 for task in ending:
                     self._cancel_on(node, task)

@@ -228,3 +228,30 @@ def test_a_node_on_a_spark_cluster_holds_a_share_of_its_cores_not_all():
 
     assert cluster_share("spark://spark-master:7077", {"HIFI_SPARK_CORES_MAX": "1"}) == {"spark.cores.max": "1"}
     assert doctest.testmod(dsp.session).failed == 0
+
+
+def test_open_health_watches_hold_no_worker_thread_of_a_service(servers, tmp_path):
+    """A Watch of grpc health needs no token (orchestrators ask it); it must not hold one of the
+    placement service's 16 worker threads while it waits, or 16 strangers stop the service."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from mdr.repository import MDR
+    from services.auth import Security, open_channel
+    from services.certs import ensure_certificates
+    from services.placement import start_placement_service
+
+    security = Security(ensure_certificates(str(tmp_path / "tls")))
+    service = start_placement_service(MDR.connect(servers.redis_url), servers.bootstrap, security)
+    channel = open_channel(service.address, security)   # no token
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+        # (a deadline each: a watch the service cannot serve fails the test instead of hanging it)
+        watches = [health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=20) for _ in range(24)]
+        assert all(next(w).status == health_pb2.HealthCheckResponse.SERVING for w in watches)
+        answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        for watch in watches:
+            watch.cancel()
+    finally:
+        channel.close()
+        service.close()
