@@ -37,6 +37,7 @@ run: setup
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) -m pytest -q --durations=15
 
 bench: setup

@@ -22,7 +22,7 @@ other operator's after each micro-batch, with its fence), not in Spark's state s
 pattern as a Spark query of its own (applyInPandasWithState, PySpark 4.3.0, pandas 2.3.3, 200 rows/s,
 1 s triggers, measured on the 2-core machine) took 0.84 cores and 0.49 s per trigger alone, and five
 of them 1.66 cores at 2.1-2.3 s per trigger (falling behind), where five plain queries took 0.62:
-every pattern would be the per-query cost the shared runtime removed (README, "Benchmarks").
+every pattern would be the per-query cost the shared runtime removed (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Layout of a certificates directory (`hifi certs DIR`, or `hifi up`'s own under H
   hifi.pem, hifi.key        the certificate of a service that has none of its own
 Clients need ca.pem only. Keys are EC P-256 (made in ~1 ms; RSA-2048 takes ~50 ms) and written
 0600. Certificates are valid for CERT_DAYS; making them again with the same CA rotates them
-without touching a client (README, "Certificates").
+without touching a client (docs/security.md, "Certificates").
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ HEADER = """\
 # --output .env` makes them), HIFI_VERSION, and the ports the
 # dashboard and Grafana are published on, on the host's loopback only: HIFI_DASHBOARD_PORT (8470),
 # HIFI_GRAFANA_PORT (3000). Kafka, Redis, the placement service, the nodes and Prometheus are
-# reached only inside the compose network. See the README, "Deploying with docker compose".
+# reached only inside the compose network. See docs/deploying.md.
 """
 
 LOCAL_SPARK_NOTE = """\

@@ -135,7 +135,7 @@ class QueryPlacer:
         fed what its node archived since (dsp.archive), then the live stream; `until_ms`: only
         windows (rows) starting before then. `priority`: its parts' lane on constrained uplinks
         (dsp.uplink). `naive` deploys the lag benchmark's baseline plan.
-        A view it creates is readable by its principal, by operators and by `readers` (README,
+        A view it creates is readable by its principal, by operators and by `readers` (docs/security.md,
         "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
         view_readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
