@@ -203,7 +203,7 @@ def test_settings_travel_as_a_control_record_and_a_malformed_one_is_refused():
 def test_the_proxy_bench_on_the_intel_lab_replay_sends_far_fewer_samples_for_alerts_with_identical_answers():
     from services.bench.proxy import run, table
 
-    alerts, per_minute, with_averages = run()   # the whole replay, as the README reports it
+    alerts, per_minute, with_averages = run()   # the whole replay, as docs/benchmarks.md reports it
     assert alerts.samples >= 5 * alerts.sent > 0 and alerts.batch_bytes > 4 * alerts.sent_bytes
     assert all(r.identical.values() for r in (alerts, per_minute, with_averages))
     # per-room averages per minute (one sample a mote a minute) add a sixtieth: still 5x fewer

@@ -6,7 +6,7 @@ the dashboard on every request. A token is 32 random bytes, shown once when made
 as its SHA-256: a secret of that entropy needs no slow hash (there is nothing to guess), as with
 GitHub's and Kubernetes' bearer tokens.
 
-Roles (README, "Users, tokens and roles"):
+Roles (docs/security.md):
   user      submit queries, and list, read and cancel its own
   operator  also list and read every query, and a node's views, queries and status; suspend and
             resume a node's parts
