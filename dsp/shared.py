@@ -150,13 +150,11 @@ class Reader:
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{topic}"
 
     def archive_keys(self, topic: str) -> tuple[str, ...]:
-        """Where the archive keeps this reader's batches of `topic`: the first is where they go now
-        (a shared reader's batch is one file, every row tagged with its topic: a file per topic
-        cost a parent of 64 children 64 Parquet writes a batch); the others hold those of the
-        layouts before (a file per topic of the shared reader, a reader per topic), read back too."""
+        """Where the archive keeps this reader's batches of `topic`: the first is where they go now;
+        the others hold those of a node that ran before readers were shared (read back too)."""
         if not self.shared:
             return (self.key,)
-        return self.key, f"{self.key}~{topic}", self._per_topic_key(topic)
+        return f"{self.key}~{topic}", self._per_topic_key(topic)
 
     def older_checkpoints(self) -> dict[str, str]:
         """topic -> the key of the reader it had when every topic had its own (older layout)."""
@@ -296,12 +294,8 @@ class SharedRuntime:
         past, whose raw sources first wait as long as the archive's latest row came late."""
         joined = {key: reader for key, reader in self._readers.items()
                   if not reader.owner and any((t, reader.format) in part.inputs for t in reader.topics)}
-        # archive key -> the topics of it the part reads (a shared reader's key holds every topic's rows)
-        archived: dict[str, list[str]] = {}
-        for reader in joined.values():
-            for topic in (t for t in reader.topics if (t, reader.format) in part.inputs):
-                for archive_key in reader.archive_keys(topic):
-                    archived.setdefault(archive_key, []).append(topic)
+        archived = {archive_key: topic for reader in joined.values() for topic in reader.topics
+                    if (topic, reader.format) in part.inputs for archive_key in reader.archive_keys(topic)}
         late_ms = self._lateness_seen(joined, since_ms) if past else 0
         sources = raw_sources(part.root)
         for source in sources:   # a row that came too late for its window live is in it over the past
@@ -310,8 +304,7 @@ class SharedRuntime:
         reports: list[tuple[Part, BatchReport]] = []
         batches = 0
         for key, table in self.archive.batches(since_ms, archived):
-            for topic, rows in by_topic(table, archived[key]):   # in the order the batch was fed live
-                self._feed(part, topic, rows, producer, sent, reports)
+            self._feed(part, archived[key], table, producer, sent, reports)
             batches += 1
         for source in sources:   # the live stream's own lateness from the seam on
             source.history_lateness_ms = 0
@@ -429,7 +422,7 @@ class SharedRuntime:
             # 2 M-row batch, measured), and before the batch is recorded
             archiving = None
             if reader is not None and not reader.owner:
-                archiving = threading.Thread(target=self._archive, args=(reader, batch_id, table),
+                archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces),
                                              name="archive-batch")
                 archiving.start()
             try:
@@ -487,15 +480,16 @@ class SharedRuntime:
             except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
                 self._fail(part, exc)
 
-    def _archive(self, reader: Reader, batch_id: int, table: pa.Table) -> None:
-        """A batch's rows, one file (a shared reader's rows keep their topic column). A batch the
-        archive cannot take (a full disk) is logged and the stream goes on: the answers of the
-        present come before the record of the past."""
-        try:
-            self.archive.append(reader.key, batch_id, table)
-        except Exception:  # noqa: BLE001 - see the docstring
-            self.archive.usage.failures += 1
-            log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, reader.key)
+    def _archive(self, reader: Reader, batch_id: int, pieces: list[tuple[str, pa.Table]]) -> None:
+        """A batch's rows, topic by topic. A batch the archive cannot take (a full disk) is logged
+        and the stream goes on: the answers of the present come before the record of the past."""
+        for topic, rows in pieces:
+            key = reader.archive_keys(topic)[0]
+            try:
+                self.archive.append(key, batch_id, rows)
+            except Exception:  # noqa: BLE001 - see the docstring
+                self.archive.usage.failures += 1
+                log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
 
     def _feed(self, part: Part, topic: str, table, producer, sent: list,
               reports: list[tuple[Part, BatchReport]]) -> None:
