@@ -20,8 +20,13 @@ Options:
   startingOffsets  "earliest" (default), "latest" (the end when the first micro-batch plans), or
              JSON {"topic:partition": offset} (partitions it does not name start at 0; see
              wire.bus.current_ends): how a query submitted at time T reads exactly what its
-             sources received after T. A topic added to a query that restarts on its checkpoint
-             (which has no offsets for it) starts where the JSON says, else at 0
+             sources received after T. A partition the last batch did not read (a topic added
+             to a running reader, or to a query that restarts on its checkpoint) starts where the
+             JSON says, else at its beginning
+  topics_file  a JSON file {"topics": [...], "starts": {"topic:partition": offset}} read at every
+             poll: the topics the reader reads now and where those new to it start (they override
+             `topics` and `startingOffsets`). A node's shared reader (dsp.shared) takes a child
+             added or taken away there, without stopping its Spark query
   intake     the node's wire.intake.IntakeRules (JSON): every record is checked against them; what
              fails never reaches a query (raw records: a row with `error` set, which the compiler
              filters out; a view's records: skipped) and never stops one
@@ -73,6 +78,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -258,6 +264,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.triage_s = int(options.get("triage_ms", "0")) / 1000
         self.tasks = max(1, int(options.get("tasks", "1")))
         self.first = json.loads(self.starting) if self.starting.startswith("{") else {}
+        self.topics_file = options.get("topics_file", "")
+        self._topics_seen: tuple[int, int] | None = None   # the topics file's (mtime, size) last read
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -275,8 +283,30 @@ class KafkaStreamReader(DataSourceStreamReader):
             return json.loads(self.starting)
         return self._offsets("latest" if self.starting == "latest" else "earliest")
 
-    def latestOffset(self) -> dict:
-        return self._offsets("latest")
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Each partition's end now. A partition `start` lacks (a topic added) ends where it starts
+        this once: a batch then never reads a range it was not told the start of, so the driver
+        reading a batch from the offset log (read_here) splits it as the tasks would."""
+        self._follow_topics()
+        ends = self._offsets("latest")
+        new = [key for key in ends if key not in start]
+        begins = self._offsets("earliest") if any(key not in self.first for key in new) else {}
+        return {key: end if key in start else self.first.get(key, begins.get(key, 0)) for key, end in ends.items()}
+
+    def _follow_topics(self) -> None:
+        """The topics (and new ones' starts) as `topics_file` says now, when it changed."""
+        if not self.topics_file:
+            return
+        try:
+            stat = os.stat(self.topics_file)
+            if (stat.st_mtime_ns, stat.st_size) == self._topics_seen:
+                return
+            with open(self.topics_file, encoding="utf-8") as fh:
+                now = json.load(fh)
+        except (OSError, ValueError):
+            return   # not written yet (or being replaced): the topics as they were
+        self.topics, self.first = list(now["topics"]), dict(now.get("starts", {}))
+        self._topics_seen = (stat.st_mtime_ns, stat.st_size)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Each partition's new offsets, in up to `tasks` ranges, split the same way each time (a
@@ -284,7 +314,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         when one Kafka partition holds the batch (few receptors, a backlog)."""
         ranges = []
         for key, stop in end.items():
-            first = start.get(key, self.first.get(key, 0))
+            first = start.get(key, stop)   # new to the reader: nothing yet (latestOffset)
             if stop > first:
                 topic, partition = _split_key(key)
                 pieces = min(self.tasks, -(-(stop - first) // self.RECORDS_PER_TASK))

@@ -213,19 +213,6 @@ class DSPManager:
             if managed.status != "running" or managed.handle is None or not managed.handle.isActive:
                 self._launch(managed)
 
-    def restart(self, query_id: str) -> None:
-        """Stop the query and start it again on its checkpoint (a shared reader whose topics
-        changed, dsp.shared): what it runs is what its start makes of it now."""
-        with self._lock:
-            managed = self._queries.get(query_id)
-            if managed is None:
-                return
-            if managed.status == "suspended":   # it starts as it is then, on resume
-                return
-            if managed.handle is not None:
-                managed.handle.stop()
-            self._launch(managed)
-
     def cancel(self, query_id: str, drop_state: bool = True) -> None:
         with self._lock:
             managed = self._queries.pop(query_id, None)

@@ -124,6 +124,9 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
                     os.environ.get("HIFI_NO_DATA_BATCHES", "false"))
             .config("spark.driver.memory", os.environ.get("HIFI_SPARK_DRIVER_MEMORY", "2g"))
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            # a Python process Spark starts (a stream reader's runner, a worker) connects back within
+            # this; the default 15 s ran out on a loaded CI machine and left a reader without its runner
+            .config("spark.python.authenticate.socketTimeout", "120s")
         )
         for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ)}.items():
             builder = builder.config(key, value)

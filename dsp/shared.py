@@ -4,8 +4,11 @@ A Spark streaming query (a *reader*) per form of input, not per input: the node'
 one for its readings and one for its motes' samples, and the children's views of one shape (the
 same columns) share one, whatever the number of children — the topic rides on each row
 (`__topic`) and each part is handed the rows of the topics it reads. Adding a child adds
-partitions to a reader (restarted on its checkpoint with the topic added: the new topic starts
-where the part's start offsets say), not a query: a parent with N children ran N readers, each
+partitions to a running reader, not a query: the runtime writes the reader's topics (and where a
+new one starts: the part's start offsets) to a file its source reads at every poll
+(dsp.kafka_source's `topics_file`). A change once stopped and started the reader's Spark query,
+1-5 s of the node's lock each (a deploy waited behind restarts: the suite's 20 queries took
+170 s to submit). Before readers were shared a parent with N children ran N readers, each
 with its offset and commit logs, planning and task per micro-batch, polling twice a second
 (issue 23: 8 -> 24 doors put a warehouse 3.7 -> 15.6 s behind). A reader hands each micro-batch
 to the driver as Arrow (on a local Spark in files its tasks write,
@@ -55,6 +58,7 @@ Spark queries (dsp.manager), which also restarts readers that die.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import pickle
@@ -70,6 +74,7 @@ from pyspark.sql import DataFrame, SparkSession
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
+from dsp.control_first import ControlFirstLock
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
@@ -77,7 +82,6 @@ from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_ha
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.offset_log import batch_bounds, batch_end
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
-from dsp.reader_restarts import ReaderRestarts
 from dsp.uplink import Uplink
 from wire import bus
 from wire.intake import IntakeRules
@@ -223,10 +227,10 @@ class SharedRuntime:
         self._readers: dict[str, Reader] = {}
         self._local_readers: dict[str, KafkaStreamReader] = {}   # each reader's source, for small batches
         self._starts: dict[str, dict[str, int]] = {}   # each reader's start offsets for topics its checkpoint lacks
-        self._changed: set[str] = set()   # readers whose topics changed: restarted outside the lock
-        self.restarts = ReaderRestarts(self.spark_queries.restart)
+        self._changed: set[str] = set()   # readers whose topics changed: told once the change is made
         self.input_rate = InputRate()
-        self._lock = threading.RLock()
+        self._locks = ControlFirstLock()   # a deploy or cancel goes before the next batch
+        self._lock = self._locks.lock
         self._replayed = threading.Condition(self._lock)
         self._snapshot = b""     # the last save's bytes (what _restore goes back to)
         self._saved = self._load()
@@ -259,7 +263,7 @@ class SharedRuntime:
                 raise PlanError(f"part {query_id} runs as a Spark query of its own: it cannot be adopted or bounded")
             self.spark_queries.deploy(query_id, plan, output_topic, on_batch, start_offsets)
             return
-        with self._lock:
+        with self._locks.control():
             if query_id in self._parts:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
@@ -286,7 +290,7 @@ class SharedRuntime:
                         continue
                     self._ensure_reader(Reader((topic,), source.format,
                                                source.columns if source.format != "rfid" else (), owner), start_offsets)
-        self._restart_changed()
+        self._tell_changed()
 
     def _feed_history(self, part: Part, since_ms: int, past: bool) -> None:
         """Feed a new part the batches the readers it joins archived from `since_ms` on (under the
@@ -321,19 +325,19 @@ class SharedRuntime:
         return min(found, HISTORY_LATENESS_CAP_MS)
 
     def set_bounds(self, query_id: str, bounds: OutputBounds | None) -> None:
-        with self._lock:
+        with self._locks.control():
             self.part(query_id).bounds = bounds
 
     def ensure_ingest(self) -> None:
         """An edge node's raw topic is always read (its reader is the node's data listener)."""
         if self.ingest is not None:
-            with self._lock:
+            with self._locks.control():
                 self._ensure_reader(Reader((self.ingest.raw_topic,), "rfid"), None)
 
     def _ensure_reader(self, reader: Reader, start_offsets: Mapping[str, int] | None) -> None:
-        """A reader of `reader`'s topics: the one of its key, with the topics added (restarted by
-        _restart_changed, outside the lock), or a new one. A topic added starts where
-        `start_offsets` say (else at its beginning)."""
+        """A reader of `reader`'s topics: the one of its key, with the topics added (told by
+        _tell_changed), or a new one. A topic added starts where `start_offsets` say (else at its
+        beginning)."""
         key = reader.key
         current = self._readers.get(key)
         if current is not None and set(reader.topics) <= set(current.topics):
@@ -381,6 +385,7 @@ class SharedRuntime:
                                  event_time, heartbeats=reader.format == "samples")
         if reader.shared:
             options["topic_column"] = "true"
+        options["topics_file"] = self._write_topics(key)
         if not self.on_cluster:   # a cluster's executors read every batch: the driver does not fetch
             self._local_readers[key] = local_reader(options)
         # every reader polls twice as often as the node's trigger: a level's wait for the next
@@ -392,12 +397,23 @@ class SharedRuntime:
             processingTime=f"{self.reader_trigger_ms} milliseconds")
         return stream.foreachBatch(lambda batch, batch_id: self._batch(key, batch, batch_id)).start()
 
-    def _restart_changed(self) -> None:
-        """Hand the readers whose topics changed to the restarts (which restart them outside the
-        lock: a stop waits for the batch in flight, which takes the lock)."""
-        with self._lock:
+    def _tell_changed(self) -> None:
+        """Tell the readers whose topics changed (their sources read the file at their next poll)."""
+        with self._locks.control():
             changed, self._changed = self._changed, set()
-        self.restarts.add(changed)
+            for key in changed:
+                if key in self._readers:
+                    self._write_topics(key)
+
+    def _write_topics(self, key: str) -> str:
+        """Write reader `key`'s topics and the new ones' starts where its source reads them; the path."""
+        path = os.path.join(self.spark_queries.checkpoint(key), "topics.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        now = {"topics": list(self._readers[key].topics), "starts": self._starts.get(key, {})}
+        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
+            json.dump(now, fh)
+        os.replace(f"{path}.tmp", path)   # a poll reads the old file or the new one, whole
+        return path
 
     # ------------------------------------------------------------ the data path
 
@@ -408,7 +424,7 @@ class SharedRuntime:
         if batch_id <= self._saved.fences.get(key, -1):
             return   # a replay of a batch whose effects were saved: not read again
         table = self._batch_rows(key, batch, batch_id)
-        with self._lock:
+        with self._locks.batch():
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
@@ -605,19 +621,19 @@ class SharedRuntime:
     # ------------------------------------------------------------ lifecycle
 
     def suspend(self, query_id: str) -> None:
-        with self._lock:
+        with self._locks.control():
             if query_id not in self._parts:
                 return self.spark_queries.suspend(query_id)
             self._parts[query_id].managed.status = "suspended"
 
     def resume(self, query_id: str) -> None:
-        with self._lock:
+        with self._locks.control():
             if query_id not in self._parts:
                 return self.spark_queries.resume(query_id)
             self._parts[query_id].managed.status = "running"
 
     def cancel(self, query_id: str, drop_state: bool = True) -> None:
-        with self._lock:
+        with self._locks.control():
             part = self._parts.pop(query_id, None)
             if part is None:
                 return self.spark_queries.cancel(query_id, drop_state)
@@ -642,18 +658,17 @@ class SharedRuntime:
                 self._replayed.notify_all()
         for key in idle:   # outside the lock: a stop waits for the reader's batch in flight
             self.spark_queries.cancel(key, drop_state=True)
-        with self._lock:
+        with self._locks.control():
             for key in idle:
                 self._saved.fences.pop(key, None)
                 self._starts.pop(key, None)
-        self._restart_changed()
+        self._tell_changed()
 
     def stop_all(self) -> None:
-        self.restarts.stop()
         self.spark_queries.stop_all()
         if self.uplink is not None:
             self.uplink.stop()   # what it still holds waits on disk for the next start
-        with self._lock:
+        with self._locks.control():
             self._readers.clear()
             self._parts.clear()
 

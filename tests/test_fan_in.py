@@ -1,6 +1,6 @@
 """A node's readers do not grow with its children (dsp.shared): the children's views of one shape
 are read by one Spark streaming query, each part handed the rows of the topics it reads; a child
-added restarts that reader with the topic added, one taken away shrinks it; nothing is lost or
+added is a topic added to that running reader, one taken away shrinks it; nothing is lost or
 doubled across the change, and a node restarted on its state resumes where it stopped."""
 
 import datetime as dt
