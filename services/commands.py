@@ -78,6 +78,21 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 # ---------------------------------------------------------------- commands
 
+def login_notice(dashboard_url: str, token: str, terminal: bool) -> str:
+    """What `hifi up` says of its dashboard. The admin token rides in the link's fragment, which the
+    browser never sends (as Jupyter's); the link goes to a file only its owner reads, and is
+    printed only to a terminal: a log (CI, a service manager's journal) never holds the token."""
+    from services.hierarchy import hifi_home
+
+    link = f"{dashboard_url}#token={token}"
+    path = os.path.join(hifi_home(), "login.url")
+    os.makedirs(hifi_home(), exist_ok=True)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(link + "\n")
+    return f"dashboard at {link}" if terminal else f"dashboard at {dashboard_url} (the link that logs you in: {path})"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy, follow_results, format_result, hifi_home
@@ -96,8 +111,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             hierarchy.start_agents(args.receptor_dir)
             dashboard_url = _start_dashboard(hierarchy, args.dashboard)
             hierarchy.write_run_file()
-            # the admin token in the link's fragment, which the browser never sends (as Jupyter's)
-            _progress(f"dashboard at {dashboard_url}#token={hierarchy.admin_token}")
+            _progress(login_notice(dashboard_url, hierarchy.admin_token, sys.stderr.isatty()))
             _progress(f"hierarchy {topology.name!r} is up: {len(topology.nodes)} nodes"
                       f"{' (processes)' if args.processes else ''}, "
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results (alerts, trends, "

@@ -197,6 +197,7 @@ class Dashboard:
 
         class Handler(_Handler):
             owner = dashboard
+            hosts = allowed_hosts(host, advertise_host, os.environ.get("HIFI_DASHBOARD_HOSTS", ""))
 
         self._server = ThreadingHTTPServer((host, int(port)), Handler)
         self._server.daemon_threads = True
@@ -409,6 +410,42 @@ def _scrape(url: str) -> dict[str, float]:
     return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
 
 
+# every answer: scripts, styles and connections from this server only (the page has no inline
+# script or style), never framed, types as declared, no referrer to elsewhere
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+                               "form-action 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_hosts(listen_host: str, advertise_host: str = "", extra: str = "") -> frozenset[str]:
+    """The host names a request may ask for (its `Host`, the port aside): the advertised and listened
+    names, the loopback names, and `extra` (comma-separated, HIFI_DASHBOARD_HOSTS). A name outside
+    them is a page of another site whose name was pointed at this server (DNS rebinding): its
+    requests would pass as same-origin.
+
+    >>> sorted(allowed_hosts("0.0.0.0", "dashboard", "ops.example.com"))
+    ['127.0.0.1', '::1', 'dashboard', 'localhost', 'ops.example.com']
+    """
+    names = {advertise_host, *LOCAL_HOSTS, *(n.strip() for n in extra.split(","))}
+    if listen_host not in ("", "0.0.0.0", "::"):
+        names.add(listen_host)
+    return frozenset(n.lower() for n in names if n)
+
+
+def host_name(host: str | None) -> str:
+    """The name of a `Host` header, without its port.
+
+    >>> host_name("Dashboard:8470"), host_name("[::1]:80"), host_name("localhost")
+    ('dashboard', '::1', 'localhost')
+    """
+    return urlsplit(f"//{host or ''}").hostname or ""
+
+
 def same_origin(origin: str | None, host: str | None, fetch_site: str | None = None) -> bool:
     """Whether a request may change something: sent by no browser (no Origin, no Sec-Fetch-Site),
     or by a page whose origin is this server's (`Origin`'s host:port is the `Host` asked for, and
@@ -424,7 +461,22 @@ def same_origin(origin: str | None, host: str | None, fetch_site: str | None = N
 class _Handler(BaseHTTPRequestHandler):
     timeout = 60   # seconds a socket may stall (a body promised and never sent must not hold a thread)
     owner: Dashboard
+    hosts: frozenset[str] = frozenset(LOCAL_HOSTS)
     protocol_version = "HTTP/1.1"
+
+    def end_headers(self) -> None:
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        super().end_headers()
+
+    def _misdirected(self) -> bool:
+        """Refuse (421) a request for a host name this dashboard does not go by (allowed_hosts)."""
+        if host_name(self.headers.get("Host")) in self.hosts:
+            return False
+        self.close_connection = True   # its body is not read
+        self._error(HTTPStatus.MISDIRECTED_REQUEST, "this dashboard does not answer to that host name; "
+                                                    "set HIFI_DASHBOARD_HOSTS to the names it is reached by")
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         log.debug("dashboard: " + format, *args)
@@ -533,6 +585,8 @@ class _Handler(BaseHTTPRequestHandler):
         return identity, token
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's names
+        if self._misdirected():
+            return None
         url = urlsplit(self.path)
         if url.path in ("/", "/index.html"):
             return self._asset("index.html")
@@ -573,7 +627,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
-        if self._cross_origin():
+        if self._misdirected() or self._cross_origin():
             return None
         if path == "/api/login":
             return self._login()
@@ -623,7 +677,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         path = urlsplit(self.path).path
-        if self._cross_origin():
+        if self._misdirected() or self._cross_origin():
             return None
         if not path.startswith("/api/queries/"):
             return self._error(HTTPStatus.NOT_FOUND, f"no such endpoint: {path}")

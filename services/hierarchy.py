@@ -25,7 +25,7 @@ from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
 from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
-from mdr.repository import MDR
+from mdr.repository import MDR, now_ms
 from protos import hifi_pb2_grpc
 from services.auth import Security, mint_token, open_channel
 from services.certs import ensure_certificates
@@ -39,6 +39,7 @@ from wire.codec import readable_batches
 from wire.topics import view_topic
 
 ADMIN_PRINCIPAL = "admin"   # whom the token `hifi up` writes to its run file belongs to
+ADMIN_TOKEN_S = 7 * 24 * 3600   # how long that token works: a run left going a week logs in anew
 
 
 def hifi_home() -> str:
@@ -115,7 +116,8 @@ class Hierarchy:
     def start(self, progress: Callable[[str], None] = lambda _: None) -> None:
         self.mdr.clear()
         load_metadata(self.mdr, self.topology)
-        self.admin_token = mint_token(self.mdr, ADMIN_PRINCIPAL, ("admin",))
+        # a run's admin token ends with the run, or after ADMIN_TOKEN_S of a run left going
+        self.admin_token = mint_token(self.mdr, ADMIN_PRINCIPAL, ("admin",), now_ms() + ADMIN_TOKEN_S * 1000)
         if self.processes:
             self._start_processes(progress)
         else:

@@ -55,18 +55,24 @@ def browser(hierarchy):
     driver.quit()
 
 
-def _status(url: str, method: str, origin: str) -> int:
+def _answer(url: str, method: str, origin: str | None = None, host: str | None = None):
+    """(status, headers) of a request with these `Origin` and `Host` headers."""
     import urllib.error
     import urllib.request
 
     body = b'{"sql": "SELECT count(*) AS n FROM rfid_stream [range by \'2 seconds\']"}'
-    request = urllib.request.Request(url, data=body if method == "POST" else None, method=method,
-                                     headers={"Origin": origin, "Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json", **({"Origin": origin} if origin else {}),
+               **({"Host": host} if host else {})}
+    request = urllib.request.Request(url, data=body if method == "POST" else None, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
-            return reply.status
+            return reply.status, reply.headers
     except urllib.error.HTTPError as refused:
-        return refused.code
+        return refused.code, refused.headers
+
+
+def _status(url: str, method: str, origin: str) -> int:
+    return _answer(url, method, origin)[0]
 
 
 def test_only_requests_of_the_dashboards_own_origin_may_change_anything():
@@ -78,6 +84,24 @@ def test_only_requests_of_the_dashboards_own_origin_may_change_anything():
     assert not same_origin("http://127.0.0.1:3000", "127.0.0.1:8470")          # Grafana's port: another origin
     assert not same_origin(None, "127.0.0.1:8470", "cross-site")
     assert not same_origin("null", "127.0.0.1:8470")                           # a sandboxed or file page
+
+
+def test_every_answer_forbids_framing_sniffing_and_foreign_scripts_and_a_foreign_host_name_is_refused(hierarchy):
+    from services.dashboard import SECURITY_HEADERS
+
+    for path in ("/", "/static/app.js", "/api/snapshot", "/no-such-page"):
+        status, headers = _answer(hierarchy.dashboard.url + path.lstrip("/"), "GET")
+        assert status in (200, 401, 404) and all(headers[k] == v for k, v in SECURITY_HEADERS.items()), (path, status)
+    assert "frame-ancestors 'none'" in SECURITY_HEADERS["Content-Security-Policy"]
+    # a page of evil.example whose name resolves to this dashboard (DNS rebinding) is same-origin to
+    # the browser; the Host it asks for gives it away
+    port = hierarchy.dashboard.url.rstrip("/").rpartition(":")[2]
+    for method, path in (("GET", "/api/snapshot"), ("POST", "/api/queries"), ("DELETE", "/api/queries/q-1")):
+        status, _ = _answer(hierarchy.dashboard.url + path.lstrip("/"), method, origin=f"http://evil.example:{port}",
+                            host=f"evil.example:{port}")
+        assert status == 421, (method, path, status)
+    assert _answer(hierarchy.dashboard.url, "GET", host=f"localhost:{port}")[0] == 200
+    assert not hierarchy.mdr.queries()
 
 
 def _js(browser, script: str):
@@ -282,3 +306,11 @@ def test_a_user_sees_only_the_events_of_views_it_may_read():
     assert [e["kind"] for e in user["events"]] == ["stock"], "an operator's alert rows reached a user"
     operator = visible_to(snapshot, Identity("olga", frozenset({"operator"})))
     assert [e["kind"] for e in operator["events"]] == ["danger", "stock", "dead", "faulty"]
+
+
+def test_the_host_names_a_dashboard_answers_to():
+    import doctest
+
+    import services.dashboard
+
+    assert doctest.testmod(services.dashboard).failed == 0

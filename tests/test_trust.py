@@ -272,3 +272,26 @@ def test_every_dashboard_endpoint_refuses_a_caller_without_the_right(hierarchy, 
         assert _http(base + "/api/me", cookie=session)[0] == 401
     finally:
         admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60)
+
+
+def test_hifi_up_prints_its_login_link_to_a_terminal_only_and_keeps_it_in_a_file_of_its_owners(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    from services.commands import login_notice
+
+    monkeypatch.setenv("HIFI_HOME", str(tmp_path))
+    logged = login_notice("http://127.0.0.1:8470/", "hifi_secret", terminal=False)
+    assert "hifi_secret" not in logged and str(tmp_path / "login.url") in logged
+    assert (tmp_path / "login.url").read_text() == "http://127.0.0.1:8470/#token=hifi_secret\n"
+    assert stat.S_IMODE(os.stat(tmp_path / "login.url").st_mode) == 0o600
+    assert login_notice("http://127.0.0.1:8470/", "hifi_secret", terminal=True).endswith("#token=hifi_secret")
+
+
+def test_the_admin_token_of_a_run_expires(hierarchy):
+    from mdr.repository import now_ms
+    from services.hierarchy import ADMIN_TOKEN_S
+    from wire.identity import token_hash
+
+    record = hierarchy.mdr.token(token_hash(hierarchy.admin_token))
+    assert 0 < record.expires_ms - now_ms() <= ADMIN_TOKEN_S * 1000
