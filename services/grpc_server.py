@@ -14,6 +14,8 @@ from mdr.repository import MDR
 from protos import hifi_pb2
 from services.auth import Authenticator, AuthInterceptor, Security, server_credentials
 
+RPCS_PER_WORKER = 8
+
 
 def start_server(add_servicer: Callable[[grpc.Server], None], service: str, listen: str, security: Security,
                  mdr: MDR, certificate: str, workers: int = 8,
@@ -22,8 +24,11 @@ def start_server(add_servicer: Callable[[grpc.Server], None], service: str, list
     with the TLS `certificate` of `security`'s directory (a node's id, "placement"), tokens checked
     against `mdr`; returns the server and the address it listens on. `interceptors`: e.g. the
     service's metrics (they count refused calls too: authentication runs inside them)."""
+    # calls beyond RPCS_PER_WORKER a worker are refused (RESOURCE_EXHAUSTED), not queued without end;
+    # health's Watch and the result streams within their quotas (services.quotas) fit
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"grpc-{service}"),
-                         interceptors=[*interceptors, AuthInterceptor(Authenticator(mdr))])
+                         interceptors=[*interceptors, AuthInterceptor(Authenticator(mdr))],
+                         maximum_concurrent_rpcs=workers * RPCS_PER_WORKER)
     add_servicer(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

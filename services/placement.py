@@ -30,6 +30,7 @@ from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
 from services.health import query_health
 from services.metrics import ServiceMetrics
+from services.quotas import StreamSlots, over_queries, quota_of, quota_role
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
@@ -334,6 +335,7 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
     def __init__(self, placement: QueryPlacer, authenticator: Authenticator) -> None:
         self.placement = placement
         self.authenticator = authenticator
+        self.streams = StreamSlots()
 
     def _caller(self, context) -> Identity:
         identity = self.authenticator.caller(context)
@@ -373,6 +375,9 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
                 if request.since_ms:   # what it would be fed, and the archives that begin too late
                     plan = self.placement.over_the_past(plan, request.since_ms, request.until_ms or None)
             else:
+                running = sum(1 for q in self.placement.mdr.queries() if q.principal == reader.principal)
+                if over := over_queries(self._caller(context), reader.principal, running):
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, over)
                 plan = self.placement.submit(request.sql, reader, replay=request.replay, readers=readers,
                                              since_ms=request.since_ms or None, until_ms=request.until_ms or None,
                                              priority=checked_priority(self._caller(context),
@@ -408,6 +413,12 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
 
     def Results(self, request, context):  # noqa: N802
         self._own_query(request.query_id, context)
+        caller = self._caller(context)
+        limit = quota_of(caller).streams
+        if not self.streams.take(caller.principal, limit):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"{caller.principal} has {limit} result streams open, the quota of role "
+                          f"{quota_role(caller)}: close one first")
         stop = threading.Event()
         context.add_callback(stop.set)
         try:
@@ -418,6 +429,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
         except QueryFailed as exc:
             context.abort(grpc.StatusCode.ABORTED, str(exc))
+        finally:
+            self.streams.give_back(caller.principal)
 
 
 @dataclass
@@ -458,7 +471,7 @@ def start_placement_service(mdr: MDR, bootstrap: str, security: Security, listen
     server, address = start_server(
         lambda server: hifi_pb2_grpc.add_PlacementServicer_to_server(
             PlacementServicer(placement, Authenticator(mdr)), server),
-        "Placement", listen, security, mdr, "placement", workers=16, interceptors=[metrics.interceptor()])
+        "Placement", listen, security, mdr, "placement", workers=32, interceptors=[metrics.interceptor()])
     host, _, port = address.rpartition(":")
     address = f"{advertise_host or host}:{port}"
     mdr.r.set(mdr.k("placement"), address)

@@ -21,7 +21,7 @@ from dsp.plan import PLAN_FORMAT
 from glue.topology import parse_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
-from tests.conftest import running_hierarchy
+from tests.conftest import running_hierarchy, wait_for
 from wire.codec import from_value
 
 TOPOLOGY = """
@@ -295,3 +295,47 @@ def test_the_admin_token_of_a_run_expires(hierarchy):
 
     record = hierarchy.mdr.token(token_hash(hierarchy.admin_token))
     assert 0 < record.expires_ms - now_ms() <= ADMIN_TOKEN_S * 1000
+
+
+def test_a_users_queries_and_result_streams_stop_at_its_quota_and_others_are_still_served(hierarchy, monkeypatch):
+    from services.quotas import QUOTAS, Quota
+
+    monkeypatch.setitem(QUOTAS, "user", Quota(queries=1, streams=2))
+    # a user of its own: the tests before may have revoked the others' tokens
+    analyst = hierarchy.placement_stub(mint_token(hierarchy.mdr, "analyst", ("user",)))
+    admin = hierarchy.placement_stub()
+    sql = "SELECT location, reads FROM location_reads"
+    reply = analyst.Submit(hifi_pb2.SubmitRequest(sql=sql), timeout=60)
+    streams = []
+    try:
+        code, details = _call(analyst, "Submit", hifi_pb2.SubmitRequest(sql=sql))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and details.startswith("analyst runs 1 queries"), details
+        assert [q.id for q in hierarchy.mdr.queries()] == [reply.query_id]
+
+        streams = [analyst.Results(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=120) for _ in range(6)]
+        time.sleep(3)
+        refused = [s for s in streams if s.done() and s.code() == grpc.StatusCode.RESOURCE_EXHAUSTED]
+        assert len(refused) == 4 and "2 result streams open" in refused[0].details()
+        assert sum(1 for s in streams if not s.done()) == 2, "the streams within the quota stay open"
+        # another caller is served meanwhile, at once
+        asked = time.monotonic()
+        assert reply.query_id in {q.query_id for q in admin.List(hifi_pb2.Empty(), timeout=10).queries}
+        assert time.monotonic() - asked < 1.0
+        # a stream closed gives its place back
+        for stream in streams:
+            stream.cancel()
+
+        def first_row():
+            streams.append(analyst.Results(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60))
+            try:
+                return next(iter(streams[-1]))
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                return None   # the cancelled ones not closed yet
+
+        assert wait_for(first_row, 30, "a stream after the others closed").query_id == reply.query_id
+    finally:
+        for stream in streams:
+            stream.cancel()
+        analyst.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
