@@ -126,6 +126,8 @@ def metric(samples: dict, name: str, **labels: str) -> float:
 GROUPS = ("unit", "integration", "e2e")
 _group_seconds: dict[str, float] = dict.fromkeys(GROUPS, 0.0)
 _group_tests: dict[str, int] = dict.fromkeys(GROUPS, 0)
+_file_seconds: dict[str, float] = {}
+SLOWEST_FILES = 12
 
 
 def _group(item: pytest.Item) -> str:
@@ -150,6 +152,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     group = next((g for g in GROUPS if g in report.keywords), "unit")
     _group_seconds[group] += report.duration            # set-up (a module's hierarchy), call, teardown
+    path = report.nodeid.split("::")[0]
+    _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
     if report.when == "call":
         _group_tests[group] += 1
 
@@ -158,6 +162,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.section("time per test group")
     for group in GROUPS:
         terminalreporter.write_line(f"{group:<12} {_group_tests[group]:>4} tests  {_group_seconds[group]:8.1f} s")
+    terminalreporter.section(f"the {SLOWEST_FILES} slowest test files (set-up, calls, teardown)")
+    for path, seconds in sorted(_file_seconds.items(), key=lambda item: -item[1])[:SLOWEST_FILES]:
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
 
 
 # the tests read topics with the judge's helpers
