@@ -199,7 +199,7 @@ def test_a_failing_part_shows_as_failed_everywhere_and_ends_its_results_stream(h
     host, port = urlsplit(hierarchy.dashboard.url).netloc.split(":")
     for length in ("-1", "banana", str(10**9)):
         with socket.create_connection((host, int(port)), timeout=5) as conn:
-            conn.sendall(f"POST /api/explain HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
+            conn.sendall(f"POST /api/explain HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: {length}\r\n"
                          f"Authorization: Bearer {hierarchy.admin_token}\r\n\r\n".encode())
             answer = conn.recv(200).decode()
         assert answer.startswith(("HTTP/1.1 400", "HTTP/1.1 413")), (length, answer)
