@@ -14,6 +14,7 @@ import re
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class QueryExists(ValueError):
 # record can kill a query now, only a transient fault: a start-up burst, a broker away). A query
 # that then ran RESTART_FORGOTTEN_S starts over from the first wait.
 RESTART_AFTER_S = (2.0, 10.0, 30.0, 60.0, 120.0)
+DROPPED = "#dropped"   # cancelled parts' directories being deleted ('#' is in no part's id)
 RESTART_FORGOTTEN_S = 300.0
 log = logging.getLogger("hifi.dsp")
 
@@ -101,6 +103,7 @@ class DSPManager:
         self._ingest_owner: str | None = None
         self._queries: dict[str, ManagedQuery] = {}
         self._lock = threading.RLock()
+        shutil.rmtree(os.path.join(self.state_dir, DROPPED), ignore_errors=True)   # what a stop left
 
     # ------------------------------------------------------------ starting queries
 
@@ -111,6 +114,20 @@ class DSPManager:
         if name in ("", ".", ".."):
             raise ValueError(f"query id {query_id!r} names no directory of its own")
         return os.path.join(self.state_dir, name)
+
+    def _drop_checkpoint(self, query_id: str) -> None:
+        """Move the query's directory aside at once (a part deployed again under its id starts
+        clean) and delete it in the background: a Spark checkpoint is hundreds of small files, and
+        deleting them in the cancel took 11 of the 90 s the suite's cancels spent on the nodes."""
+        path = self.checkpoint(query_id)
+        aside = os.path.join(self.state_dir, DROPPED, f"{os.path.basename(path)}-{uuid.uuid4().hex[:8]}")
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return
+        threading.Thread(target=shutil.rmtree, args=(aside,), kwargs={"ignore_errors": True},
+                         name="drop-checkpoint", daemon=True).start()
 
     def spark_checkpoint(self, query_id: str) -> str:
         """Spark's own checkpoint of the query (its offset and commit logs, its state store)."""
@@ -226,7 +243,7 @@ class DSPManager:
         self._stop(managed)
         markers_for(self.spark).unwatch(self._name(query_id))
         if drop_state:
-            shutil.rmtree(self.checkpoint(query_id), ignore_errors=True)
+            self._drop_checkpoint(query_id)
         if was_listener:
             self.ensure_ingest()
 

@@ -290,7 +290,7 @@ class SharedRuntime:
                         continue
                     self._ensure_reader(Reader((topic,), source.format,
                                                source.columns if source.format != "rfid" else (), owner), start_offsets)
-        self._tell_changed()
+            self._tell_changed()
 
     def _feed_history(self, part: Part, since_ms: int, past: bool) -> None:
         """Feed a new part the batches the readers it joins archived from `since_ms` on (under the
@@ -662,7 +662,7 @@ class SharedRuntime:
             for key in idle:
                 self._saved.fences.pop(key, None)
                 self._starts.pop(key, None)
-        self._tell_changed()
+            self._tell_changed()   # in the same hold: each takes its turn after a batch in flight
 
     def stop_all(self) -> None:
         self.spark_queries.stop_all()

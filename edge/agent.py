@@ -425,6 +425,38 @@ def read_jsonl(path: str, until_ms: int | None = None) -> list[dict[str, Any]]:
     return lines
 
 
+class JsonlLog:
+    """A growing log read on from where the last read stopped: a judge checking many queries against
+    one run's log parses each line once (read_jsonl from the top took 18 of the 190 s a
+    test module's checks spent)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines: list[dict[str, Any]] = []
+        self._times: list[int] = []
+        self._offset = 0
+
+    def until(self, until_ms: int) -> list[dict[str, Any]]:
+        """read_jsonl(path, until_ms): the lines before the first one later than `until_ms`."""
+        self._read_on()
+        later = next((i for i, t in enumerate(self._times) if t > until_ms), len(self._times))
+        return self.lines[:later]
+
+    def _read_on(self) -> None:
+        if os.path.getsize(self.path) < self._offset:   # written anew (another run): from the top
+            self.lines, self._times, self._offset = [], [], 0
+        with open(self.path, "rb") as fh:
+            fh.seek(self._offset)
+            data = fh.read()
+        whole = data.rfind(b"\n") + 1   # a line being written is read the next time
+        for text in data[:whole].splitlines():
+            if text.strip():
+                line = json.loads(text)
+                self.lines.append(line)
+                self._times.append(line["t"])
+        self._offset += whole
+
+
 def tag_locations(truth: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, str]]]:
     """(t, {tag: location}) per tick, replayed from truth.jsonl's moves (tags away are left out)."""
     where: dict[str, str] = {}

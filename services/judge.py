@@ -8,7 +8,7 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-from edge.agent import read_jsonl
+from edge.agent import JsonlLog
 from glue.analyzer import analyze
 from glue.reference import Reference
 from services.placement import load_catalog
@@ -69,6 +69,13 @@ def time_column(plan) -> str:
 LOOK_AHEAD_MS = 60_000
 
 
+_LOGS: dict[str, JsonlLog] = {}   # each run's readings, read on as they grow
+
+
+def _log(path: str) -> JsonlLog:
+    return _LOGS.setdefault(path, JsonlLog(path))
+
+
 def rows_in_span(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list, list]:
     """(hierarchy rows, reference rows) whose window start (or ts) lies in `span`, and the
     hierarchy's rows from before the query's start (there must be none: they would be partial)."""
@@ -76,7 +83,7 @@ def rows_in_span(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list, li
     at = columns.index(time_column(plan))
     got = [tuple(as_ms(r[c]) for c in columns) for r in topic_rows(hierarchy.bootstrap, plan.result_topic)]
     catalog = load_catalog(hierarchy.mdr)
-    logged = read_jsonl(hierarchy.readings_path, span[1] + LOOK_AHEAD_MS)
+    logged = _log(hierarchy.readings_path).until(span[1] + LOOK_AHEAD_MS)
     reference = Reference.from_log(logged, catalog, plan.start_ms)
     want = [tuple(r[c] for c in columns) for r in reference.run(analyze(plan.query.text, catalog))]
     low, high = span

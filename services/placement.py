@@ -12,6 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import grpc
@@ -273,14 +274,16 @@ class QueryPlacer:
                 raise KeyError(f"no query {query_id!r}")
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
+            ending: dict[str, list[str]] = {}
             for node, tasks in record.remote.items():
                 # only what a query deployed (the node's desired state): a standing view's part
                 # that a query reused runs on after it
                 made = self.mdr.desired(node)
-                ending = [task for task in reversed(tasks) if (node, task) not in in_use and task in made]
-                self.mdr.drop_desired(node, ending)   # first: the node must not deploy them again
-                for task in ending:
-                    self._cancel_on(node, task)
+                ending[node] = [task for task in reversed(tasks) if (node, task) not in in_use and task in made]
+                self.mdr.drop_desired(node, ending[node])   # first: the node must not deploy them again
+            # the nodes at once: each cancel waits for its node's batch in flight (~1 s on a busy node)
+            with ThreadPoolExecutor(max_workers=max(1, len(ending)), thread_name_prefix="cancel") as pool:
+                list(pool.map(lambda node: [self._cancel_on(node, task) for task in ending[node]], ending))
             self.mdr.drop_query(query_id)
             return record
 

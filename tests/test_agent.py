@@ -216,3 +216,19 @@ def test_the_motes_obey_their_proxys_newest_settings_within_two_cycles_and_refus
     assert all(line["samples"] or line["held"] for line in obeyed), "a batch goes out even when all is held"
     assert agent.stats.held == sum(len(line.get("held", ())) for line in batches) > 0
     assert agent.stats.settings_refused == 2
+
+
+def test_a_growing_log_is_read_on_where_the_last_read_stopped_and_from_the_top_when_written_anew(tmp_path):
+    import json
+
+    from edge.agent import JsonlLog, read_jsonl
+
+    path = tmp_path / "readings.jsonl"
+    path.write_text("".join(json.dumps({"t": t}) + "\n" for t in range(10)) + '{"t": 10')   # a line half written
+    log = JsonlLog(str(path))
+    assert log.until(5) == read_jsonl(str(path), 5) and len(log.until(100)) == 10
+    with open(path, "a") as fh:
+        fh.write('}\n{"t": 11}\n')
+    assert [line["t"] for line in log.until(100)] == list(range(12))
+    path.write_text('{"t": 1}\n')
+    assert log.until(100) == [{"t": 1}]
