@@ -66,6 +66,7 @@ from services.auth import Authenticator, Security, open_channel
 from services.health import CountsSample, RateWindow, moves, node_health, tier_series
 from services.metrics import ServiceMetrics
 from services.placement import query_states
+from services.quotas import StreamSlots, quota_of, streams_refusal
 from wire import bus
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
 from wire.identity import INTERNAL_READERS, Identity
@@ -168,6 +169,7 @@ class Dashboard:
         self.security = security.with_token("")
         self.authenticator = Authenticator(mdr)
         self.sessions = Sessions()
+        self.view_streams = StreamSlots()   # a query's stream is counted by placement, a view's here
         self.topology = topology
         self.metrics = ServiceMetrics("dashboard", mdr)
         self.url = ""
@@ -717,8 +719,14 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(HTTPStatus.NOT_FOUND, f"no query {query!r}")
             if not identity.may_touch(found.principal):
                 return self._error(HTTPStatus.FORBIDDEN, f"query {query} is not {identity.principal}'s")
-        rows = self.owner.query_rows(query, stop, token) if query else self.owner.view_rows(view, stop)
-        self._stream((("row", row) for row in rows), stop)
+        if query:
+            return self._stream((("row", row) for row in self.owner.query_rows(query, stop, token)), stop)
+        if not self.owner.view_streams.take(identity.principal, quota_of(identity).streams):
+            return self._error(HTTPStatus.TOO_MANY_REQUESTS, streams_refusal(identity))
+        try:
+            self._stream((("row", row) for row in self.owner.view_rows(view, stop)), stop)
+        finally:
+            self.owner.view_streams.give_back(identity.principal)
 
     def _asset(self, name: str) -> None:
         path = os.path.normpath(os.path.join(ASSETS, name))

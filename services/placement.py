@@ -31,7 +31,7 @@ from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
 from services.health import query_health
 from services.metrics import ServiceMetrics
-from services.quotas import StreamSlots, over_queries, quota_of, quota_role
+from services.quotas import StreamSlots, over_queries, quota_of, streams_refusal
 from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
@@ -417,11 +417,8 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
     def Results(self, request, context):  # noqa: N802
         self._own_query(request.query_id, context)
         caller = self._caller(context)
-        limit = quota_of(caller).streams
-        if not self.streams.take(caller.principal, limit):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"{caller.principal} has {limit} result streams open, the quota of role "
-                          f"{quota_role(caller)}: close one first")
+        if not self.streams.take(caller.principal, quota_of(caller).streams):
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, streams_refusal(caller))
         stop = threading.Event()
         context.add_callback(stop.set)
         try:

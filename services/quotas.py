@@ -52,6 +52,16 @@ def over_queries(caller: Identity, owner: str, running: int) -> str:
     return f"{owner} runs {running} queries, the quota of role {quota_role(caller)}: cancel one first (hifi cancel ID)"
 
 
+def streams_refusal(caller: Identity) -> str:
+    """What a caller at its quota of open result streams is told.
+
+    >>> streams_refusal(Identity("ann", frozenset({"user"})))
+    'ann has 4 result streams open, the quota of role user: close one first'
+    """
+    return (f"{caller.principal} has {quota_of(caller).streams} result streams open, the quota of role "
+            f"{quota_role(caller)}: close one first")
+
+
 class StreamSlots:
     """Result streams open per principal."""
 

@@ -297,6 +297,17 @@ def test_the_admin_token_of_a_run_expires(hierarchy):
     assert 0 < record.expires_ms - now_ms() <= ADMIN_TOKEN_S * 1000
 
 
+def _open_stream(base: str, path: str, token: str):
+    """(the open connection, its HTTP status) of a GET that streams."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(base).netloc.split(":")
+    conn = socket.create_connection((host, int(port)), timeout=20)
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    return conn, conn.recv(64).decode().split(" ")[1]
+
+
 def test_a_users_queries_and_result_streams_stop_at_its_quota_and_others_are_still_served(hierarchy, monkeypatch):
     from services.quotas import QUOTAS, Quota
 
@@ -335,6 +346,16 @@ def test_a_users_queries_and_result_streams_stop_at_its_quota_and_others_are_sti
                 return None   # the cancelled ones not closed yet
 
         assert wait_for(first_row, 30, "a stream after the others closed").query_id == reply.query_id
+
+        # the dashboard's streams of a view (placement counts a query's): two open, the third refused
+        token = mint_token(hierarchy.mdr, "analyst", ("user",))
+        opened = [_open_stream(hierarchy.dashboard.url, "/api/results?view=tr-core.location_reads", token)
+                  for _ in range(3)]
+        try:
+            assert [status for _, status in opened] == ["200", "200", "429"], opened
+        finally:
+            for conn, _ in opened:
+                conn.close()
     finally:
         for stream in streams:
             stream.cancel()
