@@ -120,6 +120,14 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
     return emitted
 
 
+def without_sentinel(plan, got: list[tuple]) -> list[tuple]:
+    """A selection's or a pattern's rows but the one of the sentinel that closes the windows
+    (run_bottom_up's, a minute past the data); an aggregate's rows as they are."""
+    if plan.query.is_aggregate:
+        return got
+    return [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+
+
 def central(sql: str, by_edge: dict[str, list]) -> list[dict]:
     rows = [{"receptor_id": r, "tag_id": t, "antenna": 1, "read_strength": s, "ts": ts}
             for edge_rows in by_edge.values() for r, t, s, ts in edge_rows]
@@ -255,8 +263,7 @@ def test_named_queries_planned_over_the_hierarchy_equal_the_central_answer(name)
         by_edge = readings(seed)
         tasks = feeding(standing_tasks(), [(task.topic, task.plan) for task in plan.tasks])
         got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
-        if not plan.query.is_aggregate:   # not the sentinel row that closes the windows
-            got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+        got = without_sentinel(plan, got)
         want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
         assert want and same_rows(got, want), (seed, sorted(got)[:5], sorted(want)[:5])
 
@@ -399,8 +406,7 @@ def test_a_sensor_stream_query_planned_over_the_hierarchy_equals_the_central_ans
             for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
     want = [tuple(r[c] for c in plan.columns)
             for r in Reference([], SENSOR_CATALOG, samples=rows).run(analyze(sql, SENSOR_CATALOG))]
-    if not plan.query.is_aggregate:   # the sentinel row that closes the windows is a sample too
-        got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+    got = without_sentinel(plan, got)   # the sentinel row that closes the windows is a sample too
     assert want and same_rows(got, want), (plan.explain(), sorted(got)[:5], sorted(want)[:5])
 
 
@@ -469,7 +475,7 @@ def test_a_generated_event_pattern_planned_over_the_hierarchy_equals_the_central
     plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
     tasks = [(task.topic, task.plan) for task in plan.tasks]
     got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
-    got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]   # not the sentinel's
+    got = without_sentinel(plan, got)
     want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
     assert same_rows(got, want), (sql, plan.explain(), sorted(got)[:5], sorted(want)[:5])
     answered(want)
@@ -499,7 +505,7 @@ def test_named_event_patterns_find_matches_equal_to_the_search(name):
         assert plan.placement.root == "warehouse"
         got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(
             [(task.topic, task.plan) for task in plan.tasks], by_edge)[plan.result_topic]]
-        got = [r for r in got if r[plan.columns.index("ts")] < START_MS + SPAN_MS + 1000]
+        got = without_sentinel(plan, got)
         want = [tuple(r[c] for c in plan.columns) for r in central(sql, by_edge)]
         assert want and same_rows(got, want), (seed, sorted(got)[:5], sorted(want)[:5])
 
