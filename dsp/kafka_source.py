@@ -265,7 +265,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.tasks = max(1, int(options.get("tasks", "1")))
         self.first = json.loads(self.starting) if self.starting.startswith("{") else {}
         self.topics_file = options.get("topics_file", "")
-        self._topics_seen: tuple[int, int] | None = None   # the topics file's (mtime, size) last read
+        self._topics_seen = b""   # the topics file as last read
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -294,19 +294,20 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {key: end if key in start else self.first.get(key, begins.get(key, 0)) for key, end in ends.items()}
 
     def _follow_topics(self) -> None:
-        """The topics (and new ones' starts) as `topics_file` says now, when it changed."""
+        """The topics (and new ones' starts) as `topics_file` says now. Read whole at every poll
+        (a few hundred bytes): two changes within a file time stamp's tick look alike to a stat."""
         if not self.topics_file:
             return
         try:
-            stat = os.stat(self.topics_file)
-            if (stat.st_mtime_ns, stat.st_size) == self._topics_seen:
+            with open(self.topics_file, "rb") as fh:
+                text = fh.read()
+            if text == self._topics_seen:
                 return
-            with open(self.topics_file, encoding="utf-8") as fh:
-                now = json.load(fh)
+            now = json.loads(text)
         except (OSError, ValueError):
-            return   # not written yet (or being replaced): the topics as they were
+            return   # not written yet: the topics as they were
         self.topics, self.first = list(now["topics"]), dict(now.get("starts", {}))
-        self._topics_seen = (stat.st_mtime_ns, stat.st_size)
+        self._topics_seen = text
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Each partition's new offsets, in up to `tasks` ranges, split the same way each time (a
