@@ -50,8 +50,8 @@ class QueryExists(ValueError):
 # record can kill a query now, only a transient fault: a start-up burst, a broker away). A query
 # that then ran RESTART_FORGOTTEN_S starts over from the first wait.
 RESTART_AFTER_S = (2.0, 10.0, 30.0, 60.0, 120.0)
-DROPPED = "#dropped"   # cancelled parts' directories being deleted ('#' is in no part's id)
 RESTART_FORGOTTEN_S = 300.0
+DROPPED = "#dropped"   # cancelled parts' directories being deleted ('#' is in no part's id)
 log = logging.getLogger("hifi.dsp")
 
 
@@ -120,12 +120,11 @@ class DSPManager:
         clean) and delete it in the background: a Spark checkpoint is hundreds of small files, and
         deleting them in the cancel took 11 of the 90 s the suite's cancels spent on the nodes."""
         path = self.checkpoint(query_id)
+        if not os.path.isdir(path):
+            return
         aside = os.path.join(self.state_dir, DROPPED, f"{os.path.basename(path)}-{uuid.uuid4().hex[:8]}")
         os.makedirs(os.path.dirname(aside), exist_ok=True)
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return
+        os.rename(path, aside)
         threading.Thread(target=shutil.rmtree, args=(aside,), kwargs={"ignore_errors": True},
                          name="drop-checkpoint", daemon=True).start()
 
