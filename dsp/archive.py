@@ -30,6 +30,7 @@ import re
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -96,10 +97,39 @@ class Archive:
         self.usage.batches += 1
         self.usage.bytes += os.path.getsize(path)
         self.usage.write_s += time.perf_counter() - started
-        if hour != self._pruned_hour:   # once an hour, on its first batch
+        self._hourly(hour, now_ms)
+
+    def _hourly(self, hour: str, now_ms: int) -> None:
+        """Once an hour, on its first batch: the hours past the retention go, the closed ones are compacted."""
+        if hour != self._pruned_hour:
             self._pruned_hour = hour
             self.prune(now_ms)
             threading.Thread(target=self.compact_closed, args=(hour,), name="archive-compact", daemon=True).start()
+
+    def adopt(self, reader_key: str, batch_id: int, written: str, now_ms: int | None = None) -> None:
+        """Archive one batch whose rows Spark's tasks wrote as the Parquet folder `written` (read
+        back as one table; dsp.spark_partials.write_by_topic): moved into place, as `append` does."""
+        if self.retention_ms <= 0:
+            shutil.rmtree(written, ignore_errors=True)
+            return
+        started = time.perf_counter()
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        hour = hour_of(now_ms)
+        folder = os.path.join(self.root, hour, file_name(reader_key))
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{batch_id:012d}.parquet")
+        shutil.rmtree(path, ignore_errors=True)   # a batch Spark ran again
+        os.replace(written, path)
+        with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
+            order.write(f"{now_ms} {reader_key} {batch_id}\n")
+        self.usage.batches += 1
+        self.usage.bytes += sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
+        self.usage.write_s += time.perf_counter() - started
+        self._hourly(hour, now_ms)
+
+    def scratch(self) -> str:
+        """A new folder for Spark's tasks to write a batch in before it is adopted (outside every hour)."""
+        return os.path.join(self.root, ".spark", uuid.uuid4().hex)
 
     def hours(self) -> list[str]:
         try:

@@ -69,6 +69,15 @@ _FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
 }
 
 
+def compiles(expr: Expr) -> bool:
+    """Whether `compile_expr` has every function and operator of `expr`."""
+    if isinstance(expr, BinOp):
+        return expr.op in _BINARY and compiles(expr.left) and compiles(expr.right)
+    if isinstance(expr, Func):
+        return expr.name in _FUNCTIONS and all(compiles(a) for a in expr.args)
+    return True
+
+
 def compile_expr(expr: Expr) -> SparkColumn:
     if isinstance(expr, Col):
         return F.col(expr.name)

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -136,6 +136,16 @@ SILENT_CHILD_GRACE_MS = 30_000
 FORM_COLUMN = {"rfid": "tag_id", "samples": "temperature"}
 
 
+@dataclass(frozen=True)
+class SourceProgress:
+    """What one batch of a topic tells its source about event time."""
+
+    newest_ms: int | None = None        # the newest event time among its rows (raw sources)
+    mark_ms: int | None = None          # its newest progress marker (sources of children's views)
+    triaged: bool = False               # a raw RFID batch: whether `triaged_span` is this batch's
+    triaged_span: tuple[int, int] | None = None
+
+
 @dataclass
 class SourceOp(Operator):
     plan: Source
@@ -151,14 +161,21 @@ class SourceOp(Operator):
         self.columns = self.plan.columns
         self.schema = arrow_schema(self.plan.columns)
 
+    def reads(self, topic: str, names: Sequence[str]) -> bool:
+        """Whether a batch of `topic` with columns `names` is this source's (a raw topic's batch
+        of the other form is not: receptor_stream reads both)."""
+        form = FORM_COLUMN.get(self.plan.format)
+        return topic in self.plan.topics and (form is None or form in names)
+
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
         names = batch.column_names
-        form = FORM_COLUMN.get(self.plan.format)
-        if topic not in self.plan.topics or (form is not None and form not in names):
-            return None   # another topic, or a raw topic's batch of the other form (receptor_stream reads both)
+        if not self.reads(topic, names):
+            return None
+        progress = SourceProgress()
         hidden: dict[str, pa.ChunkedArray] = {}
         if self.plan.format == "rfid":
-            self.triaged_span, hidden = self._triage(batch)
+            span, hidden = self._triage(batch)
+            progress = replace(progress, triaged=True, triaged_span=span)
             valid = pc.is_null(batch["error"]) if "error" in names else None
             if "tag_id" in names:   # heartbeat rows (a cycle, no tag) are for adaptive smoothing only
                 tagged = pc.is_valid(batch["tag_id"])
@@ -173,15 +190,12 @@ class SourceOp(Operator):
         if PROGRESS_COLUMN in names:
             is_marker = pc.fill_null(batch[PROGRESS_COLUMN], False)
             promises = batch.filter(is_marker)
-            if promises.num_rows and self.plan.markers:
-                newest = pc.max(epoch_ms(promises[self.plan.event_time])).as_py()
-                if newest is not None:
-                    self.marks[topic] = max(self.marks.get(topic, newest), newest)
-                    self.first_mark_ms = _none_min(self.first_mark_ms, newest)
+            if promises.num_rows:
+                progress = replace(progress, mark_ms=pc.max(epoch_ms(promises[self.plan.event_time])).as_py())
             batch = batch.filter(pc.invert(is_marker))
         if self.plan.format == "samples" and batch.num_rows:
             # a sample batch's clock row (no receptor: dsp.kafka_source) moves event time, nothing else
-            self.newest_ms = _none_max(self.newest_ms, pc.max(epoch_ms(batch[self.plan.event_time])).as_py())
+            progress = replace(progress, newest_ms=pc.max(epoch_ms(batch[self.plan.event_time])).as_py())
             batch = batch.filter(pc.is_valid(batch["receptor_id"]))
             if self.plan.sample_ms:   # `sample every`: the samples on the period only
                 ms = epoch_ms(batch[self.plan.event_time])
@@ -190,10 +204,20 @@ class SourceOp(Operator):
         rows = batch.select([name for name, _ in self.plan.columns]).cast(self.schema)
         if hidden:
             rows = carry_hidden(batch, rows)
-        if not self.plan.markers and rows.num_rows:
-            newest = pc.max(epoch_ms(rows[self.plan.event_time])).as_py()
-            self.newest_ms = _none_max(self.newest_ms, newest)
+        if self.plan.format != "samples" and rows.num_rows:
+            progress = replace(progress, newest_ms=pc.max(epoch_ms(rows[self.plan.event_time])).as_py())
+        self.advance(topic, progress)
         return rows
+
+    def advance(self, topic: str, progress: SourceProgress) -> None:
+        """Take in what a batch of `topic` promised (both the driver's path and Spark's, dsp.spark_partials)."""
+        if progress.triaged:
+            self.triaged_span = progress.triaged_span
+        if progress.mark_ms is not None and self.plan.markers:
+            self.marks[topic] = max(self.marks.get(topic, progress.mark_ms), progress.mark_ms)
+            self.first_mark_ms = _none_min(self.first_mark_ms, progress.mark_ms)
+        if progress.newest_ms is not None and not self.plan.markers:
+            self.newest_ms = _none_max(self.newest_ms, progress.newest_ms)
 
     def bound(self) -> int | None:
         if self.plan.markers:
@@ -239,7 +263,10 @@ class FilterOp(Operator):
         self.terms = conjuncts(self.plan.predicate)
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        rows = self.child.push(topic, batch)
+        return self.apply(self.child.push(topic, batch))
+
+    def apply(self, rows: pa.Table | None) -> pa.Table | None:
+        """The rows of `rows` the predicate holds for."""
         # term by term, in the plan's order (the planner puts the most selective first,
         # glue.rewrite.selectivity): each later term is evaluated on the rows the earlier kept
         for term in self.terms:
@@ -272,7 +299,10 @@ class ProjectOp(Operator):
         self.schema = arrow_schema(self.columns)
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        rows = self.child.push(topic, batch)
+        return self.apply(self.child.push(topic, batch))
+
+    def apply(self, rows: pa.Table | None) -> pa.Table | None:
+        """The projection of `rows`."""
         if rows is None:
             return None
         outputs = zip(self.plan.outputs, self.columns, strict=True)
@@ -517,6 +547,10 @@ class AggregateOp(Operator):
             rows = kept
         if rows.num_rows:
             self._fold(self._windowed(rows) if self.plan.window is not None else rows)
+        return self.emit()
+
+    def emit(self) -> pa.Table:
+        """The groups the input's bound has passed, finished (HAVING applied): they leave the state."""
         return self._emit(self.child.bound())
 
     def bound(self) -> int | None:
@@ -561,9 +595,16 @@ class AggregateOp(Operator):
         grouped = rows.group_by(keys, use_threads=False).aggregate(specs)
         first = grouped.num_columns - len(specs)   # aggregates follow the keys (pyarrow >= 14)
         results = [grouped.column(first + i).to_pylist() for i in range(len(specs))]
-        group_values = list(zip(*[grouped[k].to_pylist() for k in keys], strict=True))
         best = {i: self._row_by_row(rows, keys, p) for i, p in enumerate(self.partials) if p.spec.fn in ROW_BY_ROW}
-        for n, group in enumerate(group_values):
+        self.fold_groups(group_rows(grouped, keys), results, best, weighted)
+
+    def fold_groups(self, groups: list[tuple], results: list[list], best: Mapping[int, Mapping[tuple, Any]],
+                    weighted: bool) -> None:
+        """Merge a batch's partials into the state: per group (values of the group columns) the
+        values of `Partial.arrow`'s aggregations in order (`results`, a list per aggregation), and
+        the ROW_BY_ROW aggregates' partials per group (`best`, by aggregate index). The driver's
+        path and Spark's (dsp.spark_partials) both end here."""
+        for n, group in enumerate(groups):
             fresh, at = [], 0
             for i, partial in enumerate(self.partials):
                 width = len(partial.arrow(weighted))
@@ -593,8 +634,7 @@ class AggregateOp(Operator):
     def _add_notes(self, grouped: pa.Table, keys: list[str]) -> None:
         variances = grouped["__variance_sum"].to_pylist()
         flags = grouped[f"{TRIAGED}_any"].to_pylist() if f"{TRIAGED}_any" in grouped.column_names else None
-        groups = zip(*[grouped[k].to_pylist() for k in keys], strict=True) if keys else [()] * grouped.num_rows
-        for i, group in enumerate(groups):
+        for i, group in enumerate(group_rows(grouped, keys)):
             note = self.notes.setdefault(self._bucket(group), {}).setdefault(group, [flags is None, 0.0])
             note[0] = note[0] or bool(flags is None or flags[i])
             note[1] += variances[i] or 0.0
@@ -680,6 +720,13 @@ class AggregateOp(Operator):
         return table
 
 
+def group_rows(grouped: pa.Table, keys: Sequence[str]) -> list[tuple]:
+    """Each row's values of the group columns `keys`."""
+    if not keys:
+        return [()] * grouped.num_rows
+    return list(zip(*[grouped[k].to_pylist() for k in keys], strict=True))
+
+
 def _ms(value: Any) -> int:
     if hasattr(value, "timestamp"):
         return round(value.timestamp() * 1000)
@@ -761,12 +808,17 @@ def _truth(values: Any, n: int) -> list[bool]:
     return [v is True for v in values.to_pylist()]
 
 
+def sources_under(root: Operator) -> list[SourceOp]:
+    """The sources `root` reads, left to right."""
+    if isinstance(root, SourceOp):
+        return [root]
+    children = root.children if isinstance(root, UnionOp) else [root.child]   # type: ignore[attr-defined]
+    return [source for child in children for source in sources_under(child)]
+
+
 def raw_sources(root: Operator) -> list[SourceOp]:
     """The sources of raw readings or samples under `root` (their bound is event time minus lateness)."""
-    if isinstance(root, SourceOp):
-        return [root] if not root.plan.markers else []
-    children = root.children if isinstance(root, UnionOp) else [root.child]   # type: ignore[attr-defined]
-    return [source for child in children for source in raw_sources(child)]
+    return [source for source in sources_under(root) if not source.plan.markers]
 
 
 def lateness_seen(batches: Iterable[pa.Table], column: str) -> int:

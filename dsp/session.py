@@ -127,6 +127,8 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             # a Python process Spark starts (a stream reader's runner, a worker) connects back within
             # this; the default 15 s ran out on a loaded CI machine and left a reader without its runner
             .config("spark.python.authenticate.socketTimeout", "120s")
+            # Parquet Spark's tasks write (a batch's archive on the Spark path) as pyarrow writes it
+            .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         )
         for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ)}.items():
             builder = builder.config(key, value)

@@ -57,6 +57,7 @@ Spark queries (dsp.manager), which also restarts readers that die.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -71,17 +72,19 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from dsp import spark_partials
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
 from dsp.control_first import ControlFirstLock
-from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, supported, view_batch
+from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, sources_under, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.offset_log import batch_bounds, batch_end
 from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
+from dsp.spark_partials import SparkBatches
 from dsp.uplink import Uplink
 from wire import bus
 from wire.intake import IntakeRules
@@ -202,6 +205,11 @@ HISTORY_LATENESS_CAP_MS = 10 * 60_000
 REPLAY_WAIT_S = 60.0
 
 
+def _push(topic: str, rows: pa.Table, root: Operator) -> pa.Table | None:
+    """`rows` of `topic` pushed into an evaluator by the driver (dsp.engine)."""
+    return root.push(topic, rows)
+
+
 @dataclass
 class _Saved:
     fences: dict[str, int] = field(default_factory=dict)
@@ -240,7 +248,10 @@ class SharedRuntime:
         # readers hand their rows over in files when Spark's workers share this machine (a
         # cluster's workers do not: their rows go through Spark)
         self.on_cluster = not spark.sparkContext.master.startswith("local")
-        self.handoff_dir = "" if self.on_cluster else os.path.join(self.spark_queries.state_dir, "handoff")
+        self.spark_batches = SparkBatches.configured(self.on_cluster)
+        self.spark_batches_taken = 0   # batches whose parts Spark computed (dsp.spark_partials)
+        self.handoff_dir = "" if not self.spark_batches.handoff else os.path.join(self.spark_queries.state_dir,
+                                                                                  "handoff")
         sweep_handoff(self.handoff_dir)   # what a node that stopped left
         # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
         self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
@@ -423,32 +434,22 @@ class SharedRuntime:
             sweep_handoff(self.handoff_dir, older_than_s=600)
         if batch_id <= self._saved.fences.get(key, -1):
             return   # a replay of a batch whose effects were saved: not read again
-        table = self._batch_rows(key, batch, batch_id)
+        on_spark = self._on_spark(key, batch, batch_id)
+        table = self._batch_rows(key, batch, batch_id) if on_spark is None else None
         with self._locks.batch():
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
                 log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
                 self._pending = None
             reader = self._readers.get(key)
-            pieces = by_topic(table, reader.topics) if reader is not None else []
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
-            # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
-            # 2 M-row batch, measured), and before the batch is recorded
-            archiving = None
-            if reader is not None and not reader.owner:
-                archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces),
-                                             name="archive-batch")
-                archiving.start()
             try:
-                try:
-                    for topic, rows in pieces:
-                        for part in self._parts_reading(reader, topic):
-                            self._feed(part, topic, rows, producer, sent, reports)
-                finally:
-                    if archiving is not None:
-                        archiving.join()
+                if on_spark is not None and reader is not None:
+                    rows = self._spark_batch(reader, batch_id, on_spark, producer, sent, reports)
+                else:
+                    rows = self._driver_batch(reader, batch_id, table, producer, sent, reports)
                 bus.deliver(producer, sent)
                 if sent:
                     crash_point(AFTER_FLUSH, self.node_id)
@@ -462,20 +463,86 @@ class SharedRuntime:
                 self._restore()
                 self._pending = (key, batch_id)
                 raise
+            finally:
+                if on_spark is not None:
+                    on_spark.unpersist()
             self._saved.fences[key] = batch_id
             self._save()
-            self.input_rate.add(table.num_rows, time.monotonic())
+            self.input_rate.add(rows, time.monotonic())
             self._pending = None
             self._replayed.notify_all()
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
         # failed and runs again counts once
         self._run_hooks(reports)
 
+    def _driver_batch(self, reader: Reader | None, batch_id: int, table: pa.Table, producer, sent: list,
+                      reports: list[tuple[Part, BatchReport]], skip: Callable[[Part], bool] = lambda part: False,
+                      archive: bool = True) -> int:
+        """The batch's rows, here, topic by topic through every part reading them (but `skip`'s);
+        how many rows it had."""
+        pieces = by_topic(table, reader.topics) if reader is not None else []
+        # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
+        # 2 M-row batch, measured), and before the batch is recorded
+        archiving = None
+        if reader is not None and not reader.owner and archive:
+            archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces), name="archive-batch")
+            archiving.start()
+        try:
+            for topic, rows in pieces:
+                for part in self._parts_reading(reader, topic):
+                    if not skip(part):
+                        self._feed(part, functools.partial(_push, topic, rows), producer, sent, reports)
+        finally:
+            if archiving is not None:
+                archiving.join()
+        return table.num_rows
+
+    def _spark_batch(self, reader: Reader, batch_id: int, frame: DataFrame, producer, sent: list,
+                     reports: list[tuple[Part, BatchReport]]) -> int:
+        """The batch on Spark (dsp.spark_partials): the parts Spark can compute take its partials,
+        the others its rows, here; archived by Spark's tasks. How many rows it had."""
+        reading = {id(p): p for topic in reader.topics for p in self._parts_reading(reader, topic)}
+        on_spark = [p for p in reading.values() if spark_partials.computable(p.root)]
+        batch = spark_partials.BatchOnSpark.progress(frame, reader.topics,
+                                                     [s for p in on_spark for s in sources_under(p.root)])
+        if not reader.owner:
+            self._archive_on_spark(reader, batch_id, frame)
+        for part in on_spark:
+            self._feed(part, functools.partial(spark_partials.push, batch=batch), producer, sent, reports)
+        self.spark_batches_taken += 1
+        if len(on_spark) < len(reading):   # the rest need the rows (already archived)
+            done = {id(p) for p in on_spark}
+            self._driver_batch(reader, batch_id, frame.toArrow(), producer, sent, reports,
+                               skip=lambda part: id(part) in done, archive=False)
+        return batch.rows
+
     def _parts_reading(self, reader: Reader, topic: str) -> list[Part]:
         """The parts fed `topic`'s rows from `reader`: a raw topic has two readers (readings,
         samples), each feeding the parts reading its form; an adopted part only its own."""
         return [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds
                 and p.owner == reader.owner and (topic, reader.format) in p.inputs]
+
+    def _on_spark(self, key: str, batch: DataFrame, batch_id: int) -> DataFrame | None:
+        """The batch's DataFrame, persisted (several jobs read it), when Spark computes its parts
+        (spark_partials.SparkBatches); None when the driver does."""
+        if not self.spark_batches.enabled:
+            return None
+        if not self.on_cluster:
+            bounds = batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id)
+            # a reader's first batch is not logged: as large as its backlog, it goes to Spark
+            if bounds is not None and self.spark_batches.small(sum(bounds[1].values()) - sum(bounds[0].values())):
+                return None
+        return batch.persist()
+
+    def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame) -> None:
+        """The batch archived by Spark's tasks (one Parquet folder per topic); as `_archive`, a
+        failure is logged and the stream goes on."""
+        try:
+            for topic, written in spark_partials.write_by_topic(frame, reader.topics, self.archive.scratch()).items():
+                self.archive.adopt(reader.archive_keys(topic)[0], batch_id, written)
+        except Exception:  # noqa: BLE001 - see _archive
+            self.archive.usage.failures += 1
+            log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
 
     def _batch_rows(self, key: str, batch: DataFrame, batch_id: int) -> pa.Table:
         """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
@@ -507,16 +574,17 @@ class SharedRuntime:
                 self.archive.usage.failures += 1
                 log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
 
-    def _feed(self, part: Part, topic: str, table, producer, sent: list,
+    def _feed(self, part: Part, push: Callable[[Operator], pa.Table | None], producer, sent: list,
               reports: list[tuple[Part, BatchReport]]) -> None:
-        """Push the batch through `part` (and the parts here that read its output), adding the
-        messages to send to `sent` and its report for the node's statistics to `reports`."""
+        """Push the batch through `part` (`push` into its evaluator; then into the parts here that
+        read its output), adding the messages to send to `sent` and its report for the node's
+        statistics to `reports`."""
         started = time.monotonic()
         managed = part.managed
         if self.uplink is not None:   # queued on disk by priority; the uplink sends at the link's rate
             producer = self.uplink.lane(part.priority)
         try:
-            out = part.root.push(topic, table)
+            out = push(part.root)
             if out is None:
                 return
             rows: list[tuple] = rows_of(out) if out.num_rows else []
@@ -538,7 +606,7 @@ class SharedRuntime:
             if readers_here and (rows or marker is not None):
                 handed = view_batch(output_columns(managed.plan), out, marker)
                 for reader in readers_here:
-                    self._feed(reader, managed.output_topic, handed, producer, sent, reports)
+                    self._feed(reader, functools.partial(_push, managed.output_topic, handed), producer, sent, reports)
             if part.on_batch is not None and rows:
                 reports.append((part, self._report(part, rows, started)))
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others

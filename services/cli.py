@@ -243,9 +243,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
                                          "sharing", "capacity", "chaos", "events", "proxy", "priority", "triage",
-                                         "fanin"],
+                                         "fanin", "batches"],
                        help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
                             "window (headquarters included) and windows missing, accuracy; "
+                            "batches: a backlog of --backlogs readings drained by one node's driver path and by "
+                            "Spark's (dsp.spark_partials): seconds, CPU-seconds, counts agreeing; "
                             "fanin: a warehouse over N doors at the same total reading rate: the parent alone (its "
                             "doors emulated) its cores and what it adds after the last door's marker, then whole "
                             "hierarchies: cores, the warehouse's windows after they close, its readers; "
@@ -293,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--children", type=int, nargs="*", default=[4, 16, 64],
                        help="fanin: the parent alone (the warehouse, its doors emulated by a publisher process): "
                             "its numbers of doors, one run each (default 4 16 64)")
+    bench.add_argument("--backlogs", type=int, nargs="+", default=[20_000, 200_000, 1_000_000],
+                       help="batches: backlog sizes in readings, each drained both ways (default 20000 200000 1000000)")
     bench.add_argument("--whole", type=int, nargs="*", default=[4, 16, 32],
                        help="fanin: whole hierarchies (every door a node): their numbers of doors (default 4 16 32)")
     bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],

@@ -759,6 +759,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _say(fanin_table(run_fanin_bench(args.whole, 20.0, args.duration, _progress)))
         _stop_spark()
         return 0
+    if args.which == "batches":
+        from services.bench.batches import batches_table, run_batches_bench
+
+        if min(args.backlogs) <= 0:
+            raise CLIError("--backlogs takes positive numbers of readings")
+        _say(batches_table(run_batches_bench(args.backlogs, _progress)))
+        _stop_spark()
+        return 0
     if args.which == "lag":
         from services.bench.lag import run_lag_bench, table
 

@@ -1,12 +1,14 @@
 """The DSP's Kafka reader and writer on real Spark and a real broker."""
 
 import gc
+import glob
 import math
+import os
 import time
 
 from dsp.compiler import Ingest
 from dsp.manager import DSPManager
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Col, Project, Source
+from dsp.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
 from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
 from wire import bus
@@ -277,3 +279,39 @@ def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spar
         assert by_driver is not None
         assert by_driver.to_pylist() == by_spark.to_pylist()
         assert [f.type for f in by_driver.schema] == [f.type for f in by_spark.schema]
+
+
+def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers, spark, tmp_path, monkeypatch):
+    """HIFI_SPARK_BATCH_RECORDS: a backlog's batches go to Spark (dsp.spark_partials). A windowed
+    count is computed there and a selection beside it needs the rows (the driver's path for that
+    part, in the same batch): both count every reading once, and Spark's tasks archive the batches."""
+    from dsp.plan import Aggregate, AggSpec, Filter, Window
+    from dsp.shared import READER_PREFIX, SharedRuntime
+
+    monkeypatch.setenv("HIFI_SPARK_BATCH_RECORDS", "500")
+    node, raw, counts, picked = "sp", "hifi.raw.sp", "hifi.rqs.count.sp", "hifi.rqs.pick.sp"
+    bus.ensure_topics(servers.bootstrap, [raw, counts, picked, dead_topic(node)])
+    now = int(time.time() * 1000)
+    _publish_cycles(servers.bootstrap, raw, 0, 2000, reads_per_cycle=4, now=now)   # 8 000 readings over 2 s
+    runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
+    assert runtime.spark_batches.enabled and not runtime.handoff_dir
+    source = Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
+    runtime.deploy("count", Aggregate(source, ("receptor_id",), (AggSpec("n", "count"),), None, Window(500, 500)),
+                   counts, start_offsets={f"{raw}:0": 0})
+    runtime.deploy("pick", Filter(_copy_plan(raw), BinOp("=", Col("tag_id"), Lit("tag-7-1"))), picked,
+                   start_offsets={f"{raw}:0": 0})
+    wait_for(lambda: runtime.spark_batches_taken > 0, 90, "a batch computed by Spark")
+    _publish_cycles(servers.bootstrap, raw, 4000, 1, now=now + 2_000)   # a reading 2 s on: closes the windows
+    wait_for(lambda: sum(r["n"] for r in topic_rows(servers.bootstrap, counts)) >= 8000, 90, "every window")
+    time.sleep(1)
+    windows = topic_rows(servers.bootstrap, counts)
+    rows = topic_rows(servers.bootstrap, picked)
+    archived = list(runtime.archive.batches(0, [f"{READER_PREFIX}rfid:{raw}"]))
+    runtime.stop_all()
+
+    buckets = {(now - 10_000 + cycle) // 500 for cycle in range(2000)}
+    assert sum(w["n"] for w in windows) == 8000 and len({w["window_start"] for w in windows}) == len(buckets)
+    assert [r["tag_id"] for r in rows] == ["tag-7-1"]
+    assert sum(t.num_rows for _, t in archived) == 8003
+    folders = glob.glob(os.path.join(str(tmp_path), "**", "archive", "*", "*", "*.parquet"), recursive=True)
+    assert any(os.path.isdir(path) for path in folders), "no batch was archived by Spark's tasks"

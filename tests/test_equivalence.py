@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from dsp.arrow_exprs import arrow_schema
-from dsp.engine import build, rows_of, view_batch
+from dsp.engine import Operator, build, rows_of, view_batch
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation
@@ -85,16 +85,25 @@ def feeding(tasks: list[tuple[str, Plan]], wanted: list[tuple[str, Plan]]) -> li
     return [*reversed(kept), *wanted]
 
 
+Pushes = Callable[[Operator, list[tuple[str, pa.Table]]], list[pa.Table | None]]
+
+
+def pushed(root: Operator, batches: list[tuple[str, pa.Table]]) -> list[pa.Table | None]:
+    """What `root` returns for each (topic, batch), pushed in order (the driver's engine)."""
+    return [root.push(topic, table) for topic, table in batches]
+
+
 def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
                   raw: Callable[[list], pa.Table | list[pa.Table]] = raw_batch,
                   sentinel: Callable[[str, int], tuple] = lambda edge, ms: (EDGES[edge][0], "sentinel", 0.0, ms),
                   relations: dict[str, list] = RELATIONS, end_ms: int = START_MS + SPAN_MS,
-                  batches: int = BATCHES) -> dict[str, list[tuple]]:
+                  batches: int = BATCHES, push: Pushes | None = None) -> dict[str, list[tuple]]:
     """Every task fed batch by batch, each one's rows and progress markers handed to the tasks
     reading its topic at once; the rows each topic received. `raw` makes an edge's raw batch of
     its rows (or its readers' batches: readings and samples), `sentinel` the row (a minute past
     `end_ms`, the data's end) that closes every window of the data; each edge's rows are split
-    into `batches` micro-batches."""
+    into `batches` micro-batches; `push` pushes a round's batches into a task's evaluator."""
+    push = push or pushed
     roots = [(topic, view, build(view, relations)) for topic, view in tasks]
     markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
     emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
@@ -107,7 +116,7 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
             pending[raw_topic(edge)] = made if isinstance(made, list) else [made]
         for out_topic, view, root in roots:
             read = dict.fromkeys(topic for source in sources(view) for topic in source.topics)   # a topic once
-            outputs = [root.push(topic, table) for topic in read for table in pending.get(topic, [])]
+            outputs = push(root, [(topic, table) for topic in read for table in pending.get(topic, [])])
             rows = pa.concat_tables([o for o in outputs if o is not None and o.num_rows]) \
                 if any(o is not None and o.num_rows for o in outputs) else None
             bound = root.bound()

@@ -1,0 +1,424 @@
+"""A part's per-batch work computed by Spark: the twin of dsp.engine's driver path for large batches.
+
+A part whose root is an Aggregate over sources, filters, projections, lookup joins and unions
+(`computable`) need not see its batch's rows: Spark computes the stateless prefix and the
+per-window, per-group partial aggregation over the micro-batch's DataFrame, on the executors,
+and only the partials (a row per group and window) come to the driver, which folds them into
+the part's state and emits exactly as the driver's path does (engine.AggregateOp.fold_groups,
+emit). What stays on the driver: the state, the bound and the emission; annotated (triage-error)
+aggregates and event patterns (their per-row work is the state: MatchOp).
+
+A batch costs one job for every part (`BatchOnSpark.progress`: per topic what the batch tells
+each kind of source about event time, engine.SourceProgress) and one job per part (`push`).
+The two paths agree because they share everything but the per-batch arithmetic: the sources
+advance through `SourceOp.advance`, the partials merge through `fold_groups`. One batch spans
+topics; the driver's path pushes them one after another, a row being late against the bound
+before its topic's push: the same bound per topic is the late filter here (a literal per topic).
+The windows a batch closes leave at its end rather than after the topic that closed them: a
+bound never falls, so no row a later topic adds lands in a window an earlier topic closed.
+
+Proven equal by tests/test_spark_partials.py: every part of ≥ 300 generated plans, every batch
+evaluated both ways, rows and state compared (doubles to 1e-9: Spark sums in another order).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column as SparkColumn
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from dsp.compiler import compile_expr, compiles, spark_type
+from dsp.engine import (
+    ROW_BY_ROW,
+    WEIGHT,
+    WINDOW_COLUMN,
+    AggregateOp,
+    FilterOp,
+    LookupJoinOp,
+    Operator,
+    Partial,
+    ProjectOp,
+    SourceOp,
+    SourceProgress,
+    UnionOp,
+    group_rows,
+    sources_under,
+)
+from dsp.kafka_source import TOPIC_COLUMN
+from dsp.plan import PROGRESS_COLUMN, LookupJoin
+
+LATE = "__late"
+
+
+def computable(root: Operator) -> bool:
+    """Whether Spark can compute `root`'s per-batch work (see the module): an Aggregate, under
+    filters and projections of its output (HAVING, a parent's final projection: the driver's)."""
+    aggregate = _split(root)[1]
+    return aggregate is not None and not aggregate.plan.annotate and _prefix_computable(aggregate.child)
+
+
+def _split(root: Operator) -> tuple[list[Operator], AggregateOp | None]:
+    """The filters and projections over `root`'s Aggregate (top first), and the Aggregate."""
+    above = []
+    while isinstance(root, FilterOp | ProjectOp):
+        above.append(root)
+        root = root.child
+    return above, root if isinstance(root, AggregateOp) else None
+
+
+def _prefix_computable(op: Operator) -> bool:
+    if isinstance(op, SourceOp):
+        return True
+    if isinstance(op, UnionOp):
+        return all(_prefix_computable(child) for child in op.children)
+    if isinstance(op, FilterOp):
+        return all(compiles(term) for term in op.terms) and _prefix_computable(op.child)
+    if isinstance(op, ProjectOp):
+        return all(compiles(expr) for _, expr in op.plan.outputs) and _prefix_computable(op.child)
+    return isinstance(op, LookupJoinOp) and _prefix_computable(op.child)
+
+
+def _ms(column: str) -> SparkColumn:
+    return F.unix_millis(F.col(column))
+
+
+@dataclass
+class BatchOnSpark:
+    """One micro-batch as Spark holds it: its DataFrame (in the reader's shape), the topics it
+    has rows of in the reader's order, and per topic what its rows tell the sources (`progress`)."""
+
+    frame: DataFrame
+    names: list[str]            # its columns
+    topics: list[str]
+    stats: dict[str, dict]      # topic -> the progress job's row
+    rows: int                   # how many rows the batch has
+
+    @classmethod
+    def progress(cls, frame: DataFrame, reader_topics: Sequence[str], sources: Sequence[SourceOp]) -> BatchOnSpark:
+        """The batch with one job's statistics for the sources of every part reading it."""
+        names = frame.columns
+        shapes = sorted({(s.plan.format, s.plan.event_time) for s in sources
+                         if any(s.reads(topic, names) for topic in reader_topics)})
+        aggregates = [F.count(F.lit(1)).alias("rows")]
+        for fmt, event_time in shapes:
+            stats = _shape_stats(fmt, event_time, names)
+            aggregates += [agg.alias(f"{fmt}|{event_time}|{what}") for what, agg in stats]
+        if TOPIC_COLUMN in names:
+            table = frame.groupBy(TOPIC_COLUMN).agg(*aggregates).toArrow()
+            stats = {row.pop(TOPIC_COLUMN): row for row in table.to_pylist()}
+        else:
+            table = frame.agg(*aggregates).toArrow()
+            stats = {reader_topics[0]: table.to_pylist()[0]} if len(reader_topics) == 1 else {}
+        stats = {topic: row for topic, row in stats.items() if row["rows"]}
+        present = [t for t in reader_topics if t in stats]
+        return cls(frame, names, present, stats, sum(row["rows"] for row in stats.values()))
+
+    def progress_of(self, source: SourceOp, topic: str) -> SourceProgress:
+        """What this batch's rows of `topic` tell `source` (as SourceOp.push works it out)."""
+        row = self.stats[topic]
+
+        def stat(what: str):
+            return row.get(f"{source.plan.format}|{source.plan.event_time}|{what}")
+
+        if source.plan.format == "rfid":
+            weights = (stat("weight_min"), stat("weight_max"))
+            triaged = any(w not in (None, 1) for w in weights)
+            low, high = stat("low"), stat("high")
+            held = source.newest_ms or 0
+            span = ((low, high) if low is not None else (held, held)) if triaged else None
+            return SourceProgress(newest_ms=stat("newest"), triaged=True, triaged_span=span)
+        return SourceProgress(newest_ms=stat("newest"), mark_ms=stat("mark"))
+
+
+def _shape_stats(fmt: str, event_time: str, names: Sequence[str]) -> list[tuple[str, SparkColumn]]:
+    """The progress job's aggregates for sources of one format and event-time column."""
+    ms = _ms(event_time)
+    marker = F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)) if PROGRESS_COLUMN in names else F.lit(False)
+    if fmt == "rfid":
+        valid = F.lit(True)
+        if "error" in names:
+            valid = valid & F.col("error").isNull()
+        if "tag_id" in names:
+            valid = valid & F.col("tag_id").isNotNull()
+        found = [("newest", F.max(F.when(valid, ms))), ("low", F.min(ms)), ("high", F.max(ms))]
+        if "weight" in names:
+            found += [("weight_min", F.min("weight")), ("weight_max", F.max("weight"))]
+        return found
+    return [("newest", F.max(F.when(~marker, ms))), ("mark", F.max(F.when(marker, ms)))]
+
+
+def push(root: Operator, batch: BatchOnSpark) -> pa.Table | None:
+    """What `root.push` of each of the batch's topics in turn would return, computed by Spark
+    (`root`: `computable`); None when the part reads none of them."""
+    above, aggregate = _split(root)
+    assert aggregate is not None
+    out = _push_aggregate(aggregate, batch)
+    for op in reversed(above):
+        out = op.apply(out)   # type: ignore[attr-defined]
+    return out
+
+
+def _push_aggregate(root: AggregateOp, batch: BatchOnSpark) -> pa.Table | None:
+    befores: dict[str, int | None] = {}
+    weighted = False
+    for topic in batch.topics:
+        readers = [s for s in sources_under(root) if s.reads(topic, batch.names)]
+        if not readers:
+            continue
+        befores[topic] = root.child.bound()
+        for source in readers:
+            progress = batch.progress_of(source, topic)
+            weighted = weighted or progress.triaged_span is not None
+            source.advance(topic, progress)
+    if not befores:
+        return None
+    rows = _rows(root.child, batch, set(befores), weighted)
+    if rows is not None:
+        _fold(root, rows, befores, weighted)
+    return root.emit()
+
+
+# ---------------------------------------------------------------- the stateless prefix
+
+def _rows(op: Operator, batch: BatchOnSpark, topics: set[str], weighted: bool) -> DataFrame | None:
+    """`op`'s rows of the batch's `topics`, with the topic (and, `weighted`, the weight) carried.
+    (Every schema is the plan's: asking a DataFrame for its own costs the JVM an analysis.)"""
+    if isinstance(op, SourceOp):
+        return _source_rows(op, batch, topics, weighted)
+    if isinstance(op, UnionOp):
+        found = [rows for child in op.children if (rows := _rows(child, batch, topics, weighted)) is not None]
+        return functools.reduce(DataFrame.unionByName, found) if found else None
+    rows = _rows(op.child, batch, topics, weighted)   # type: ignore[attr-defined]
+    if rows is None:
+        return None
+    carried = [TOPIC_COLUMN, WEIGHT] if weighted else [TOPIC_COLUMN]
+    if isinstance(op, FilterOp):
+        for term in op.terms:   # in the plan's order, as the driver's path (NULL is not true)
+            rows = rows.where(compile_expr(term))
+        return rows
+    if isinstance(op, ProjectOp):
+        outputs = zip(op.plan.outputs, op.columns, strict=True)
+        return rows.select(*[compile_expr(expr).cast(spark_type(kind)).alias(name)
+                             for (name, expr), (_, kind) in outputs], *carried)
+    assert isinstance(op, LookupJoinOp)
+    key_type = spark_type(dict(op.child.columns)[op.plan.on])
+    found = _lookup(op.plan, key_type, tuple(tuple(row) for row in op.rows))
+    if found is None:   # keys repeat (each match is a row) or too many for a literal: a broadcast join
+        relation = batch.frame.sparkSession.createDataFrame(op.relation)
+        rows = rows.join(F.broadcast(relation), on=op.plan.on, how="left")
+        taken = {name: F.col(name) for name, _ in op.columns}
+    else:
+        rows = rows.withColumn("__match", F.try_element_at(found, F.col(op.plan.on)))
+        taken = {name: F.col(name) for name, _ in op.child.columns}
+        taken |= {name: F.col("__match")[name] for name, _ in op.plan.columns}
+    return rows.select(*[taken[name].cast(spark_type(kind)).alias(name) for name, kind in op.columns], *carried)
+
+
+LOOKUP_LITERAL_ROWS = 10_000   # a relation this small is a map in the plan: no join, no broadcast job
+
+
+@functools.lru_cache(maxsize=64)
+def _lookup(join: LookupJoin, key_type: str, rows: tuple[tuple, ...]) -> SparkColumn | None:
+    """The relation's `rows` (key first, then `join.columns`) as a literal map, key -> the rest,
+    if every key is set and appears once (kept: building one is a JVM call per value)."""
+    keys = [row[0] for row in rows]
+    if len(keys) > LOOKUP_LITERAL_ROWS or None in keys or len(set(keys)) != len(keys):
+        return None
+    entries = []
+    for row in rows:
+        value = F.struct(*[F.lit(v).cast(spark_type(kind)).alias(name)
+                           for (name, kind), v in zip(join.columns, row[1:], strict=False)])
+        entries += [F.lit(row[0]).cast(key_type), value]
+    return F.create_map(*entries) if entries else None
+
+
+def _source_rows(source: SourceOp, batch: BatchOnSpark, topics: set[str], weighted: bool) -> DataFrame | None:
+    frame, names = batch.frame, batch.names
+    mine = sorted(t for t in topics if source.reads(t, names))
+    if not mine:
+        return None
+    if TOPIC_COLUMN in names:
+        rows = frame.where(F.col(TOPIC_COLUMN).isin(mine))
+    else:
+        rows = frame.withColumn(TOPIC_COLUMN, F.lit(mine[0]))
+    if PROGRESS_COLUMN in names:
+        rows = rows.where(~F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)))
+    plan = source.plan
+    if plan.format == "rfid":
+        if "error" in names:
+            rows = rows.where(F.col("error").isNull())
+        if "tag_id" in names:
+            rows = rows.where(F.col("tag_id").isNotNull())
+    if plan.format == "samples":
+        rows = rows.where(F.col("receptor_id").isNotNull())
+        if plan.sample_ms:
+            rows = rows.where(_ms(plan.event_time) % plan.sample_ms == 0)
+    carried = [F.col(TOPIC_COLUMN)]
+    if weighted:
+        weight = F.coalesce(F.col("weight"), F.lit(1)) if plan.format == "rfid" and "weight" in names else F.lit(1)
+        carried.append(weight.cast("bigint").alias(WEIGHT))
+    return rows.select(*[F.col(name).cast(spark_type(kind)).alias(name) for name, kind in plan.columns], *carried)
+
+
+# ---------------------------------------------------------------- the partial aggregation
+
+def _fold(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | None], weighted: bool) -> None:
+    """Rows late against their topic's bound counted and dropped, the rest windowed and grouped,
+    in one pass on Spark (the late rows are groups of their own); the partials folded."""
+    time_column = root.time_column
+    bounds = [item for topic, before in befores.items() if before is not None for item in (F.lit(topic), F.lit(before))]
+    late = F.lit(False)
+    if time_column is not None and bounds:
+        before = F.try_element_at(F.create_map(*bounds), F.col(TOPIC_COLUMN))
+        late = F.coalesce(_ms(time_column) < before, F.lit(False))
+    types = {name: spark_type(kind) for name, kind in root.child.columns}
+    rows = rows.withColumn(LATE, late)
+    if root.plan.window is not None:
+        rows = _windowed(rows, time_column, root.plan.window.range_ms, root.plan.window.slide_ms)
+    keys = ([WINDOW_COLUMN] if root.plan.window is not None else []) + list(root.plan.keys)
+    aggregates, row_by_row = [F.count(F.lit(1)).alias("__rows")], {}
+    for i, partial in enumerate(root.partials):
+        if partial.spec.fn in ROW_BY_ROW:
+            row_by_row[i] = f"__best{i}"
+            aggregates += _row_by_row(partial, row_by_row[i])
+        else:
+            aggregates += [agg.alias(f"__p{len(aggregates)}") for agg in _arrow_twins(partial, weighted, types)]
+    grouped = _finish_row_by_row(rows.groupBy(LATE, *keys).agg(*aggregates), root.partials, row_by_row)
+    table = grouped.toArrow()
+    is_late = table[LATE]
+    root.late += pc.sum(table.filter(is_late)["__rows"]).as_py() or 0
+    _take(root, table.filter(pc.invert(is_late)), keys, row_by_row, weighted)
+
+
+def _take(root: AggregateOp, grouped: pa.Table, keys: list[str], row_by_row: Mapping[int, str], weighted: bool) -> None:
+    groups = group_rows(grouped, keys)
+    results = [grouped[name].to_pylist() for name in grouped.column_names if name.startswith("__p")]
+    best = {}
+    for i, name in row_by_row.items():
+        values = grouped[name].to_pylist()
+        if root.partials[i].spec.fn == "union_sets":
+            best[i] = {group: set(v or ()) for group, v in zip(groups, values, strict=True)}
+        else:   # argmax: (by, value) of the largest by, ties to the smallest value; None with no by
+            bys = grouped[f"{name}_by"].to_pylist()
+            best[i] = {group: None if by is None else (by, v) for group, by, v in zip(groups, bys, values, strict=True)}
+    root.fold_groups(groups, results, best, weighted)
+
+
+def _windowed(rows: DataFrame, time_column: str | None, range_ms: int, slide_ms: int) -> DataFrame:
+    """Each row once per window containing it, with that window's start (ms): AggregateOp._windowed
+    (a late row once, in no window: it is only counted)."""
+    assert time_column is not None
+    ms = _ms(time_column)
+    every = F.array(*[F.lit(i) for i in range(math.ceil(range_ms / slide_ms))])
+    out = rows.withColumn("__copy", F.explode(F.when(F.col(LATE), F.array(F.lit(0))).otherwise(every)))
+    start = ms - ms % slide_ms - F.col("__copy") * slide_ms   # event times are positive
+    out = out.withColumn(WINDOW_COLUMN, F.when(~F.col(LATE), start))
+    if range_ms % slide_ms:
+        out = out.where(F.col(LATE) | (F.col(WINDOW_COLUMN) + range_ms > ms))
+    return out.drop("__copy")
+
+
+def _arrow_twins(partial: Partial, weighted: bool, types: Mapping[str, str]) -> list[SparkColumn]:
+    """Spark aggregates equal to `partial.arrow(weighted)`'s pyarrow ones, in the same order
+    (`types`: the input's Spark column types)."""
+    fn, name = partial.spec.fn, partial.spec.column
+    col = F.col(name) if name else None
+    if weighted and fn in ("count", "sum", "avg"):
+        weight = F.col(WEIGHT)
+        counted = F.sum(F.when(col.isNotNull(), weight).otherwise(0) if col is not None else weight)
+        if fn == "count":
+            return [counted]
+        assert col is not None
+        total = F.sum(col * weight.cast(types[name]))   # pyarrow multiplies in the value's type
+        return [total] if fn == "sum" else [total, counted]
+    if fn == "count":
+        return [F.count(col if col is not None else F.lit(1))]
+    if fn in ("count_distinct", "collect_set"):
+        return [F.collect_set(col)]
+    if fn == "avg":
+        return [F.sum(col), F.count(col)]
+    return [getattr(F, fn)(col)]
+
+
+def _row_by_row(partial: Partial, name: str) -> list[SparkColumn]:
+    spec = partial.spec
+    if spec.fn == "union_sets":
+        return [F.flatten(F.collect_list(F.col(spec.column))).alias(name)]
+    # argmax: every (by, value) of the group; the largest by and its smallest value are picked after
+    return [F.collect_list(F.struct(F.col(spec.by).alias("by"), F.col(spec.column).alias("value"))).alias(name),
+            F.max(spec.by).alias(f"{name}_by")]
+
+
+def _finish_row_by_row(grouped: DataFrame, partials: Sequence[Partial], row_by_row: Mapping[int, str]) -> DataFrame:
+    for i, name in row_by_row.items():
+        if partials[i].spec.fn == "union_sets":
+            grouped = grouped.withColumn(name, F.array_distinct(F.filter(F.col(name), lambda item: item.isNotNull())))
+        else:
+            best = F.filter(F.col(name), _by_is(F.col(f"{name}_by")))
+            grouped = grouped.withColumn(name, F.array_min(F.transform(best, lambda pair: pair["value"])))
+    return grouped
+
+
+def _by_is(largest: SparkColumn):
+    """A (by, value) pair's test that its by is the group's largest (for F.filter: one argument)."""
+    return lambda pair: pair["by"] == largest
+
+
+def write_by_topic(frame: DataFrame, topics: Sequence[str], folder: str) -> dict[str, str]:
+    """The batch's rows written by Spark's tasks under `folder`, a Parquet folder per topic (the
+    topic column dropped); topic -> its folder (dsp.archive.Archive.adopt takes them)."""
+    if TOPIC_COLUMN in frame.columns:
+        frame.write.partitionBy(TOPIC_COLUMN).parquet(folder)
+    elif len(topics) == 1:
+        frame.write.parquet(os.path.join(folder, f"{TOPIC_COLUMN}={urllib.parse.quote(topics[0])}"))
+    else:
+        return {}
+    prefix = f"{TOPIC_COLUMN}="
+    written = {urllib.parse.unquote(name[len(prefix):]): os.path.join(folder, name)
+               for name in os.listdir(folder) if name.startswith(prefix)} if os.path.isdir(folder) else {}
+    return {topic: path for topic, path in written.items() if topic in topics}
+
+
+@dataclass(frozen=True)
+class SparkBatches:
+    """When Spark computes a batch's parts rather than the driver: on a cluster every batch (its
+    executors read it; the rows would otherwise all travel to the driver); in local mode a batch
+    of `min_records` records or more if HIFI_SPARK_BATCH_RECORDS sets it, else none (see
+    docs/architecture.md for the measurement: on this 2-core machine the driver's path is faster
+    at every size, Spark's jobs competing with it for the same cores). A local node whose large
+    batches go to Spark reads them without handing rows over in files (dsp.kafka_source)."""
+
+    on_cluster: bool
+    min_records: int = 0
+
+    @classmethod
+    def configured(cls, on_cluster: bool, environ: Mapping[str, str] | None = None) -> SparkBatches:
+        """>>> SparkBatches.configured(False, {"HIFI_SPARK_BATCH_RECORDS": "50000"}).small(49_999)
+        True
+        >>> SparkBatches.configured(True, {}).small(1)
+        False
+        """
+        environ = os.environ if environ is None else environ
+        return cls(on_cluster, max(0, int(environ.get("HIFI_SPARK_BATCH_RECORDS", "0") or 0)))
+
+    @property
+    def enabled(self) -> bool:
+        return self.on_cluster or self.min_records > 0
+
+    @property
+    def handoff(self) -> bool:
+        """Whether readers hand their rows to the driver in files (local mode, Spark computing none)."""
+        return not self.enabled
+
+    def small(self, records: int) -> bool:
+        """Whether a batch of `records` records stays with the driver."""
+        return not self.on_cluster and (self.min_records == 0 or records < self.min_records)
