@@ -319,7 +319,7 @@ class SharedRuntime:
         reports: list[tuple[Part, BatchReport]] = []
         batches = 0
         for key, table in self.archive.batches(since_ms, archived):
-            self._feed(part, archived[key], table, producer, sent, reports)
+            self._feed(part, functools.partial(_push, archived[key], table), producer, sent, reports)
             batches += 1
         for source in sources:   # the live stream's own lateness from the seam on
             source.history_lateness_ms = 0
@@ -446,7 +446,9 @@ class SharedRuntime:
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(key, batch_id)
             try:
-                if on_spark is not None and reader is not None:
+                if reader is None:   # cancelled meanwhile: nobody reads it
+                    rows = 0
+                elif on_spark is not None:
                     rows = self._spark_batch(reader, batch_id, on_spark, producer, sent, reports)
                 else:
                     rows = self._driver_batch(reader, batch_id, table, producer, sent, reports)
@@ -475,16 +477,16 @@ class SharedRuntime:
         # failed and runs again counts once
         self._run_hooks(reports)
 
-    def _driver_batch(self, reader: Reader | None, batch_id: int, table: pa.Table, producer, sent: list,
+    def _driver_batch(self, reader: Reader, batch_id: int, table: pa.Table, producer, sent: list,
                       reports: list[tuple[Part, BatchReport]], skip: Callable[[Part], bool] = lambda part: False,
                       archive: bool = True) -> int:
         """The batch's rows, here, topic by topic through every part reading them (but `skip`'s);
         how many rows it had."""
-        pieces = by_topic(table, reader.topics) if reader is not None else []
+        pieces = by_topic(table, reader.topics)
         # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
         # 2 M-row batch, measured), and before the batch is recorded
         archiving = None
-        if reader is not None and not reader.owner and archive:
+        if not reader.owner and archive:
             archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces), name="archive-batch")
             archiving.start()
         try:
