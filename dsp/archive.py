@@ -31,7 +31,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -45,6 +45,7 @@ HOUR_MS = 3_600_000
 HOUR_FORMAT = "%Y-%m-%dT%H"
 ORDER = "order"
 COMPACTED = "compacted"
+SCRATCH = ".spark"   # where Spark's tasks write a batch before it is adopted
 
 
 def hour_of(ms: int) -> str:
@@ -79,23 +80,51 @@ class Archive:
         self._pruned_hour = ""
         self._lock = threading.Lock()   # compaction and pruning against reading an hour
         self._compacting = threading.Lock()   # one compaction at a time
+        shutil.rmtree(os.path.join(root, SCRATCH), ignore_errors=True)   # what Spark wrote for a node that stopped
 
     def append(self, reader_key: str, batch_id: int, table: pa.Table, now_ms: int | None = None) -> None:
         """Archive one batch a reader took in (an empty one: nothing; nothing at all with no retention)."""
         if table.num_rows == 0 or self.retention_ms <= 0:
             return
+
+        def write(path: str) -> int:
+            pq.write_table(table, path + ".tmp")
+            os.replace(path + ".tmp", path)   # whole or absent
+            return os.path.getsize(path)
+
+        self._store(reader_key, batch_id, now_ms, write)
+
+    def adopt(self, reader_key: str, batch_id: int, written: str, now_ms: int | None = None) -> None:
+        """Archive one batch whose rows Spark's tasks wrote as the Parquet folder `written` (read
+        back as one table; dsp.spark_partials.write_by_topic): moved into place, as `append` does."""
+        if self.retention_ms <= 0:
+            shutil.rmtree(written, ignore_errors=True)
+            return
+
+        def move(path: str) -> int:
+            shutil.rmtree(path, ignore_errors=True)   # a batch Spark ran again
+            os.replace(written, path)
+            return sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
+
+        self._store(reader_key, batch_id, now_ms, move)
+
+    def scratch(self) -> str:
+        """A new folder for Spark's tasks to write a batch in before it is adopted (outside every hour)."""
+        return os.path.join(self.root, SCRATCH, uuid.uuid4().hex)
+
+    def _store(self, reader_key: str, batch_id: int, now_ms: int | None, put: Callable[[str], int]) -> None:
+        """`put` the batch where it goes (its file or folder in its hour's reader folder; its size
+        back), then its line in the hour's order."""
         started = time.perf_counter()
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         hour = hour_of(now_ms)
         folder = os.path.join(self.root, hour, file_name(reader_key))
         os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{batch_id:012d}.parquet")
-        pq.write_table(table, path + ".tmp")
-        os.replace(path + ".tmp", path)   # whole or absent
+        size = put(os.path.join(folder, f"{batch_id:012d}.parquet"))
         with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
             order.write(f"{now_ms} {reader_key} {batch_id}\n")
         self.usage.batches += 1
-        self.usage.bytes += os.path.getsize(path)
+        self.usage.bytes += size
         self.usage.write_s += time.perf_counter() - started
         self._hourly(hour, now_ms)
 
@@ -105,31 +134,6 @@ class Archive:
             self._pruned_hour = hour
             self.prune(now_ms)
             threading.Thread(target=self.compact_closed, args=(hour,), name="archive-compact", daemon=True).start()
-
-    def adopt(self, reader_key: str, batch_id: int, written: str, now_ms: int | None = None) -> None:
-        """Archive one batch whose rows Spark's tasks wrote as the Parquet folder `written` (read
-        back as one table; dsp.spark_partials.write_by_topic): moved into place, as `append` does."""
-        if self.retention_ms <= 0:
-            shutil.rmtree(written, ignore_errors=True)
-            return
-        started = time.perf_counter()
-        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        hour = hour_of(now_ms)
-        folder = os.path.join(self.root, hour, file_name(reader_key))
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{batch_id:012d}.parquet")
-        shutil.rmtree(path, ignore_errors=True)   # a batch Spark ran again
-        os.replace(written, path)
-        with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
-            order.write(f"{now_ms} {reader_key} {batch_id}\n")
-        self.usage.batches += 1
-        self.usage.bytes += sum(os.path.getsize(os.path.join(path, name)) for name in os.listdir(path))
-        self.usage.write_s += time.perf_counter() - started
-        self._hourly(hour, now_ms)
-
-    def scratch(self) -> str:
-        """A new folder for Spark's tasks to write a batch in before it is adopted (outside every hour)."""
-        return os.path.join(self.root, ".spark", uuid.uuid4().hex)
 
     def hours(self) -> list[str]:
         try:

@@ -69,7 +69,7 @@ class LocalCluster:
             try:
                 if self.state().get("aliveworkers", 0) >= self.workers:
                     return
-            except OSError:
+            except (OSError, ValueError):   # not listening yet, or a master still starting answers an empty page
                 pass
             if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
                 self.stop()
