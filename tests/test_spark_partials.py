@@ -6,7 +6,8 @@ parents' merges of their children's partials and markers) is run bottom-up twice
 batch pushed into the driver's evaluator and into its twin through Spark over the batch as a
 DataFrame, the rows each emits and the state each keeps compared after every batch. Some raw
 batches carry Data Triage's weights (rows standing for several readings), so the weighted
-partials are compared too. One Spark session, batches as DataFrames: no hierarchy is started.
+partials are compared too; the last raw batch brings readings late by then (counted, dropped).
+One Spark session, batches as DataFrames: no hierarchy is started.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import copy
 import math
 import os
 import random
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +32,18 @@ from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
 from services.judge import as_ms
 from tests.test_engine import raw_batch
-from tests.test_equivalence import CATALOG, RELATIONS, feeding, pushed, queries, readings, run_bottom_up, standing_tasks
+from tests.test_equivalence import (
+    CATALOG,
+    RELATIONS,
+    START_MS,
+    TAGS,
+    feeding,
+    pushed,
+    queries,
+    readings,
+    run_bottom_up,
+    standing_tasks,
+)
 
 PLANS = int(os.environ.get("HIFI_SPARK_PLANS", "300"))   # parts of generated queries, each checked both ways
 THREADS = 4   # queries checked at once (Spark's small jobs are mostly waiting: 8 were slower)
@@ -45,6 +58,17 @@ def weighted(reads: list[tuple[str, str, float, int]]) -> pa.Table:
     return (table.append_column("weight", pa.array(weights, pa.int32()))
             .append_column("partition", pa.array([0] * table.num_rows, pa.int32()))
             .append_column("offset", pa.array(range(table.num_rows), pa.int64())))
+
+
+def late_too(make: Callable[[list], pa.Table]) -> Callable[[list], pa.Table]:
+    """A raw batch maker whose last batch (the sentinel's, run_bottom_up) also brings two readings
+    from the data's first seconds: late by then, counted and dropped by both paths alike."""
+    def raw(chunk: list) -> pa.Table:
+        if len(chunk) == 1 and chunk[0][1] == "sentinel":
+            receptor = chunk[0][0]
+            chunk = [*chunk, (receptor, TAGS[0], 0.5, START_MS + 100), (receptor, TAGS[1], 0.7, START_MS + 2_100)]
+        return make(chunk)
+    return raw
 
 
 def state(op: Operator) -> Any:
@@ -127,13 +151,14 @@ def generated(count: int) -> list[tuple[str, int, list[str]]]:
     return found
 
 
-def run_both_ways(spark, sql: str, seed: int) -> int:
-    """The query's parts and the standing ones they read, bottom-up, each batch both ways; the parts checked."""
+def run_both_ways(spark, sql: str, seed: int) -> tuple[int, int]:
+    """The query's parts and the standing ones they read, bottom-up, each batch both ways; the
+    parts checked, and the rows their twins counted late."""
     plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
     tasks = feeding(standing_tasks(), [(task.topic, task.plan) for task in plan.tasks])
     both = BothPaths(spark)
-    run_bottom_up(tasks, readings(seed), raw=weighted if seed % 2 else raw_batch, batches=ROUNDS, push=both)
-    return len(both.checked)
+    run_bottom_up(tasks, readings(seed), raw=late_too(weighted if seed % 2 else raw_batch), batches=ROUNDS, push=both)
+    return len(both.checked), sum(state(twin)[1] for twin in both.twins.values() if isinstance(twin, AggregateOp))
 
 
 def test_spark_computes_every_batch_of_generated_plans_as_the_driver_does(spark):
@@ -158,7 +183,8 @@ def test_spark_computes_every_batch_of_generated_plans_as_the_driver_does(spark)
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-    assert all(n >= len(parts) for n, (_, _, parts) in zip(checked, queries_drawn, strict=True))
+    assert all(n >= len(parts) for (n, _), (_, _, parts) in zip(checked, queries_drawn, strict=True))
+    assert sum(late for _, late in checked) > 0, "no twin met a late row"
 
 
 def computable_plan(plan) -> bool:
