@@ -31,6 +31,10 @@ A part that reads a topic another part of the same node writes (a query's final 
 producer at one node) is handed that part's rows and markers in process, in the same
 micro-batch: no reader, no Kafka round trip (the topic is still written for everyone else).
 
+Who computes a batch: the driver's Arrow engine (dsp.engine) over its rows, or — on a cluster, and
+locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the parts it can
+compute, only their partials coming back (dsp.spark_partials; the others take the rows).
+
 Recovery: the readers' offsets live in their Spark checkpoints; the parts' state (open
 windows, marker positions) is saved after every micro-batch with each reader's last batch id
 (a fence: a batch Spark replays after the save is skipped), and a part deployed again with the
