@@ -104,7 +104,8 @@ def same_rows(a: pa.Table | None, b: pa.Table | None) -> bool:
 
 class BothPaths:
     """run_bottom_up's push: the driver's path, and for a part Spark can compute its twin beside it,
-    a round's batches of all its topics in one DataFrame (a shared reader's batch, the topic a column)."""
+    a round's batches of all its topics in one DataFrame (a shared reader's batch, the topic a
+    column; one topic's alone, as a raw reader's)."""
 
     def __init__(self, spark, plans: set[str]) -> None:
         # only the query's own parts: the standing views' are the same few plans in every query
@@ -121,8 +122,11 @@ class BothPaths:
         if not filled or len(set(topics)) < len(topics):   # an empty batch reaches no part in the runtime
             assert all(same_rows(a, b) for a, b in zip(pushed(twin, batches), outs, strict=True))
             return outs
-        frame = self.spark.createDataFrame(pa.concat_tables(
-            [table.append_column(TOPIC_COLUMN, pa.array([topic] * table.num_rows)) for topic, table in filled]))
+        if len(filled) == 1:   # a raw reader's batch: one topic, no topic column
+            frame = self.spark.createDataFrame(filled[0][1])
+        else:
+            frame = self.spark.createDataFrame(pa.concat_tables(
+                [table.append_column(TOPIC_COLUMN, pa.array([topic] * table.num_rows)) for topic, table in filled]))
         got = push(twin, BatchOnSpark.progress(frame, topics, sources_under(twin)))
         found = [out for out in outs if out is not None]
         want = pa.concat_tables(found) if found else None
