@@ -8,8 +8,8 @@ the part's state and emits exactly as the driver's path does (engine.AggregateOp
 emit). What stays on the driver: the state, the bound and the emission; annotated (triage-error)
 aggregates and event patterns (their per-row work is the state: MatchOp).
 
-A batch costs one job for every part (`BatchOnSpark.progress`: per topic what the batch tells
-each kind of source about event time, engine.SourceProgress) and one job per part (`push`).
+A batch costs one job shared by all its parts (`BatchOnSpark.progress`: per topic what the batch
+tells each kind of source about event time, engine.SourceProgress) and one job per part (`push`).
 The two paths agree because they share everything but the per-batch arithmetic: the sources
 advance through `SourceOp.advance`, the partials merge through `fold_groups`. One batch spans
 topics; the driver's path pushes them one after another, a row being late against the bound
@@ -139,17 +139,26 @@ class BatchOnSpark:
         return SourceProgress(newest_ms=stat("newest"), mark_ms=stat("mark"))
 
 
+def _marker(names: Sequence[str]) -> SparkColumn:
+    """Whether a row of a batch with columns `names` is a progress marker (SourceOp.push)."""
+    return F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)) if PROGRESS_COLUMN in names else F.lit(False)
+
+
+def _valid_reading(names: Sequence[str]) -> SparkColumn:
+    """Whether a raw RFID row is a reading a source keeps: no error, a tag (not a cycle's heartbeat)."""
+    valid = F.lit(True)
+    if "error" in names:
+        valid = valid & F.col("error").isNull()
+    if "tag_id" in names:
+        valid = valid & F.col("tag_id").isNotNull()
+    return valid
+
+
 def _shape_stats(fmt: str, event_time: str, names: Sequence[str]) -> list[tuple[str, SparkColumn]]:
     """The progress job's aggregates for sources of one format and event-time column."""
-    ms = _ms(event_time)
-    marker = F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)) if PROGRESS_COLUMN in names else F.lit(False)
+    ms, marker = _ms(event_time), _marker(names)
     if fmt == "rfid":
-        valid = F.lit(True)
-        if "error" in names:
-            valid = valid & F.col("error").isNull()
-        if "tag_id" in names:
-            valid = valid & F.col("tag_id").isNotNull()
-        found = [("newest", F.max(F.when(valid, ms))), ("low", F.min(ms)), ("high", F.max(ms))]
+        found = [("newest", F.max(F.when(_valid_reading(names), ms))), ("low", F.min(ms)), ("high", F.max(ms))]
         if "weight" in names:
             found += [("weight_min", F.min("weight")), ("weight_max", F.max("weight"))]
         return found
@@ -250,14 +259,10 @@ def _source_rows(source: SourceOp, batch: BatchOnSpark, topics: set[str], weight
         rows = frame.where(F.col(TOPIC_COLUMN).isin(mine))
     else:
         rows = frame.withColumn(TOPIC_COLUMN, F.lit(mine[0]))
-    if PROGRESS_COLUMN in names:
-        rows = rows.where(~F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)))
+    rows = rows.where(~_marker(names))
     plan = source.plan
     if plan.format == "rfid":
-        if "error" in names:
-            rows = rows.where(F.col("error").isNull())
-        if "tag_id" in names:
-            rows = rows.where(F.col("tag_id").isNotNull())
+        rows = rows.where(_valid_reading(names))
     if plan.format == "samples":
         rows = rows.where(F.col("receptor_id").isNotNull())
         if plan.sample_ms:

@@ -192,7 +192,3 @@ def test_spark_computes_every_batch_of_generated_plans_as_the_driver_does(spark)
                 spark.conf.set(key, value)
     assert all(n >= len(parts) for (n, _), (_, _, parts) in zip(checked, queries_drawn, strict=True))
     assert sum(late for _, late in checked) > 0, "no twin met a late row"
-
-
-def computable_plan(plan) -> bool:
-    return computable(build(plan, RELATIONS))
