@@ -214,6 +214,11 @@ def _push(topic: str, rows: pa.Table, root: Operator) -> pa.Table | None:
     return root.push(topic, rows)
 
 
+def _push_many(pieces: list[tuple[str, pa.Table]], root: Operator) -> pa.Table | None:
+    """A batch's rows of several topics pushed into an evaluator by the driver (dsp.engine)."""
+    return root.push_many(pieces)
+
+
 @dataclass
 class _Saved:
     fences: dict[str, int] = field(default_factory=dict)
@@ -494,10 +499,9 @@ class SharedRuntime:
             archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces), name="archive-batch")
             archiving.start()
         try:
-            for topic, rows in pieces:
-                for part in self._parts_reading(reader, topic):
-                    if not skip(part):
-                        self._feed(part, functools.partial(_push, topic, rows), producer, sent, reports)
+            for part, read in self._pieces_by_part(reader, pieces):
+                if not skip(part):
+                    self._feed(part, functools.partial(_push_many, read), producer, sent, reports)
         finally:
             if archiving is not None:
                 archiving.join()
@@ -521,6 +525,15 @@ class SharedRuntime:
             self._driver_batch(reader, batch_id, frame.toArrow(), producer, sent, reports,
                                skip=lambda part: id(part) in done, archive=False)
         return batch.rows
+
+    def _pieces_by_part(self, reader: Reader, pieces: list[tuple[str, pa.Table]]) -> list[tuple[Part, list]]:
+        """Each part reading some of the batch's topics, with those topics' rows (in the batch's
+        order): a part takes a batch of many children's views in one push (engine.push_many)."""
+        found: dict[str, tuple[Part, list]] = {}
+        for topic, rows in pieces:
+            for part in self._parts_reading(reader, topic):
+                found.setdefault(part.managed.query_id, (part, []))[1].append((topic, rows))
+        return list(found.values())
 
     def _parts_reading(self, reader: Reader, topic: str) -> list[Part]:
         """The parts fed `topic`'s rows from `reader`: a raw topic has two readers (readings,

@@ -11,10 +11,12 @@ all the readings. The live tests prove the same on Redis, the broker and Spark f
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import random
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -22,7 +24,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from dsp.arrow_exprs import arrow_schema
-from dsp.engine import Operator, build, rows_of, view_batch
+from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, rows_of, view_batch
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation
@@ -91,6 +93,36 @@ Pushes = Callable[[Operator, list[tuple[str, pa.Table]]], list[pa.Table | None]]
 def pushed(root: Operator, batches: list[tuple[str, pa.Table]]) -> list[pa.Table | None]:
     """What `root` returns for each (topic, batch), pushed in order (the driver's engine)."""
     return [root.push(topic, table) for topic, table in batches]
+
+
+def evaluator_state(op: Operator) -> Any:
+    """What an evaluator keeps between batches, comparable."""
+    if isinstance(op, SourceOp):
+        return op.newest_ms, op.marks, op.first_mark_ms, op.triaged_span
+    if isinstance(op, UnionOp):
+        return op.first_ms, [evaluator_state(child) for child in op.children]
+    if isinstance(op, AggregateOp):
+        return op.buckets, op.late, op.notes, op.triaged_spans, evaluator_state(op.child)
+    return evaluator_state(op.child)   # type: ignore[attr-defined]
+
+
+def close(a: Any, b: Any) -> bool:
+    """Equal, doubles to 1e-9 (Spark sums in another order than pyarrow)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def same_table(a: pa.Table | None, b: pa.Table | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    rows = [sorted((tuple(as_ms(v) for v in row) for row in zip(*t.to_pydict().values(), strict=True)), key=repr)
+            for t in (a, b)]
+    return a.column_names == b.column_names and close(rows[0], rows[1])
 
 
 def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],

@@ -13,36 +13,36 @@ One Spark session, batches as DataFrames: no hierarchy is started.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pyarrow as pa
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, sources_under
+from dsp.engine import AggregateOp, Operator, build, sources_under
 from dsp.kafka_source import TOPIC_COLUMN
 from dsp.plan import to_json
 from dsp.spark_partials import BatchOnSpark, computable, push
 from glue.analyzer import analyze
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
-from services.judge import as_ms
 from tests.test_engine import raw_batch
 from tests.test_equivalence import (
     CATALOG,
     RELATIONS,
     START_MS,
     TAGS,
+    close,
+    evaluator_state,
     feeding,
     pushed,
     queries,
     readings,
     run_bottom_up,
+    same_table,
     standing_tasks,
 )
 
@@ -72,36 +72,6 @@ def late_too(make: Callable[[list], pa.Table]) -> Callable[[list], pa.Table]:
     return raw
 
 
-def state(op: Operator) -> Any:
-    """What an evaluator keeps between batches, comparable."""
-    if isinstance(op, SourceOp):
-        return op.newest_ms, op.marks, op.first_mark_ms, op.triaged_span
-    if isinstance(op, UnionOp):
-        return op.first_ms, [state(child) for child in op.children]
-    if isinstance(op, AggregateOp):
-        return op.buckets, op.late, op.notes, op.triaged_spans, state(op.child)
-    return state(op.child)   # type: ignore[attr-defined]
-
-
-def close(a: Any, b: Any) -> bool:
-    """Equal, doubles to 1e-9 (Spark sums in another order than pyarrow)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
-
-
-def same_rows(a: pa.Table | None, b: pa.Table | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    rows = [sorted((tuple(as_ms(v) for v in row) for row in zip(*t.to_pydict().values(), strict=True)), key=repr)
-            for t in (a, b)]
-    return a.column_names == b.column_names and close(rows[0], rows[1])
-
-
 class BothPaths:
     """run_bottom_up's push: the driver's path, and for a part Spark can compute its twin beside it,
     a round's batches of all its topics in one DataFrame (a shared reader's batch, the topic a
@@ -120,7 +90,7 @@ class BothPaths:
         filled = [(topic, table) for topic, table in batches if table.num_rows]
         topics = [topic for topic, _ in filled]
         if not filled or len(set(topics)) < len(topics):   # an empty batch reaches no part in the runtime
-            assert all(same_rows(a, b) for a, b in zip(pushed(twin, batches), outs, strict=True))
+            assert all(same_table(a, b) for a, b in zip(pushed(twin, batches), outs, strict=True))
             return outs
         if len(filled) == 1:   # a raw reader's batch: one topic, no topic column
             frame = self.spark.createDataFrame(filled[0][1])
@@ -130,8 +100,8 @@ class BothPaths:
         got = push(twin, BatchOnSpark.progress(frame, topics, sources_under(twin)))
         found = [out for out in outs if out is not None]
         want = pa.concat_tables(found) if found else None
-        assert same_rows(got, want), (topics, got, want)
-        assert close(state(twin), state(root)), (topics, state(twin), state(root))
+        assert same_table(got, want), (topics, got, want)
+        assert close(evaluator_state(twin), evaluator_state(root)), (topics, twin, root)
         self.checked.add(id(root))
         return outs
 
@@ -165,7 +135,8 @@ def run_both_ways(spark, sql: str, seed: int) -> tuple[int, int]:
     tasks = feeding(standing_tasks(), [(task.topic, task.plan) for task in plan.tasks])
     both = BothPaths(spark, {to_json(task.plan) for task in plan.tasks})
     run_bottom_up(tasks, readings(seed), raw=late_too(weighted if seed % 2 else raw_batch), batches=ROUNDS, push=both)
-    return len(both.checked), sum(state(twin)[1] for twin in both.twins.values() if isinstance(twin, AggregateOp))
+    late = sum(evaluator_state(twin)[1] for twin in both.twins.values() if isinstance(twin, AggregateOp))
+    return len(both.checked), late
 
 
 def test_spark_computes_every_batch_of_generated_plans_as_the_driver_does(spark):
