@@ -22,6 +22,7 @@ inside a running hierarchy, `hifi bench pipeline`, which moved its p50 by ~0.1-0
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -59,6 +60,11 @@ def hour_start_ms(hour: str) -> int:
 def file_name(reader_key: str) -> str:
     """A reader key as a directory name (keys hold `:` and `@`)."""
     return re.sub(r"[^A-Za-z0-9._-]", "_", reader_key)
+
+
+def _batch_file(hour_folder: str, reader_key: str, batch_id: int) -> str:
+    """A batch's file (or Spark's folder) in its hour."""
+    return os.path.join(hour_folder, file_name(reader_key), f"{batch_id:012d}.parquet")
 
 
 @dataclass
@@ -120,7 +126,7 @@ class Archive:
         hour = hour_of(now_ms)
         folder = os.path.join(self.root, hour, file_name(reader_key))
         os.makedirs(folder, exist_ok=True)
-        size = put(os.path.join(folder, f"{batch_id:012d}.parquet"))
+        size = put(_batch_file(os.path.join(self.root, hour), reader_key, batch_id))
         with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
             order.write(f"{now_ms} {reader_key} {batch_id}\n")
         self.usage.batches += 1
@@ -152,10 +158,35 @@ class Archive:
                 found = list(self._hour_batches(hour, since_ms, wanted))
             yield from found
 
-    def _hour_batches(self, hour: str, since_ms: int, wanted: set[str]) -> Iterator[tuple[str, pa.Table]]:
-        folder = os.path.join(self.root, hour)
-        compacted = os.path.exists(os.path.join(folder, COMPACTED))
-        groups: dict[str, tuple[pq.ParquetFile, dict[int, int]]] = {}
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No hour compacted or pruned meanwhile: the paths `stored` names stay while Spark reads them."""
+        with self._compacting, self._lock:
+            yield
+
+    def stored(self, since_ms: int, readers: Iterable[str]) -> list[tuple[str, str | pa.Table]]:
+        """Where the batches `batches` reads are, for Spark to read them (under `held`): (reader
+        key, path) of each batch's file or folder, and of each reader's compacted file of an hour
+        wanted whole; (reader key, table) of the row groups of a compacted hour wanted in part."""
+        wanted, found = set(readers), []
+        for hour in self.hours():
+            folder = os.path.join(self.root, hour)
+            if hour_start_ms(hour) + HOUR_MS <= since_ms:
+                continue
+            if os.path.exists(os.path.join(folder, COMPACTED)):
+                if since_ms <= hour_start_ms(hour):   # every batch of the hour: each reader's whole file
+                    found += [(key, path) for key in sorted(wanted)
+                              if os.path.exists(path := os.path.join(folder, file_name(key) + ".parquet"))]
+                else:
+                    found += list(self._hour_batches(hour, since_ms, wanted))
+                continue
+            found += [(key, path) for key, batch in self._ordered(folder, since_ms, wanted)
+                      if os.path.exists(path := _batch_file(folder, key, batch))]
+        return found
+
+    @staticmethod
+    def _ordered(folder: str, since_ms: int, wanted: set[str]) -> Iterator[tuple[str, int]]:
+        """(reader key, batch id) of an hour's `wanted` batches taken from `since_ms` on, in order, each once."""
         seen: set[tuple[str, int]] = set()
         with open(os.path.join(folder, ORDER), encoding="utf-8") as order:
             lines = order.read().splitlines()
@@ -165,6 +196,13 @@ class Archive:
             if int(taken) < since_ms or key not in wanted or (key, batch) in seen:
                 continue
             seen.add((key, batch))
+            yield key, batch
+
+    def _hour_batches(self, hour: str, since_ms: int, wanted: set[str]) -> Iterator[tuple[str, pa.Table]]:
+        folder = os.path.join(self.root, hour)
+        compacted = os.path.exists(os.path.join(folder, COMPACTED))
+        groups: dict[str, tuple[pq.ParquetFile, dict[int, int]]] = {}
+        for key, batch in self._ordered(folder, since_ms, wanted):
             if compacted:
                 if key not in groups:
                     groups[key] = self._compacted(folder, key)
@@ -172,7 +210,7 @@ class Archive:
                 if parquet is not None and batch in index:
                     yield key, parquet.read_row_group(index[batch])
                 continue
-            path = os.path.join(folder, file_name(key), f"{batch:012d}.parquet")
+            path = _batch_file(folder, key, batch)
             if os.path.exists(path):   # a line written, its batch then failed and never ran again
                 yield key, pq.read_table(path)
 

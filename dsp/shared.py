@@ -76,7 +76,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from dsp import spark_partials
+from dsp import spark_partials, spark_past
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
@@ -258,7 +258,7 @@ class SharedRuntime:
         # cluster's workers do not: their rows go through Spark)
         self.on_cluster = not spark.sparkContext.master.startswith("local")
         self.spark_batches = SparkBatches.configured(self.on_cluster)
-        self.spark_batches_taken = 0   # batches whose parts Spark computed (dsp.spark_partials)
+        self.spark_batches_taken = 0   # batches (and pasts) whose parts Spark computed (dsp.spark_partials)
         self.handoff_dir = "" if not self.spark_batches.handoff else os.path.join(self.spark_queries.state_dir,
                                                                                   "handoff")
         sweep_handoff(self.handoff_dir)   # what a node that stopped left
@@ -320,6 +320,8 @@ class SharedRuntime:
                   if not reader.owner and any((t, reader.format) in part.inputs for t in reader.topics)}
         archived = {archive_key: topic for reader in joined.values() for topic in reader.topics
                     if (topic, reader.format) in part.inputs for archive_key in reader.archive_keys(topic)}
+        if past and self._feed_history_on_spark(part, since_ms, archived):
+            return
         late_ms = self._lateness_seen(joined, since_ms) if past else 0
         sources = raw_sources(part.root)
         for source in sources:   # a row that came too late for its window live is in it over the past
@@ -336,6 +338,28 @@ class SharedRuntime:
         self._run_hooks(reports)   # what it emitted counts in the node's statistics like the rest
         log.info("node %s: part %s fed %d archived batches from %d on (rows up to %d ms late kept)", self.node_id,
                  part.managed.query_id, batches, since_ms, late_ms)
+
+    def _feed_history_on_spark(self, part: Part, since_ms: int, archived: Mapping[str, str]) -> bool:
+        """The part's past computed by Spark over the archive's files as one batch (dsp.spark_past)
+        when Spark can compute the part and `SparkBatches.past` says so; whether it was."""
+        if not spark_partials.computable(part.root) or not self.spark_batches.past(int(time.time() * 1000) - since_ms):
+            return False
+        producer, sent = self._producer_for(), []
+        reports: list[tuple[Part, BatchReport]] = []
+        with self.archive.held():
+            stored = self.archive.stored(since_ms, archived)
+            frame = spark_past.archived_frame(self.spark, stored, archived)
+            if frame is not None:
+                batch = spark_partials.BatchOnSpark.progress(frame, sorted(set(archived.values())),
+                                                             sources_under(part.root))
+                self._feed(part, functools.partial(spark_partials.push, batch=batch, together=True),
+                           producer, sent, reports)
+                self.spark_batches_taken += 1
+        bus.deliver(producer, sent)
+        self._run_hooks(reports)
+        log.info("node %s: part %s fed its past from %d on by Spark (%d archived files or row groups)",
+                 self.node_id, part.managed.query_id, since_ms, len(stored))
+        return True
 
     def _lateness_seen(self, joined: Mapping[str, Reader], since_ms: int) -> int:
         """How late the latest raw row the archive holds from `since_ms` on came (capped)."""

@@ -165,25 +165,27 @@ def _shape_stats(fmt: str, event_time: str, names: Sequence[str]) -> list[tuple[
     return [("newest", F.max(F.when(~marker, ms))), ("mark", F.max(F.when(marker, ms)))]
 
 
-def push(root: Operator, batch: BatchOnSpark) -> pa.Table | None:
+def push(root: Operator, batch: BatchOnSpark, together: bool = False) -> pa.Table | None:
     """What `root.push` of each of the batch's topics in turn would return, computed by Spark
-    (`root`: `computable`); None when the part reads none of them."""
+    (`root`: `computable`); None when the part reads none of them. `together`: every topic's rows
+    judged against the bound before the whole batch (the past as one batch, dsp.spark_past: a
+    topic's hours of rows must not make another's late)."""
     above, aggregate = _split(root)
     assert aggregate is not None
-    out = _push_aggregate(aggregate, batch)
+    out = _push_aggregate(aggregate, batch, together)
     for op in reversed(above):
         out = op.apply(out)   # type: ignore[attr-defined]
     return out
 
 
-def _push_aggregate(root: AggregateOp, batch: BatchOnSpark) -> pa.Table | None:
+def _push_aggregate(root: AggregateOp, batch: BatchOnSpark, together: bool) -> pa.Table | None:
     befores: dict[str, int | None] = {}
-    weighted = False
+    weighted, first = False, root.child.bound()
     for topic in batch.topics:
         readers = [s for s in sources_under(root) if s.reads(topic, batch.names)]
         if not readers:
             continue
-        befores[topic] = root.child.bound()
+        befores[topic] = first if together else root.child.bound()
         for source in readers:
             progress = batch.progress_of(source, topic)
             weighted = weighted or progress.triaged_span is not None
@@ -400,10 +402,13 @@ class SparkBatches:
     of `min_records` records or more if HIFI_SPARK_BATCH_RECORDS sets it, else none (see
     docs/architecture.md for the measurement: on this 2-core machine the driver's path is faster
     at every size, Spark's jobs competing with it for the same cores). A local node whose large
-    batches go to Spark reads them without handing rows over in files (dsp.kafka_source)."""
+    batches go to Spark reads them without handing rows over in files (dsp.kafka_source). A part's
+    past (dsp.spark_past) likewise: on a cluster always, locally a past of `past_minutes` or more
+    if HIFI_SPARK_PAST_MINUTES sets it."""
 
     on_cluster: bool
     min_records: int = 0
+    past_minutes: int = 0
 
     @classmethod
     def configured(cls, on_cluster: bool, environ: Mapping[str, str] | None = None) -> SparkBatches:
@@ -411,9 +416,15 @@ class SparkBatches:
         True
         >>> SparkBatches.configured(True, {}).small(1)
         False
+        >>> SparkBatches.configured(False, {"HIFI_SPARK_PAST_MINUTES": "30"}).past(29 * 60_000)
+        False
         """
         environ = os.environ if environ is None else environ
-        return cls(on_cluster, max(0, int(environ.get("HIFI_SPARK_BATCH_RECORDS", "0") or 0)))
+
+        def count(name: str) -> int:
+            return max(0, int(environ.get(name, "0") or 0))
+
+        return cls(on_cluster, count("HIFI_SPARK_BATCH_RECORDS"), count("HIFI_SPARK_PAST_MINUTES"))
 
     @property
     def enabled(self) -> bool:
@@ -427,3 +438,7 @@ class SparkBatches:
     def small(self, records: int) -> bool:
         """Whether a batch of `records` records stays with the driver."""
         return not self.on_cluster and (self.min_records == 0 or records < self.min_records)
+
+    def past(self, span_ms: int) -> bool:
+        """Whether Spark computes a part's past of `span_ms` (dsp.spark_past)."""
+        return self.on_cluster or (self.past_minutes > 0 and span_ms >= self.past_minutes * 60_000)

@@ -759,6 +759,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _say(fanin_table(run_fanin_bench(args.whole, 20.0, args.duration, _progress)))
         _stop_spark()
         return 0
+    if args.which == "past":
+        from services.bench.past import past_table, run_past_bench
+
+        if min(args.rates) <= 0:
+            raise CLIError("--rates takes positive readings a second")
+        _say(past_table(run_past_bench(args.rates, _progress)))
+        _stop_spark()
+        return 0
     if args.which == "batches":
         from services.bench.batches import batches_table, run_batches_bench
 

@@ -315,3 +315,49 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
     assert sum(t.num_rows for _, t in archived) == 8003
     folders = glob.glob(os.path.join(str(tmp_path), "**", "archive", "*", "*", "*.parquet"), recursive=True)
     assert any(os.path.isdir(path) for path in folders), "no batch was archived by Spark's tasks"
+
+
+def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spark, tmp_path):
+    """dsp.spark_past: an archive of the end of a closed (compacted) hour and the start of this
+    one (a file a batch). A windowed count over the past from inside the closed hour (its row
+    groups, then the files) and from the closed hour's start (its compacted file whole), deployed
+    by the driver's path and by Spark's: the same windows, each reading counted once."""
+    from dsp.archive import HOUR_MS, hour_of
+    from dsp.plan import Aggregate, AggSpec, Window
+    from dsp.shared import READER_PREFIX, SharedRuntime
+    from dsp.spark_partials import SparkBatches
+    from services.bench.past import BATCH_MS, hour_batch
+
+    node, raw = "pa", "hifi.raw.pa"
+    outs = {name: f"hifi.rqs.{name}.pa" for name in ("live", "driver-in", "spark-in", "driver-whole", "spark-whole")}
+    bus.ensure_topics(servers.bootstrap, [raw, *outs.values(), dead_topic(node)])
+    runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
+    plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
+                     (AggSpec("n", "count"),), None, Window(10_000, 10_000))
+    runtime.deploy("live", plan, outs["live"])
+    this_hour = int(time.time() * 1000) // HOUR_MS * HOUR_MS
+    key, batches = f"{READER_PREFIX}rfid:{raw}", 120   # a minute each side of the hour's turn
+    first = HOUR_MS // BATCH_MS - batches
+    for batch in range(first, first + 2 * batches):
+        taken = this_hour - HOUR_MS + batch * BATCH_MS
+        runtime.archive.append(key, batch, hour_batch(40, batch, this_hour - HOUR_MS), now_ms=taken)
+    runtime.archive.compact_closed(hour_of(this_hour))   # as the node does (it may have begun already)
+    inside = this_hour - 30_000
+    assert any(not isinstance(where, str) for _, where in runtime.archive.stored(inside, [key]))
+    answers = {}
+    try:
+        for name, since in (("in", inside), ("whole", this_hour - HOUR_MS)):
+            for path in ("driver", "spark"):
+                runtime.spark_batches = SparkBatches(False, 0, 1 if path == "spark" else 0)
+                runtime.deploy(f"{path}-{name}", plan, outs[f"{path}-{name}"], history_from_ms=since)
+                answers[path, name] = sorted((r["window_start"], r["receptor_id"], r["n"])
+                                             for r in topic_rows(servers.bootstrap, outs[f"{path}-{name}"]))
+        taken = runtime.spark_batches_taken
+    finally:
+        runtime.stop_all()
+    assert taken == 2   # each past by Spark's path once, as one batch
+    per_batch = 40 * BATCH_MS // 1000
+    for name, readings in (("in", (2 * batches - 60) * per_batch), ("whole", 2 * batches * per_batch)):
+        assert answers["driver", name] == answers["spark", name]
+        # every reading once, but those of the newest window (still open: the live stream closes it)
+        assert readings - 10 * 40 <= sum(n for *_, n in answers["spark", name]) < readings
