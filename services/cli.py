@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                                          "fanin", "batches", "past"],
                        help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
                             "window (headquarters included) and windows missing, accuracy; "
-                            "past: a query over an hour of archive (at each of --rates readings/s) by the driver's "
+                            "past: a query over an hour of archive (at each of --hour-rates readings/s) by the driver's "
                             "path and by Spark's (dsp.spark_past): seconds, CPU-seconds, answers agreeing; "
                             "batches: a backlog of --backlogs readings drained by one node's driver path and by "
                             "Spark's (dsp.spark_partials): seconds, CPU-seconds, counts agreeing; "
@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--children", type=int, nargs="*", default=[4, 16, 64],
                        help="fanin: the parent alone (the warehouse, its doors emulated by a publisher process): "
                             "its numbers of doors, one run each (default 4 16 64)")
-    bench.add_argument("--rates", type=int, nargs="+", default=[200, 2_000],
+    bench.add_argument("--hour-rates", type=int, nargs="+", default=[200, 2_000],
                        help="past: readings a second in the archived hour, each hour queried both ways "
                             "(default 200 2000)")
     bench.add_argument("--backlogs", type=int, nargs="+", default=[20_000, 200_000, 1_000_000],

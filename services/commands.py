@@ -762,9 +762,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.which == "past":
         from services.bench.past import past_table, run_past_bench
 
-        if min(args.rates) <= 0:
-            raise CLIError("--rates takes positive readings a second")
-        _say(past_table(run_past_bench(args.rates, _progress)))
+        if min(args.hour_rates) <= 0:
+            raise CLIError("--hour-rates takes positive readings a second")
+        _say(past_table(run_past_bench(args.hour_rates, _progress)))
         _stop_spark()
         return 0
     if args.which == "batches":
