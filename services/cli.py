@@ -246,8 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "fanin", "batches", "past"],
                        help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
                             "window (headquarters included) and windows missing, accuracy; "
-                            "past: a query over an hour of archive (at each of --hour-rates readings/s) by the driver's "
-                            "path and by Spark's (dsp.spark_past): seconds, CPU-seconds, answers agreeing; "
+                            "past: a query over an hour of archive (at each of --hour-rates readings/s) "
+                            "by the driver's path and by Spark's (dsp.spark_past): seconds, CPU-seconds, answers agreeing; "
                             "batches: a backlog of --backlogs readings drained by one node's driver path and by "
                             "Spark's (dsp.spark_partials): seconds, CPU-seconds, counts agreeing; "
                             "fanin: a warehouse over N doors at the same total reading rate: the parent alone (its "
