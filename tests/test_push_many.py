@@ -57,7 +57,7 @@ class ManyAtOnce:
         return outs
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+@settings(max_examples=20, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(sql=queries(), seed=st.integers(0, 3))
 def test_a_batch_of_several_topics_pushed_at_once_equals_each_topic_pushed_in_turn(sql, seed):
