@@ -67,6 +67,11 @@ def _batch_file(hour_folder: str, reader_key: str, batch_id: int) -> str:
     return os.path.join(hour_folder, file_name(reader_key), f"{batch_id:012d}.parquet")
 
 
+def _compacted_file(hour_folder: str, reader_key: str) -> str:
+    """A reader's batches of a compacted hour, a row group each."""
+    return os.path.join(hour_folder, file_name(reader_key) + ".parquet")
+
+
 @dataclass
 class ArchiveUsage:
     batches: int = 0          # archived since the node started
@@ -176,7 +181,7 @@ class Archive:
             if os.path.exists(os.path.join(folder, COMPACTED)):
                 if since_ms <= hour_start_ms(hour):   # every batch of the hour: each reader's whole file
                     found += [(key, path) for key in sorted(wanted)
-                              if os.path.exists(path := os.path.join(folder, file_name(key) + ".parquet"))]
+                              if os.path.exists(path := _compacted_file(folder, key))]
                 else:
                     found += list(self._hour_batches(hour, since_ms, wanted))
                 continue
@@ -217,12 +222,12 @@ class Archive:
     @staticmethod
     def _compacted(folder: str, key: str) -> tuple[pq.ParquetFile | None, dict[int, int]]:
         """A reader's compacted file of an hour and its batch id -> row group (None, {}: none)."""
-        base = os.path.join(folder, file_name(key))
-        if not os.path.exists(base + ".parquet"):
+        path = _compacted_file(folder, key)
+        if not os.path.exists(path):
             return None, {}
-        with open(base + ".index", encoding="utf-8") as fh:
+        with open(os.path.join(folder, file_name(key) + ".index"), encoding="utf-8") as fh:
             order = json.load(fh)
-        return pq.ParquetFile(base + ".parquet"), {batch: group for group, batch in enumerate(order)}
+        return pq.ParquetFile(path), {batch: group for group, batch in enumerate(order)}
 
     def compact_closed(self, current_hour: str) -> list[str]:
         """Compact every hour before `current_hour` not compacted yet; the hours compacted."""

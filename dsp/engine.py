@@ -553,33 +553,31 @@ class AggregateOp(Operator):
             raise PlanError("windowed aggregate over an input without event time")
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        before = self.child.bound()
-        rows = self.child.push(topic, batch)
-        if rows is None:
-            return None
-        span = self.child.triaged()
-        if span is not None and self.plan.annotate:
-            self.triaged_spans.append(span)
-        self._take(self._on_time(rows, before))
-        return self.emit()
+        return self.push_many([(topic, batch)])
 
     def push_many(self, pieces: Sequence[tuple[str, pa.Table]]) -> pa.Table | None:
         """Each topic's rows judged late against the bound before that topic (as `push` in turn
         would), then folded in one group-by and emitted once: no row a later topic brings lands
         in a window an earlier one closed, since a bound never falls (so it would be late). A
         parent of 64 children's views folded and emitted 64 times a batch. Annotated aggregates
-        note every batch's triage span: they take the topics in turn."""
-        if self.plan.annotate:
+        note every batch's triage span and estimate: they take several topics in turn."""
+        if self.plan.annotate and len(pieces) > 1:
             return super().push_many(pieces)
         kept: list[pa.Table] = []
         for topic, batch in pieces:
             before = self.child.bound()
             rows = self.child.push(topic, batch)
-            if rows is not None:
-                kept.append(self._on_time(rows, before))
+            if rows is None:
+                continue
+            span = self.child.triaged()
+            if span is not None and self.plan.annotate:
+                self.triaged_spans.append(span)
+            kept.append(self._on_time(rows, before))
         if not kept:
             return None
-        self._take(_together(kept))
+        rows = _together(kept)
+        if rows is not None and rows.num_rows:
+            self._fold(self._windowed(rows) if self.plan.window is not None else rows)
         return self.emit()
 
     def _on_time(self, rows: pa.Table, before: int | None) -> pa.Table:
@@ -590,10 +588,6 @@ class AggregateOp(Operator):
         kept = rows.filter(on_time)
         self.late += rows.num_rows - kept.num_rows
         return kept
-
-    def _take(self, rows: pa.Table | None) -> None:
-        if rows is not None and rows.num_rows:
-            self._fold(self._windowed(rows) if self.plan.window is not None else rows)
 
     def emit(self) -> pa.Table:
         """The groups the input's bound has passed, finished (HAVING applied): they leave the state."""
