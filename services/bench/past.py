@@ -8,7 +8,8 @@ compacted as a node compacts an hour once it has passed (dsp.archive). Then a qu
 driver's path (the archive read batch by batch and pushed through dsp.engine) and by Spark's
 (dsp.spark_past: Spark reads the Parquet files as one batch and computes the partials). Printed per
 rate and path: seconds of the deploy (the whole past fed), this process tree's CPU-seconds
-meanwhile, the windows and readings its answer counted, and whether the two answers agree.
+meanwhile, the windows and readings its answer counted, and whether the two answers are the same
+rows (every window's count per receptor).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class PastRun:
     cpu_s: float
     windows: int         # (window, receptor) rows of the answer
     counted: int         # readings they counted
+    answer: tuple = ()   # the answer's (window start, receptor, count), sorted: compared whole
 
 
 def run_past_bench(rates: Sequence[int], progress: Callable[[str], None]) -> list[PastRun]:
@@ -101,7 +103,8 @@ def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None
             runtime.deploy(f"past-{path}", plan, outs[path], history_from_ms=start_ms)
             seconds, cpu_s = time.monotonic() - started, tree_cpu_s() - cpu
             rows = [r for r in topic_rows(bootstrap, outs[path]) if r["window_start"] is not None]
-            found.append(PastRun(rate, path, seconds, cpu_s, len(rows), sum(r["n"] for r in rows)))
+            answer = tuple(sorted((str(r["window_start"]), r["receptor_id"], r["n"]) for r in rows))
+            found.append(PastRun(rate, path, seconds, cpu_s, len(rows), sum(r["n"] for r in rows), answer))
             progress(f"{rate:,} readings/s, the {path}'s path: {seconds:.1f} s, {cpu_s:.1f} CPU-s, "
                      f"{len(rows)} windows, {found[-1].counted:,} readings")
     finally:
@@ -111,7 +114,7 @@ def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None
 
 def past_table(runs: list[PastRun]) -> str:
     """
-    >>> print(past_table([PastRun(10, "driver", 2.0, 3.0, 4, 9), PastRun(10, "spark", 1.0, 2.0, 4, 9)]))
+    >>> print(past_table([PastRun(10, "driver", 2.0, 3.0, 4, 9, (1,)), PastRun(10, "spark", 1.0, 2.0, 4, 9, (1,))]))
     | readings/s (an hour) | driver s / CPU-s | Spark s / CPU-s | Spark / driver (time) | windows | answers agree |
     |---|---|---|---|---|---|
     | 10 | 2.0 / 3.0 | 1.0 / 2.0 | 0.50 | 4 | yes |
@@ -125,7 +128,7 @@ def past_table(runs: list[PastRun]) -> str:
         driver, spark = paths.get("driver"), paths.get("spark")
         if driver is None or spark is None:
             continue
-        agree = (driver.windows, driver.counted) == (spark.windows, spark.counted)
+        agree = driver.answer == spark.answer
         lines.append(f"| {rate:,} | {driver.seconds:.1f} / {driver.cpu_s:.1f} | {spark.seconds:.1f} / "
                      f"{spark.cpu_s:.1f} | {spark.seconds / driver.seconds:.2f} | {driver.windows} | "
                      f"{'yes' if agree else 'NO'} |")
