@@ -8,7 +8,9 @@ from collections import Counter
 
 import pytest
 
-from services.judge import as_ms, rows_in_span, same_rows, time_column, topic_rows
+from services.judge import LOOK_AHEAD_MS, as_ms, rows_in_span, same_rows, time_column, topic_rows
+from services.paths import DEFAULT_TOPOLOGY
+from tests import independent
 from tests.conftest import wait_for
 
 WINDOWS_TO_COMPARE = 2
@@ -39,9 +41,27 @@ def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
     return got, want
 
 
-def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
+def _fail(plan, got: list, want: list, judge: str) -> None:
+    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+    pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
+                f"not in {judge}: {list(extra)[:5]}")
+
+
+def assert_equal_to_independent(hierarchy, plan, twin: str, span: tuple[int, int], got: list) -> None:
+    """The hierarchy's rows in `span` against the independent judge's (tests/independent.py: `twin`,
+    DuckDB SQL, over the same readings log; the hierarchy runs the default topology)."""
+    logged = independent.read_log(hierarchy.readings_path, span[1] + LOOK_AHEAD_MS)
+    rows = independent.evaluate(twin, logged, independent.topology_parameters(DEFAULT_TOPOLOGY))
+    at = plan.columns.index(time_column(plan))
+    want = [row for r in rows if span[0] <= (row := tuple(r[c] for c in plan.columns))[at] <= span[1]]
+    if not same_rows(got, want):
+        _fail(plan, got, want, "the independent judge (DuckDB)")
+
+
+def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300, twin: str | None = None) -> int:
     """Wait for enough results, then compare; rows of a selection may arrive on one branch of the
-    tree later than on another, so a difference is re-checked until `timeout_s` has passed."""
+    tree later than on another, so a difference is re-checked until `timeout_s` has passed. With
+    `twin`, the same rows are then checked against the independent judge too."""
     deadline = time.monotonic() + timeout_s
     span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=2)
     while True:
@@ -49,9 +69,9 @@ def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300) -> int:
         if same_rows(got, want):
             break
         if time.monotonic() > deadline:
-            missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
-            pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
-                        f"not in the reference: {list(extra)[:5]}")
+            _fail(plan, got, want, "the reference")
         time.sleep(5)
     assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
+    if twin is not None:
+        assert_equal_to_independent(hierarchy, plan, twin, span, got)
     return len(want)
