@@ -8,10 +8,12 @@ import os
 import sys
 from collections.abc import Sequence
 
+from services.bench.registry import BENCHES
 from services.commands import (
     CLIError,
     cmd_agents,
     cmd_bench,
+    cmd_bench_report,
     cmd_cancel,
     cmd_certs,
     cmd_dashboard,
@@ -240,102 +242,21 @@ def build_parser() -> argparse.ArgumentParser:
                              "duration 60 s; the embedded broker unless HIFI_KAFKA_BOOTSTRAP is set)")
     agents.set_defaults(func=cmd_agents)
 
-    bench = sub.add_parser("bench", help="benchmarks that print figures")
-    bench.add_argument("which", choices=["pipeline", "planning", "lag", "agents", "cleaning", "dashboard", "idle",
-                                         "sharing", "capacity", "chaos", "events", "proxy", "priority", "triage",
-                                         "fanin", "batches", "past"],
-                       help="pipeline: start-up time, edge input rate, latency from a reading to each level's "
-                            "window (headquarters included) and windows missing, accuracy; "
-                            "past: a query over an hour of archive (at each of --hour-rates readings/s) "
-                            "by the driver's path and by Spark's (dsp.spark_past): seconds, CPU-seconds, "
-                            "answers agreeing; "
-                            "batches: a backlog of --backlogs readings drained by one node's driver path and by "
-                            "Spark's (dsp.spark_partials): seconds, CPU-seconds, counts agreeing; "
-                            "fanin: a warehouse over N doors at the same total reading rate: the parent alone (its "
-                            "doors emulated) its cores and what it adds after the last door's marker, then whole "
-                            "hierarchies: cores, the warehouse's windows after they close, its readers; "
-                            "dashboard: snapshot build time and size, metrics scrape times, MDR operations/s "
-                            "per node, seconds from an edge node's crash to dead (topology small.yaml); "
-                            "cleaning: errors against ground truth of raw reads, fixed windows and adaptive "
-                            "smoothing, arbitration and counts on a scenario (default supply-chain.yaml), "
-                            "faulty-mote detection on the Intel Lab replay (offline, no broker or Spark); "
-                            "agents: how fast one agent process publishes a scenario (default fan-in.yaml: "
-                            "1000 readers, 200 motes), flat out and in real time; "
-                            "planning: parse+place+rewrite time on a large generated hierarchy; "
-                            "lag: lag added per level, pane partials vs naive windows (topology deep.yaml); "
-                            "idle: cores one edge node (and the core) use with their standing views and no "
-                            "input; sharing: CPU-seconds per minute of that hierarchy (alone, and with the broker and "
-                            "Redis) with 1, 10, 100 distinct user queries over the edge's stream, their results' "
-                            "latency, and their answers against the reference; "
-                            "capacity: the highest reading rate (supply-chain mix) that edge node sustains with its "
-                            "lag flat, beside librdkafka fetching the same topic and fetching plus the node's decode; "
-                            "chaos: nodes as processes under a "
-                            "supervisor, one query running, faults one after another (kill -9 of an edge and of "
-                            "an aggregation node, a crash between flush and fence, Redis restarted): seconds "
-                            "until results flow again, readings published vs counted, duplicates, windows "
-                            "equal to the fault-free answer; events: the topology's alerting event views "
-                            "(default store.yaml) against the events its scenario stages: precision, recall, "
-                            "seconds from a match's end to its alert; proxy: the sensor proxy on the Intel Lab "
-                            "replay (offline): samples and bytes from the motes with and without it, per "
-                            "workload of standing queries, and whether each answer is identical; the motes' "
-                            "histograms' selectivity estimates against the true shares; a filter's time in "
-                            "its worst written order and as planned; priority: alert latency across the doors' "
-                            "constrained uplinks (topology small.yaml, --uplink) alone, beside a flood of "
-                            "detail with priorities, and beside it without; triage: one edge node with a latency "
-                            "target (--latency-target) fed 1x (found by a ramp from --rate), 3x, 10x and 1x again: "
-                            "latency p50/p95, share of windows triaged, their error against the exact counts "
-                            "from the archive, share within the stated bound"),
-    bench.add_argument("--topology", default=None,
-                       help="topology file (default: deep.yaml for lag and planning --submit, small.yaml for "
-                            "dashboard and priority, store.yaml for events, supply-chain.yaml otherwise)")
-    bench.add_argument("--duration", type=float, default=None,
-                       help="seconds the agents run (lag: per query; default 60; events: 300; proxy: 240)")
-    bench.add_argument("--offline", action="store_true",
-                       help="events: evaluate the event views centrally by the reference evaluator over the "
-                            "readings the agents would publish (no broker or Spark), instead of running them")
-    bench.add_argument("--settle", type=float, default=20.0,
-                       help="chaos: seconds of normal running after each fault (default 20)")
-    bench.add_argument("--children", type=int, nargs="*", default=[4, 16, 64],
-                       help="fanin: the parent alone (the warehouse, its doors emulated by a publisher process): "
-                            "its numbers of doors, one run each (default 4 16 64)")
-    bench.add_argument("--hour-rates", type=int, nargs="+", default=[200, 2_000],
-                       help="past: readings a second in the archived hour, each hour queried both ways "
-                            "(default 200 2000)")
-    bench.add_argument("--backlogs", type=int, nargs="+", default=[20_000, 200_000, 1_000_000],
-                       help="batches: backlog sizes in readings, each drained both ways (default 20000 200000 1000000)")
-    bench.add_argument("--whole", type=int, nargs="*", default=[4, 16, 32],
-                       help="fanin: whole hierarchies (every door a node): their numbers of doors (default 4 16 32)")
-    bench.add_argument("--slides", type=float, nargs="+", default=[1.0, 10.0],
-                       help="lag: window slides in seconds, range = 2 x slide (default 1 10)")
-    bench.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
-    bench.add_argument("--rate", type=float, default=10_000,
-                       help="triage: readings/s the ramp that finds 1x starts at, doubling every 20 s (default "
-                            "10000; --duration seconds per load)")
-    bench.add_argument("--latency-target", default="1 second",
-                       help="triage: the edge's latency target (default '1 second')")
-    bench.add_argument("--uplink", default="3 KB/s",
-                       help="priority: each door's uplink byte rate (default '3 KB/s', under the flood's)")
-    bench.add_argument("--scenario", default=None,
-                       help="agents: the scenario file to publish (default fan-in.yaml); cleaning: the scenario "
-                            "scored for arbitration and counts (default supply-chain.yaml)")
-    bench.add_argument("--seed", type=int, default=None,
-                       help="agents: override the scenario's seed; cleaning: the seed of every setting (default 7)")
-    bench.add_argument("--plot", default="bench-cleaning.png",
-                       help="cleaning: where to write the plot (PNG; empty: none; default bench-cleaning.png)")
-    bench.add_argument("--rates", type=float, nargs="+", default=None,
-                       help="capacity: readings/s offered in turn, until one is not held (default 10000, doubling "
-                            "to 320000)")
-    bench.add_argument("--step", type=float, default=120.0,
-                       help="capacity: seconds each rate is offered (default 120)")
-    bench.add_argument("--counts", type=int, nargs="+", default=[1, 10, 100],
-                       help="sharing: how many distinct user queries to run, one hierarchy each (default 1 10 100)")
-    bench.add_argument("--queries", type=int, default=200, help="planning: how many queries to plan (default 200)")
-    bench.add_argument("--fanout", type=int, default=4, help="planning: children per node (default 4)")
-    bench.add_argument("--levels", type=int, default=4, help="planning: depth of the tree (default 4)")
-    bench.add_argument("--submit", type=int, default=0, metavar="N",
-                       help="planning: also submit N queries to a running deep.yaml hierarchy whose MDR holds "
-                            "the generated tree, timing plan + place + deploy on the nodes")
-    bench.set_defaults(func=cmd_bench)
+    bench = sub.add_parser("bench", help="benchmarks that print figures (and write them with --json)")
+    benches = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
+    for entry in BENCHES:
+        one = benches.add_parser(entry.name, help=entry.summary, description=entry.summary)
+        for flag in entry.options:
+            one.add_argument(*flag.flags, **flag.settings)
+        one.add_argument("--json", metavar="FILE", default=None,
+                         help="also write the figures, the machine, the git commit and the date to FILE")
+        one.set_defaults(func=cmd_bench, bench=entry)
+    report = benches.add_parser("report", help="turn a folder of --json results into docs/benchmarks.md",
+                                description="turn a folder of `hifi bench <name> --json` results into a page "
+                                            "with a chart per benchmark and the field's published figures")
+    report.add_argument("folder", help="the result files (*.json)")
+    report.add_argument("--out", default="docs/benchmarks.md", help="the page to write (default docs/benchmarks.md)")
+    report.set_defaults(func=cmd_bench_report)
     return parser
 
 

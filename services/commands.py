@@ -16,12 +16,7 @@ from glue.sql.lexer import SqlError
 from glue.topology import load_topology
 from services.embedded import redacted_url
 from services.paths import (
-    DEEP_TOPOLOGY,
     DEFAULT_TOPOLOGY,
-    FAN_IN_SCENARIO,
-    SMALL_TOPOLOGY,
-    STORE_TOPOLOGY,
-    SUPPLY_CHAIN_SCENARIO,
 )
 from wire.errors import HiFiError
 from wire.identity import SYSTEM
@@ -680,29 +675,22 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def load_agent_scenario(args: argparse.Namespace, start_ms: int):
-    """The scenario `hifi agents` / `hifi bench agents` run: --scenario, else the topology's."""
-    from edge.scenario import load_scenario
-    from services.emulation import scenario_of
+    """The scenario `hifi agents` runs: --scenario, else the topology's."""
+    from services.emulation import agent_scenario
 
-    if args.scenario:
-        return load_scenario(args.scenario, start_ms, args.seed)
-    return scenario_of(load_topology(args.topology), start_ms, args.seed)
-
-
-def bench_agents(args: argparse.Namespace, duration_s: float) -> int:
-    """`hifi bench agents` and `hifi agents --benchmark`: one agent process, flat out and paced."""
-    from services.bench.agents import run_agents_bench
-
-    _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), duration_s, _progress))
-    return 0
+    return agent_scenario(args.scenario, args.topology, start_ms, args.seed)
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
     from edge.agent import ReceptorAgent
     from services.hierarchy import next_whole_second
 
-    if args.benchmark:
-        return bench_agents(args, args.duration or 60.0)
+    if args.benchmark:   # the same as `hifi bench agents`
+        from services.bench.agents import run_agents_bench
+
+        _say(run_agents_bench(lambda start_ms: load_agent_scenario(args, start_ms), args.duration or 60.0,
+                              _progress))
+        return 0
     bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP")
     if not bootstrap:
         raise CLIError("hifi agents needs a broker: set HIFI_KAFKA_BOOTSTRAP (hifi up runs its own agents)")
@@ -723,143 +711,32 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
-BENCH_DURATION_S = 60.0     # seconds the agents run in a benchmark
-EVENTS_DURATION_S = 300.0   # events: the store's first shoplifting comes ~1 min in, a missing pallet each 40 s
-PROXY_DURATION_S = 240.0    # proxy: the whole Intel Lab replay (240 half-hour steps, one a second)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.which == "events":
-        from services.bench.events import run_live, run_offline, table
+    """`hifi bench <name>`: run it (services.bench.registry), print its table, write --json."""
+    from services.bench import results
 
-        topology = load_topology(args.topology or STORE_TOPOLOGY)
-        duration = args.duration if args.duration is not None else EVENTS_DURATION_S
-        if args.offline:
-            _say(table(run_offline(topology, duration), live=False))
-            return 0
-        _say(table(run_live(topology, duration, _progress, args.trigger_ms), live=True))
+    outcome = args.bench.run(args)
+    _say(outcome.text)
+    if args.json:
+        results.write(args.json, results.record(args.which, results.command_line(sys.argv, args.which),
+                                                outcome.text, outcome.figures))
+        _progress(f"figures written to {args.json}")
+    if args.bench.spark:
         _stop_spark()
-        return 0
-    if args.which == "proxy":
-        from services.bench.proxy import run, run_selectivity, selectivity_table, table
+    return 0
 
-        duration = args.duration if args.duration is not None else PROXY_DURATION_S
-        _say(table(run(duration)) + "\n\n" + selectivity_table(run_selectivity(duration)))
-        return 0
-    if args.duration is None:
-        args.duration = BENCH_DURATION_S
-    if args.which == "fanin":
-        from services.bench.fanin import fanin_table, parent_table, run_fanin_bench, run_parent_bench
 
-        if min(args.children + args.whole, default=1) <= 0:
-            raise CLIError("--children and --whole take positive numbers of doors")
-        if args.children:
-            _say(parent_table(run_parent_bench(args.children, 20.0, args.duration, _progress)))
-        if args.whole:
-            _say(fanin_table(run_fanin_bench(args.whole, 20.0, args.duration, _progress)))
-        _stop_spark()
-        return 0
-    if args.which == "past":
-        from services.bench.past import past_table, run_past_bench
+def cmd_bench_report(args: argparse.Namespace) -> int:
+    """`hifi bench report FOLDER`: docs/benchmarks.md from the result files in FOLDER."""
+    from services.bench import publish, results
 
-        if min(args.hour_rates) <= 0:
-            raise CLIError("--hour-rates takes positive readings a second")
-        _say(past_table(run_past_bench(args.hour_rates, _progress)))
-        _stop_spark()
-        return 0
-    if args.which == "batches":
-        from services.bench.batches import batches_table, run_batches_bench
-
-        if min(args.backlogs) <= 0:
-            raise CLIError("--backlogs takes positive numbers of readings")
-        _say(batches_table(run_batches_bench(args.backlogs, _progress)))
-        _stop_spark()
-        return 0
-    if args.which == "lag":
-        from services.bench.lag import run_lag_bench, table
-
-        topology = args.topology or DEEP_TOPOLOGY
-        _say(table(run_lag_bench(load_topology(topology), args.slides, args.duration, _progress)))
-        _stop_spark()
-        return 0
-    if args.which == "priority":
-        from glue.topology import TopologyError, byte_rate
-        from services.bench.priority import priority_table, run_priority_bench
-
-        try:
-            rate = byte_rate(args.uplink, "--uplink")
-        except TopologyError as exc:
-            raise CLIError(str(exc)) from None
-        topology = load_topology(args.topology or SMALL_TOPOLOGY)
-        _say(priority_table(run_priority_bench(topology, args.duration, _progress, rate), rate))
-        _stop_spark()
-        return 0
-    if args.which == "triage":
-        from services.bench.triage import run_triage_bench, triage_table
-        from wire.windows import DurationError, duration_ms
-
-        try:
-            target_ms = duration_ms(args.latency_target)
-        except DurationError as exc:
-            raise CLIError(f"--latency-target: {exc}") from None
-        if target_ms <= 0 or args.rate <= 0:
-            raise CLIError("--latency-target and --rate must be positive")
-        _say(triage_table(*run_triage_bench(args.rate, args.duration, target_ms, _progress), target_ms))
-        _stop_spark()
-        return 0
-    if args.which == "dashboard":
-        from services.bench.dashboard import run_dashboard_bench
-
-        topology = args.topology or SMALL_TOPOLOGY
-        _say(run_dashboard_bench(load_topology(topology), args.duration, _progress))
-        _stop_spark()
-        return 0
-    if args.which in ("idle", "sharing", "capacity"):
-        from services.bench.capacity import RATES, capacity_table, run_capacity_bench
-        from services.bench.runtime import run_idle_bench, run_sharing_bench, sharing_table
-
-        if args.which == "capacity":
-            rates = args.rates or RATES
-            if args.step <= 0 or min(rates) <= 0:
-                raise CLIError("--rates and --step must be positive")
-            _say(capacity_table(run_capacity_bench(sorted(rates), args.step, _progress)))
-        elif args.which == "idle":
-            _say(f"cores used by one edge node and the core, standing views, no input: "
-                 f"{run_idle_bench(args.duration, _progress):.3f}")
-        else:
-            _say(sharing_table(run_sharing_bench(args.counts, args.duration, _progress)))
-        _stop_spark()
-        return 0
-    if args.which == "chaos":
-        from services.bench.chaos import chaos_table, run_chaos_bench
-
-        _say(chaos_table(run_chaos_bench(args.settle, _progress)))
-        return 0
-    if args.which == "agents":
-        args.scenario = args.scenario or FAN_IN_SCENARIO
-        return bench_agents(args, args.duration)
-    if args.which == "cleaning":
-        from services.bench.cleaning import run_cleaning_bench
-
-        seed = args.seed if args.seed is not None else 7
-        _say(run_cleaning_bench(args.scenario or SUPPLY_CHAIN_SCENARIO, args.duration, seed, args.plot or None,
-                                _progress))
-        return 0
-    if args.which == "planning" and args.submit:
-        from services.bench.planning import run_submit_bench
-
-        topology = args.topology or DEEP_TOPOLOGY
-        _say(run_submit_bench(load_topology(topology), args.submit, args.fanout, args.levels, _progress).table())
-        _stop_spark()
-        return 0
-    if args.which == "planning":
-        from services.bench.planning import run_planning_bench
-
-        _say(run_planning_bench(args.queries, args.fanout, args.levels).table())
-        return 0
-    from services.bench.pipeline import run_pipeline_bench
-
-    topology = load_topology(args.topology or DEFAULT_TOPOLOGY)
-    _say(run_pipeline_bench(topology, args.duration, _progress, args.trigger_ms).table())
-    _stop_spark()
+    if not os.path.isdir(args.folder):
+        raise CLIError(f"no such folder: {args.folder}")
+    found = results.read_folder(args.folder)
+    if not found:
+        raise CLIError(f"no result files in {args.folder} (write them with `hifi bench <name> --json FILE`)")
+    written = publish.report(found, args.out, args.folder)
+    _say(f"{args.out}: {len(written)} benchmarks ({', '.join(written)}) from {len(found)} result files")
     return 0

@@ -7,7 +7,7 @@ import os
 
 from edge.scenario import Scenario, ScenarioError, load_scenario, scenario_from_spec
 from glue.operators import CALIBRATED
-from glue.topology import ReceptorSpec, RelationSpec, Topology
+from glue.topology import ReceptorSpec, RelationSpec, Topology, load_topology
 
 
 def scenario_of(topology: Topology, start_ms: int, seed: int | None = None) -> Scenario:
@@ -19,6 +19,14 @@ def scenario_of(topology: Topology, start_ms: int, seed: int | None = None) -> S
         return scenario_from_spec(spec, start_ms, seed, os.path.dirname(topology.source))
     except ScenarioError as exc:
         raise ScenarioError(f"{topology.source}, scenario: {exc}") from None
+
+
+def agent_scenario(scenario_file: str | None, topology_file: str | None, start_ms: int,
+                   seed: int | None = None) -> Scenario:
+    """What an agent runs: the scenario file if given, else the topology's scenario."""
+    if scenario_file:
+        return load_scenario(scenario_file, start_ms, seed)
+    return scenario_of(load_topology(topology_file), start_ms, seed)
 
 
 def receptors_for(topology: Topology, scenario: Scenario) -> list[ReceptorSpec]:
