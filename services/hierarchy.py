@@ -23,6 +23,7 @@ from dsp.plan import RAW_STREAMS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
+from edge.scenario import Scenario
 from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR, now_ms
@@ -158,9 +159,12 @@ class Hierarchy:
         self.dashboard = Dashboard(MDR.connect(self.redis_url), self.bootstrap, Security(self.tls_dir), self.topology)
         return self.dashboard.serve(listen)
 
-    def start_agents(self, out_dir: str | None = None) -> ReceptorAgent:
-        """Start the topology's scenario now; its readings and ground truth go to `out_dir`."""
-        scenario = scenario_of(self.topology, next_whole_second(int(time.time() * 1000)))
+    def start_agents(self, out_dir: str | None = None,
+                     scenario_at: Callable[[int], Scenario] | None = None) -> ReceptorAgent:
+        """Start the topology's scenario (or `scenario_at(start_ms)`) now; its readings and ground
+        truth go to `out_dir`."""
+        start_ms = next_whole_second(int(time.time() * 1000))
+        scenario = scenario_at(start_ms) if scenario_at is not None else scenario_of(self.topology, start_ms)
         self.agent = ReceptorAgent(scenario, self.bootstrap, out_dir or os.path.join(self.state_dir, "receptors"))
         self.agent.start()
         return self.agent
