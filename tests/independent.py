@@ -22,8 +22,10 @@ Only the topology's parameters and receptors are read, from the YAML file itself
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -101,17 +103,22 @@ def evaluate(sql: str, lines: Iterable[dict[str, Any]], parameters: dict[str, An
         con.close()
 
 
+_LOGS: dict[str, tuple[int, list[dict[str, Any]]]] = {}   # path -> (bytes read, lines): a growing log
+
+
 def read_log(path: str, until_ms: int) -> list[dict[str, Any]]:
-    """The readings log's lines up to the first one later than `until_ms` (its own reader)."""
-    out = []
-    with open(path) as fh:
-        for text in fh:
-            if text.strip():
-                line = json.loads(text)
-                if line["t"] > until_ms:
-                    break
-                out.append(line)
-    return out
+    """The readings log's lines up to the first one later than `until_ms` (its own reader; a log
+    checked again and again as it grows is read on from where the last read stopped)."""
+    offset, lines = _LOGS.get(path, (0, []))
+    if os.path.getsize(path) < offset:   # written anew by another run
+        offset, lines = 0, []
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        data = fh.read()
+    whole = data.rfind(b"\n") + 1   # a line still being written is read next time
+    lines = lines + [json.loads(text) for text in data[:whole].splitlines() if text.strip()]
+    _LOGS[path] = (offset + whole, lines)
+    return list(itertools.takewhile(lambda line: line["t"] <= until_ms, lines))
 
 
 # Each suite query's DuckDB twin, by the name it has in tests/test_queries.QUERIES. An aggregate's
