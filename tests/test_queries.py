@@ -97,22 +97,12 @@ QUERIES = {
 }
 
 
-# The queries the test of `--since` asks for the past again: submitted with the others, so the
-# minute of archive it needs has accumulated by the time it runs (it slept for it before: 60 s).
-PAST = {"past: across the doors": (
-            "SELECT location, count(*) AS reads, max(read_strength) AS best FROM rfid_stream [range by '4 seconds', "
-            "slide by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location", "warehouse"),
-        "past: at an edge": (
-            "SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] WHERE receptor_id = 'door1-r1' "
-            "GROUP BY tag_id", "door1")}
-
-
 @pytest.fixture(scope="module")
 def submitted(hierarchy):
-    """Every query of QUERIES (and PAST) submitted at once, so their windows accumulate side by
-    side (one after another they took seven minutes); each test below checks one and cancels it.
-    Later ones may reuse or roll up the parts of earlier ones, as on a shared hierarchy."""
-    plans = {name: hierarchy.placement.submit(sql) for name, (sql, _) in {**QUERIES, **PAST}.items()}
+    """Every query of QUERIES submitted at once, so their windows accumulate side by side (one
+    after another they took seven minutes); each test below checks one and cancels it. Later ones
+    may reuse or roll up the parts of earlier ones, as on a shared hierarchy."""
+    plans = {name: hierarchy.placement.submit(sql) for name, (sql, _) in QUERIES.items()}
     yield plans
     running = {q.id for q in hierarchy.mdr.queries()}
     for plan in plans.values():
@@ -289,7 +279,7 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
     wait_for(lambda: told() == {"never"}, 10, lambda: f"the motes silenced after the cancel, not {told()}")
 
 
-def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_then(hierarchy, submitted):
+def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_then(hierarchy):
     """The seam of `--since` (issue 21): a query asked for the last 50 s, its parts first fed
     what their nodes archived and then the live stream, equals window by window the same query
     started a minute earlier — across the edges (whose archives hold the raw input) and the
@@ -297,8 +287,11 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
     from services.judge import same_rows
     from services.placement import UNTIL_GRACE_MS
 
-    live = [submitted[name] for name in PAST]
-    across, at_edge = (plan.query.text for plan in live)
+    across = ("SELECT location, count(*) AS reads, max(read_strength) AS best FROM rfid_stream [range by '4 seconds', "
+              "slide by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location")
+    at_edge = ("SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] WHERE receptor_id = 'door1-r1' "
+               "GROUP BY tag_id")
+    live = [hierarchy.placement.submit(sql) for sql in (across, at_edge)]
     # `since` a little after they started: every node running their parts has archived from then on
     # (the warehouse's first reader of the doors' partials came with them; the plan warns otherwise)
     since = max(p.start_ms for p in live) + 10_000
