@@ -280,7 +280,7 @@ def test_the_sensor_proxy_tells_the_motes_a_threshold_and_the_answers_are_those_
 
 
 def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_then(hierarchy):
-    """The seam of `--since` (issue 21): a query asked for the last 50 s, its parts first fed
+    """The seam of `--since` (issue 21): a query asked for the last 25 s, its parts first fed
     what their nodes archived and then the live stream, equals window by window the same query
     started a minute earlier — across the edges (whose archives hold the raw input) and the
     warehouse (whose archive holds the edges' partials, which the later query reuses)."""
@@ -295,7 +295,7 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
     # `since` a little after they started: every node running their parts has archived from then on
     # (the warehouse's first reader of the doors' partials came with them; the plan warns otherwise)
     since = max(p.start_ms for p in live) + 10_000
-    time.sleep(max(0.0, since + 50_000 - time.time() * 1000) / 1000)
+    time.sleep(max(0.0, since + 25_000 - time.time() * 1000) / 1000)
     # explained over the gRPC API first: what it would be fed, nothing deployed; a span that is none refused
     stub = _placement(hierarchy)
     explained = stub.Submit(hifi_pb2.SubmitRequest(sql=across, explain_only=True, since_ms=since))
@@ -321,7 +321,7 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
             end = min(max(w[0] for w in got), max(w[0] for w in want)) - 4000   # rows of the last ones in flight
             span = [w for w in got if since <= w[0] < end], [w for w in want if since <= w[0] < end]
             starts = {w[0] for w in span[1]}
-            assert min(starts) < asked - 40_000 and max(starts) > asked, "the span crosses the seam"
+            assert min(starts) < asked - 20_000 and max(starts) > asked, "the span crosses the seam"
             assert same_rows(*span), (earlier.query.text, sorted(set(span[0]) ^ set(span[1]))[:6])
             assert all(w[0] >= since for w in got), "nothing before --since"
         assert hierarchy.mdr.stats("door1").get("archive_bytes", 0) > 0
