@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from services.bench.report import paired
+
 RECEPTORS = ("r1", "r2", "r3", "r4")
 WINDOW_MS = 2_000
 
@@ -116,13 +118,7 @@ def batches_table(drains: list[Drain]) -> str:
     """
     lines = ["| backlog | driver s / CPU-s | Spark s / CPU-s | Spark / driver (time) | counts agree | Spark batches |",
              "|---|---|---|---|---|---|"]
-    by_size: dict[int, dict[str, Drain]] = {}
-    for drain in drains:
-        by_size.setdefault(drain.backlog, {})[drain.path] = drain
-    for backlog, paths in by_size.items():
-        driver, spark = paths.get("driver"), paths.get("spark")
-        if driver is None or spark is None:
-            continue
+    for backlog, driver, spark in paired(drains, lambda drain: drain.backlog):
         lines.append(f"| {backlog:,} | {driver.seconds:.1f} / {driver.cpu_s:.1f} | {spark.seconds:.1f} / "
                      f"{spark.cpu_s:.1f} | {spark.seconds / driver.seconds:.2f} | "
                      f"{'yes' if driver.counted == spark.counted else 'NO'} | {spark.spark_batches} |")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from services.bench.report import paired
+
 RECEPTORS = ("r1", "r2", "r3", "r4")
 WINDOW_MS = 10_000
 BATCH_MS = 500
@@ -121,13 +123,7 @@ def past_table(runs: list[PastRun]) -> str:
     """
     lines = ["| readings/s (an hour) | driver s / CPU-s | Spark s / CPU-s | Spark / driver (time) | windows "
              "| answers agree |", "|---|---|---|---|---|---|"]
-    by_rate: dict[int, dict[str, PastRun]] = {}
-    for run in runs:
-        by_rate.setdefault(run.rate, {})[run.path] = run
-    for rate, paths in by_rate.items():
-        driver, spark = paths.get("driver"), paths.get("spark")
-        if driver is None or spark is None:
-            continue
+    for rate, driver, spark in paired(runs, lambda run: run.rate):
         agree = driver.answer == spark.answer
         lines.append(f"| {rate:,} | {driver.seconds:.1f} / {driver.cpu_s:.1f} | {spark.seconds:.1f} / "
                      f"{spark.cpu_s:.1f} | {spark.seconds / driver.seconds:.2f} | {driver.windows} | "

@@ -45,15 +45,9 @@ def _sharing(f: list) -> Chart:
 
 
 def _capacity(f: dict) -> Chart:
-    held = [s["published"] for s in f["steps"] if _held(s)]
     return Chart("Readings a second: sustained by the node, and its own client's floors", "", "readings/s",
-                 {"readings/s": [("node, lag flat", max(held, default=0.0)), ("librdkafka fetch", f["fetch_rate"]),
+                 {"readings/s": [("node, lag flat", f["sustained"]), ("librdkafka fetch", f["fetch_rate"]),
                                  ("fetch + node's decode", f["decode_rate"])]})
-
-
-def _held(step: dict) -> bool:
-    lags = step["lag_s"][len(step["lag_s"]) // 2:]
-    return bool(lags) and None not in lags and max(lags) <= 2 * step["trigger_s"]
 
 
 def _fanin(f: dict) -> Chart:

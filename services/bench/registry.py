@@ -149,9 +149,10 @@ def _sharing(args: argparse.Namespace) -> Outcome:
 
 def _capacity(args: argparse.Namespace) -> Outcome:
     from services.bench.capacity import RATES, capacity_table, run_capacity_bench
+    from services.bench.results import plain
 
     figures = run_capacity_bench(sorted(args.rates or RATES), args.step, progress)
-    return Outcome(capacity_table(figures), figures)
+    return Outcome(capacity_table(figures), {**plain(figures), "sustained": figures.sustained})
 
 
 def _chaos(args: argparse.Namespace) -> Outcome:
@@ -241,10 +242,6 @@ def _byte_rate(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _doors(text: str) -> int:
-    return positive(int)(text)
-
-
 BENCHES: tuple[Bench, ...] = (
     Bench("pipeline", "start-up time, edge input rate, latency from a reading to each level's window "
           "(headquarters included) and windows missing, accuracy", _pipeline,
@@ -320,9 +317,9 @@ BENCHES: tuple[Bench, ...] = (
     Bench("fanin", "a warehouse over N doors at the same total reading rate: the parent alone (doors emulated), "
           "then whole hierarchies: cores, windows after they close, readers", _fanin,
           (duration(60.0),
-           option("--children", type=_doors, nargs="*", default=[4, 16, 64],
+           option("--children", type=positive(int), nargs="*", default=[4, 16, 64],
                   help="the parent alone: its numbers of doors, one run each (default 4 16 64)"),
-           option("--whole", type=_doors, nargs="*", default=[4, 16, 32],
+           option("--whole", type=positive(int), nargs="*", default=[4, 16, 32],
                   help="whole hierarchies (every door a node): their numbers of doors (default 4 16 32)"))),
     Bench("batches", "a backlog drained by one node's driver path and by Spark's: seconds, CPU-seconds, "
           "counts agreeing", _batches,

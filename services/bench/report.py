@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+
+class _OnAPath(Protocol):
+    path: str   # "driver" or "spark"
+
+
+Run = TypeVar("Run", bound=_OnAPath)
 
 
 def figures_table(rows: list[tuple[str, str]]) -> str:
@@ -19,3 +27,18 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if len(values) == 1:
         return float(values[0])
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def paired(runs: Sequence[Run], key: Callable[[Run], Any]) -> list[tuple[Any, Run, Run]]:
+    """(key, the driver's run, Spark's run) per key, in the order keys first came; a key lacking
+    either path is left out (the two-path benches: batches, past).
+
+    >>> from types import SimpleNamespace as R
+    >>> runs = [R(n=1, path="driver"), R(n=1, path="spark"), R(n=2, path="driver")]
+    >>> [(k, d.path, s.path) for k, d, s in paired(runs, lambda r: r.n)]
+    [(1, 'driver', 'spark')]
+    """
+    by_key: dict[Any, dict[str, Run]] = {}
+    for run in runs:
+        by_key.setdefault(key(run), {})[run.path] = run
+    return [(k, paths["driver"], paths["spark"]) for k, paths in by_key.items() if {"driver", "spark"} <= set(paths)]
