@@ -9,6 +9,9 @@ Options:
              "samples"  the mote sample batches of a raw topic -> one row per sample of the schema
                      given in `schema`: receptor_id, the quantities, ts (read cycles are skipped)
              "rows"  RowBatch records of a view -> rows of the schema given in `schema`
+             "offsets"  no rows at all: a node's one stream (dsp.shared), whose micro-batches only
+                     say which offsets they cover; each form of its topics is then read from them
+                     (in the driver, or by Spark as a batch: `endingOffsets`)
   heartbeats "true" (format "rfid"): also a row with no tag (tag_id, antenna, read_strength null) for
              every valid read cycle, so a query knows the cycles that read nothing (adaptive smoothing);
              (format "samples"): a row with no receptor at every sample batch's time, so event time
@@ -23,6 +26,8 @@ Options:
              sources received after T. A partition the last batch did not read (a topic added
              to a running reader, or to a query that restarts on its checkpoint) starts where the
              JSON says, else at its beginning
+  endingOffsets  (a batch read, `spark.read`) JSON {"topic:partition": offset}: where the records
+             end; they start at `startingOffsets` (a partition it does not name: nothing read)
   topics_file  a JSON file {"topics": [...], "starts": {"topic:partition": offset}} read at every
              poll: the topics the reader reads now and where those new to it start (they override
              `topics` and `startingOffsets`). A node's shared reader (dsp.shared) takes a child
@@ -77,7 +82,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import (
     ArrayType,
@@ -232,6 +237,9 @@ def sweep_handoff(directory: str, older_than_s: float = 0.0) -> None:
 _reading_here = threading.Lock()
 
 
+OFFSETS_ONLY = "offsets"   # the format of a stream that only says which offsets its batches cover
+
+
 class KafkaStreamReader(DataSourceStreamReader):
     ROWS_PER_ARROW_BATCH = 20_000
     # A partition's new records are split among at most `tasks` tasks (option, default 1: Spark's
@@ -363,6 +371,8 @@ class KafkaStreamReader(DataSourceStreamReader):
                 gc.enable()
 
     def _read(self, partition: OffsetRange, records: list | None = None) -> Iterator[pa.RecordBatch]:
+        if self.format == OFFSETS_ONLY:
+            return
         if not self.handoff_dir:
             yield from self._tagged(partition, records)
             return
@@ -673,13 +683,37 @@ class KafkaDataSource(DataSource):
         return "hifi_kafka"
 
     def schema(self) -> str:
-        rows = RAW_RFID_DDL if self.options.get("format", "rows") == "rfid" else self.options["schema"]
+        fmt = self.options.get("format", "rows")
+        if fmt == OFFSETS_ONLY:
+            return f"{TOPIC_COLUMN} STRING"
+        rows = RAW_RFID_DDL if fmt == "rfid" else self.options["schema"]
         if self.options.get("topic_column") == "true":
             rows = f"{rows}, {TOPIC_COLUMN} STRING"
         return f"{HANDOFF_COLUMN} STRING, {rows}" if self.options.get("handoff_dir") else rows
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(schema, dict(self.options))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaBatchReader(schema, dict(self.options))
+
+
+class KafkaBatchReader(DataSourceReader):
+    """The records from `startingOffsets` to `endingOffsets` read once, as a stream's micro-batch
+    over those bounds would read them (one form of a node's one stream, dsp.shared)."""
+
+    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
+        self.stream = KafkaStreamReader(schema, options)
+        # Spark hands the options over with their names in lower case
+        self.start, self.end = (json.loads(options.get(name.lower(), options.get(name, "{}")))
+                                for name in ("startingOffsets", "endingOffsets"))
+
+    def partitions(self) -> list[InputPartition]:
+        return self.stream.partitions(self.start, self.end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        yield from self.stream.read(partition)
 
 
 def local_reader(options: Mapping[str, str]) -> KafkaStreamReader:

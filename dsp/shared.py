@@ -61,6 +61,7 @@ Spark queries (dsp.manager), which also restarts readers that die.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -84,10 +85,19 @@ from dsp.control_first import ControlFirstLock
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, sources_under, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
-from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
+from dsp.kafka_source import OFFSETS_ONLY, KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
-from dsp.offset_log import batch_bounds, batch_end
-from dsp.plan import Plan, PlanError, carries_markers, event_time_column, output_columns, sources, to_json
+from dsp.offset_log import Offsets, batch_bounds, batch_end
+from dsp.plan import (
+    RAW_SAMPLE_SOURCE_COLUMNS,
+    Plan,
+    PlanError,
+    carries_markers,
+    event_time_column,
+    output_columns,
+    sources,
+    to_json,
+)
 from dsp.spark_partials import SparkBatches
 from dsp.uplink import Uplink
 from wire import bus
@@ -95,6 +105,7 @@ from wire.intake import IntakeRules
 
 log = logging.getLogger("hifi.dsp")
 READER_PREFIX = "read:"
+INITIAL_OFFSETS = "initial.json"   # where a stream starts, beside its checkpoint (SharedRuntime._initial)
 
 
 @dataclass
@@ -134,11 +145,17 @@ class Part:
         return carries_markers(self.columns)
 
 
+def stream_key(owner: str = "") -> str:
+    """The node's one Spark query, which reads every topic its parts read (the parts adopted from
+    `owner` have one of their own: they read from that node's position, not this one's)."""
+    return f"{READER_PREFIX}{owner + '@' if owner else ''}node"
+
+
 @dataclass(frozen=True)
 class Reader:
-    """One Spark streaming query of the node: the topics of one form it reads. Views' rows of one
-    shape (format "rows", the same columns) share one reader, keyed by the shape; a raw topic's
-    readings and samples are a reader each, keyed by the topic."""
+    """One form of the node's input: topics read alike, from the bounds of the node's stream's
+    micro-batches. Views' rows of one shape (format "rows", the same columns) are one form, keyed
+    by the shape; a raw topic's readings and samples are a form each, keyed by the topic."""
 
     topics: tuple[str, ...]   # sorted: a batch is handed to the parts topic by topic in this order
     format: str
@@ -156,20 +173,25 @@ class Reader:
         shape = hashlib.sha1(repr(self.columns).encode()).hexdigest()[:12]
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{shape}"
 
+    @property
+    def stream(self) -> str:
+        return stream_key(self.owner)
+
     def _per_topic_key(self, topic: str) -> str:
-        """A reader's key when every topic had a reader of its own (a raw reader's still)."""
+        """A form's key when every topic had a reader of its own (a raw form's still)."""
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{topic}"
 
     def archive_keys(self, topic: str) -> tuple[str, ...]:
-        """Where the archive keeps this reader's batches of `topic`: the first is where they go now;
+        """Where the archive keeps this form's batches of `topic`: the first is where they go now;
         the others hold those of a node that ran before readers were shared (read back too)."""
         if not self.shared:
             return (self.key,)
         return f"{self.key}~{topic}", self._per_topic_key(topic)
 
-    def older_checkpoints(self) -> dict[str, str]:
-        """topic -> the key of the reader it had when every topic had its own (older layout)."""
-        return {topic: self._per_topic_key(topic) for topic in self.topics} if self.shared else {}
+    def older_queries(self, topic: str) -> tuple[str, ...]:
+        """The Spark queries that read `topic` in this form on a node of an older layout: a reader
+        per form, and before that a reader per topic."""
+        return tuple(dict.fromkeys((self.key, self._per_topic_key(topic))))
 
     def with_topics(self, topics: Sequence[str]) -> Reader:
         return replace(self, topics=tuple(sorted(set(topics))))
@@ -241,10 +263,12 @@ class SharedRuntime:
                                         mdr_url)
         self.state_path = os.path.join(self.spark_queries.state_dir, "shared.state")
         self._parts: dict[str, Part] = {}
-        self._readers: dict[str, Reader] = {}
-        self._local_readers: dict[str, KafkaStreamReader] = {}   # each reader's source, for small batches
-        self._starts: dict[str, dict[str, int]] = {}   # each reader's start offsets for topics its checkpoint lacks
-        self._changed: set[str] = set()   # readers whose topics changed: told once the change is made
+        self._readers: dict[str, Reader] = {}   # the forms of the node's input, by key
+        self._sources: dict[str, dict[str, str]] = {}   # each form's source options (dsp.kafka_source)
+        self._local_readers: dict[str, KafkaStreamReader] = {}   # each form's source, for small batches
+        self._streams: set[str] = set()   # the node's Spark queries running (stream_key)
+        self._starts: dict[str, dict[str, int]] = {}   # each stream's start offsets for topics new to it
+        self._changed: set[str] = set()   # streams whose topics changed: told once the change is made
         self.input_rate = InputRate()
         self._locks = ControlFirstLock()   # a deploy or cancel goes before the next batch
         self._lock = self._locks.lock
@@ -373,87 +397,121 @@ class SharedRuntime:
             self.part(query_id).bounds = bounds
 
     def ensure_ingest(self) -> None:
-        """An edge node's raw topic is always read (its reader is the node's data listener)."""
+        """An edge node's raw topic is always read (it is the node's data listener), its readings
+        and its motes' samples: both are archived, for queries over the past."""
         if self.ingest is not None:
             with self._locks.control():
                 self._ensure_reader(Reader((self.ingest.raw_topic,), "rfid"), None)
+                self._ensure_reader(Reader((self.ingest.raw_topic,), "samples", RAW_SAMPLE_SOURCE_COLUMNS), None)
 
     def _ensure_reader(self, reader: Reader, start_offsets: Mapping[str, int] | None) -> None:
-        """A reader of `reader`'s topics: the one of its key, with the topics added (told by
-        _tell_changed), or a new one. A topic added starts where `start_offsets` say (else at its
-        beginning)."""
-        key = reader.key
-        current = self._readers.get(key)
+        """`reader`'s form read: the one of its key, with the topics added, or a new one. A topic
+        new to the node's stream starts where `start_offsets` say (else at its beginning); one it
+        reads already (a raw topic's other form) where the stream is. The stream is told by
+        _tell_changed, or started."""
+        current = self._readers.get(reader.key)
         if current is not None and set(reader.topics) <= set(current.topics):
             return
-        starts = self._starts.setdefault(key, {})
-        for topic in reader.topics:   # where it started when it was read before goes
-            for offset_key in [k for k in starts if k.rpartition(":")[0] == topic]:
-                del starts[offset_key]
-        starts.update({k: v for k, v in (start_offsets or {}).items() if k.rpartition(":")[0] in reader.topics})
-        if current is not None:
-            self._readers[key] = current.with_topics(current.topics + reader.topics)
-            self._changed.add(key)
+        stream = reader.stream
+        streamed = self._stream_topics(stream)
+        fresh = [topic for topic in reader.topics if topic not in streamed]
+        starts = self._starts.setdefault(stream, {})
+        for offset_key in [k for k in starts if k.rpartition(":")[0] in fresh]:   # where it started before goes
+            del starts[offset_key]
+        starts.update({k: v for k, v in (start_offsets or {}).items() if k.rpartition(":")[0] in fresh})
+        if current is None:
+            starts.update(self._older_layout_starts(reader, fresh))
+            self._readers[reader.key] = reader
+            self._add_source(reader)
+        else:
+            self._readers[reader.key] = current.with_topics(current.topics + reader.topics)
+        if stream in self._streams:
+            self._changed.add(stream)
             return
-        if not os.path.isdir(self.spark_queries.checkpoint(key)):
-            # a new reader numbers its batches from 0 again: the fence of an earlier one must go
-            self._saved.fences.pop(key, None)
-            starts.update(self._older_layout_starts(reader))
-        self._readers[key] = reader
-        self.spark_queries.run(key, lambda writer: self._start_reader(key, writer))
+        if not os.path.isdir(self.spark_queries.checkpoint(stream)):
+            # a new stream numbers its batches from 0 again: the fence of an earlier one must go
+            self._saved.fences.pop(stream, None)
+        self._streams.add(stream)
+        self.spark_queries.run(stream, lambda writer: self._start_stream(stream, writer))
 
-    def _older_layout_starts(self, reader: Reader) -> dict[str, int]:
-        """Where the per-topic readers of a node that ran before readers were shared had saved
-        their effects (their fence's batch end, from their offset logs): a shared reader new
-        here starts its topics there, nothing lost or doubled. Their checkpoints are left."""
+    def _stream_topics(self, stream: str) -> list[str]:
+        """Every topic stream `stream` reads (for its forms), sorted."""
+        return sorted({t for r in self._readers.values() if r.stream == stream for t in r.topics})
+
+    def _older_layout_starts(self, reader: Reader, topics: Sequence[str]) -> dict[str, int]:
+        """Where the Spark queries of a node of an older layout (a reader per form, or per topic)
+        had saved their effects on `topics` (their fence's batch end, from their offset logs): the
+        node's stream starts those topics there, nothing lost or doubled. Their checkpoints are left."""
         found: dict[str, int] = {}
-        for topic, old_key in reader.older_checkpoints().items():
-            fence = self._saved.fences.pop(old_key, None)
-            end = batch_end(self.spark_queries.spark_checkpoint(old_key), fence) if fence is not None else None
-            if end is not None:
-                found.update({k: v for k, v in end.items() if k.rpartition(":")[0] == topic})
-                log.warning("node %s: %s was read by a reader of the older layout (%s, batch %d); the shared "
-                            "reader %s starts it where that one ended", self.node_id, topic, old_key, fence, reader.key)
+        for topic in topics:
+            for old_key in reader.older_queries(topic):
+                fence = self._saved.fences.pop(old_key, None)
+                end = batch_end(self.spark_queries.spark_checkpoint(old_key), fence) if fence is not None else None
+                if end is not None:
+                    found.update({k: v for k, v in end.items() if k.rpartition(":")[0] == topic})
+                    log.warning("node %s: %s was read by a Spark query of an older layout (%s, batch %d); the "
+                                "node's stream starts it where that one ended", self.node_id, topic, old_key, fence)
         return found
 
-    def _start_reader(self, key: str, writer: Callable[[DataFrame], object]):
-        """Start reader `key`'s Spark query on its topics as they are now (a restart too)."""
-        reader = self._readers[key]
+    def _add_source(self, reader: Reader) -> None:
+        """The source options of form `reader` (dsp.kafka_source), and its reader for small batches."""
         ingest = self.ingest if reader.format == "rfid" else None
         event_time = next((n for n in ("window_start", *(n for n, k in reader.columns if k == "timestamp"))
                            if n in dict(reader.columns)), "")
         ctx = CompileContext(self.spark, self.bootstrap, ingest=ingest, intake=self.intake(), mdr_url=self.mdr_url,
-                             start_offsets=self._starts.get(key) or None, handoff_dir=self.handoff_dir)
-        # a samples reader's clock rows move event time while the motes hold samples back (SourceOp)
+                             handoff_dir=self.handoff_dir)
+        # a samples form's clock rows move event time while the motes hold samples back (SourceOp)
         options = reader_options(ctx, reader.topics, reader.format, reader.columns, reader.shared,
                                  event_time, heartbeats=reader.format == "samples")
         if reader.shared:
             options["topic_column"] = "true"
-        options["topics_file"] = self._write_topics(key)
+        self._sources[reader.key] = options
         if not self.on_cluster:   # a cluster's executors read every batch: the driver does not fetch
-            self._local_readers[key] = local_reader(options)
-        # every reader polls twice as often as the node's trigger: a level's wait for the next
+            self._local_readers[reader.key] = local_reader(options)
+
+    def _start_stream(self, stream: str, writer: Callable[[DataFrame], object]):
+        """Start the node's Spark query `stream` on its topics as they are now (a restart too: the
+        forms' sources take the intake rules as they are now)."""
+        for reader in [r for r in self._readers.values() if r.stream == stream]:
+            self._add_source(reader)
+        options = {"bootstrap": self.bootstrap, "format": OFFSETS_ONLY, "topics": ",".join(self._stream_topics(stream)),
+                   "topics_file": self._write_topics(stream), "startingOffsets": json.dumps(self._initial(stream))}
+        # the stream polls twice as often as the node's trigger: a level's wait for the next
         # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
         # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
         # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
         # 1.71 -> 1.78 cores
-        stream = writer(kafka_stream(self.spark, options)).trigger(
-            processingTime=f"{self.reader_trigger_ms} milliseconds")
-        return stream.foreachBatch(lambda batch, batch_id: self._batch(key, batch, batch_id)).start()
+        every = f"{self.reader_trigger_ms} milliseconds"
+        query = writer(kafka_stream(self.spark, options)).trigger(processingTime=every)
+        return query.foreachBatch(lambda batch, batch_id: self._batch(stream, batch_id)).start()
+
+    def _initial(self, stream: str) -> dict[str, int]:
+        """Where stream `stream` starts (the topics its starts name; the others at their beginning,
+        from its second batch on), kept beside its checkpoint until its first batch is logged: the
+        offset log does not say where that batch starts (offset_log.batch_bounds)."""
+        path = os.path.join(self.spark_queries.checkpoint(stream), INITIAL_OFFSETS)
+        if os.path.exists(os.path.join(self.spark_queries.spark_checkpoint(stream), "offsets", "0")):
+            with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as fh:
+                return dict(json.load(fh))
+        initial = dict(self._starts.get(stream, {}))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
+            json.dump(initial, fh)
+        os.replace(f"{path}.tmp", path)
+        return initial
 
     def _tell_changed(self) -> None:
-        """Tell the readers whose topics changed (their sources read the file at their next poll)."""
+        """Tell the streams whose topics changed (their sources read the file at their next poll)."""
         with self._locks.control():
             changed, self._changed = self._changed, set()
-            for key in changed:
-                if key in self._readers:
-                    self._write_topics(key)
+            for stream in changed & self._streams:
+                self._write_topics(stream)
 
-    def _write_topics(self, key: str) -> str:
-        """Write reader `key`'s topics and the new ones' starts where its source reads them; the path."""
-        path = os.path.join(self.spark_queries.checkpoint(key), "topics.json")
+    def _write_topics(self, stream: str) -> str:
+        """Write stream `stream`'s topics and the new ones' starts where its source reads them; the path."""
+        path = os.path.join(self.spark_queries.checkpoint(stream), "topics.json")
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        now = {"topics": list(self._readers[key].topics), "starts": self._starts.get(key, {})}
+        now = {"topics": self._stream_topics(stream), "starts": self._starts.get(stream, {})}
         with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
             json.dump(now, fh)
         os.replace(f"{path}.tmp", path)   # a poll reads the old file or the new one, whole
@@ -461,47 +519,55 @@ class SharedRuntime:
 
     # ------------------------------------------------------------ the data path
 
-    def _batch(self, key: str, batch: DataFrame, batch_id: int) -> None:
-        """One micro-batch of one reader, through every part that reads its topics, topic by topic."""
+    def _batch(self, stream: str, batch_id: int) -> None:
+        """One micro-batch of the node's stream: form by form (in key order), topic by topic,
+        through every part that reads them. Its forms are read before the lock is taken (and again
+        under it for a form that came meanwhile)."""
         if self.handoff_dir and batch_id % 100 == 0:   # files of tasks that failed and ran again
             sweep_handoff(self.handoff_dir, older_than_s=600)
-        if batch_id <= self._saved.fences.get(key, -1):
+        if batch_id <= self._saved.fences.get(stream, -1):
             return   # a replay of a batch whose effects were saved: not read again
-        on_spark = self._on_spark(key, batch, batch_id)
-        table = self._batch_rows(key, batch, batch_id) if on_spark is None else None
+        bounds = self._bounds(stream, batch_id)
+        taken = {reader.key: (start, end, self._take(reader, start, end))
+                 for reader, start, end in self._forms_in(stream, bounds)}
         with self._locks.batch():
-            if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == key, REPLAY_WAIT_S):
-                log.warning("node %s: batch %s of %s not replayed after %.0f s; the other readers go on",
+            if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == stream, REPLAY_WAIT_S):
+                log.warning("node %s: batch %s of %s not replayed after %.0f s; the other streams go on",
                             self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
                 self._pending = None
-            reader = self._readers.get(key)
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
-            self._intend(key, batch_id)
+            self._intend(stream, batch_id)
+            frames: list[DataFrame] = []
+            rows = 0
             try:
-                if reader is None:   # cancelled meanwhile: nobody reads it
-                    rows = 0
-                elif on_spark is not None:
-                    rows = self._spark_batch(reader, batch_id, on_spark, producer, sent, reports)
-                else:
-                    rows = self._driver_batch(reader, batch_id, table, producer, sent, reports)
+                for reader, start, end in self._forms_in(stream, bounds):   # the forms as they are now
+                    had = taken.get(reader.key)
+                    frame, table = had[2] if had is not None and had[:2] == (start, end) else \
+                        self._take(reader, start, end)
+                    if frame is not None:
+                        frames.append(frame)
+                        rows += self._spark_batch(reader, batch_id, frame, producer, sent, reports)
+                    else:
+                        rows += self._driver_batch(reader, batch_id, table, producer, sent, reports)
                 bus.deliver(producer, sent)
                 if sent:
                     crash_point(AFTER_FLUSH, self.node_id)
             except BaseException:
                 # the parts took the batch in but did not record it: back to the saved state,
-                # and failing the reader makes Spark replay the batch. What was delivered goes out
+                # and failing the stream makes Spark replay the batch. What was delivered goes out
                 # again alike (same run, batch ids and chunks) and every reader drops it: exactly
                 # once. A process that dies here does the same when it starts again.
                 log.warning("node %s: batch %s of %s failed with %d messages sent; it runs again from the saved "
-                            "state", self.node_id, batch_id, key, len(sent))
+                            "state", self.node_id, batch_id, stream, len(sent))
                 self._restore()
-                self._pending = (key, batch_id)
+                self._pending = (stream, batch_id)
                 raise
             finally:
-                if on_spark is not None:
-                    on_spark.unpersist()
-            self._saved.fences[key] = batch_id
+                persisted = {id(f): f for f in [*frames, *(had[2][0] for had in taken.values())] if f is not None}
+                for frame in persisted.values():
+                    frame.unpersist()
+            self._saved.fences[stream] = batch_id
             self._save()
             self.input_rate.add(rows, time.monotonic())
             self._pending = None
@@ -509,6 +575,49 @@ class SharedRuntime:
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
         # failed and runs again counts once
         self._run_hooks(reports)
+
+    def _bounds(self, stream: str, batch_id: int) -> tuple[Offsets, Offsets]:
+        """Where batch `batch_id` of `stream` starts and ends (the first starts where _initial said)."""
+        checkpoint = self.spark_queries.spark_checkpoint(stream)
+        found = batch_bounds(checkpoint, batch_id)
+        if found is None and batch_id == 0 and (end := batch_end(checkpoint, 0)) is not None:
+            found = self._initial(stream), end
+        if found is None:
+            raise RuntimeError(f"node {self.node_id}: the offset log of {stream} does not say where batch "
+                               f"{batch_id} starts and ends ({checkpoint})")
+        return found
+
+    def _forms_in(self, stream: str, bounds: tuple[Offsets, Offsets]) -> list[tuple[Reader, Offsets, Offsets]]:
+        """Each form of `stream` that has records in the batch of `bounds`, in key order, with its
+        topics' part of them (a partition new to the stream starts where it ends: nothing yet)."""
+        start, end = bounds
+        found = []
+        for key in sorted(self._readers):
+            reader = self._readers[key]
+            if reader.stream != stream:
+                continue
+            ends = {k: v for k, v in end.items() if k.rpartition(":")[0] in reader.topics}
+            starts = {k: start.get(k, v) for k, v in ends.items()}
+            if any(ends[k] > starts[k] for k in ends):
+                found.append((reader, starts, ends))
+        return found
+
+    def _take(self, reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None]:
+        """Form `reader`'s records from `start` to `end`: as a DataFrame, persisted (several jobs
+        read it), when Spark computes its parts (spark_partials.SparkBatches); else its rows, a
+        small batch read here (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
+        if self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values())):
+            return self._frame(reader, start, end).persist(), None
+        local = self._local_readers.get(reader.key)
+        if local is not None and (table := local.read_here(start, end)) is not None:
+            return None, table
+        table = self._frame(reader, start, end).toArrow()
+        return None, take_handoff(table) if self.handoff_dir else table
+
+    def _frame(self, reader: Reader, start: Offsets, end: Offsets) -> DataFrame:
+        """Form `reader`'s records from `start` to `end` as a batch DataFrame Spark's tasks read."""
+        return (self.spark.read.format("hifi_kafka").options(**self._sources[reader.key])
+                .option("startingOffsets", json.dumps(start)).option("endingOffsets", json.dumps(end)).load())
 
     def _driver_batch(self, reader: Reader, batch_id: int, table: pa.Table, producer, sent: list,
                       reports: list[tuple[Part, BatchReport]], skip: Callable[[Part], bool] = lambda part: False,
@@ -565,18 +674,6 @@ class SharedRuntime:
         return [p for p in self._parts.values() if topic in p.topics - p.local_topics and p.feeds
                 and p.owner == reader.owner and (topic, reader.format) in p.inputs]
 
-    def _on_spark(self, key: str, batch: DataFrame, batch_id: int) -> DataFrame | None:
-        """The batch's DataFrame, persisted (several jobs read it), when Spark computes its parts
-        (spark_partials.SparkBatches); None when the driver does."""
-        if not self.spark_batches.enabled:
-            return None
-        if not self.on_cluster:
-            bounds = batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id)
-            # a reader's first batch is not logged: as large as its backlog, it goes to Spark
-            if bounds is not None and self.spark_batches.small(sum(bounds[1].values()) - sum(bounds[0].values())):
-                return None
-        return batch.persist()
-
     def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame) -> None:
         """The batch archived by Spark's tasks (one Parquet folder per topic); as `_archive`, a
         failure is logged and the stream goes on."""
@@ -586,17 +683,6 @@ class SharedRuntime:
         except Exception:  # noqa: BLE001 - see _archive
             self.archive.usage.failures += 1
             log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
-
-    def _batch_rows(self, key: str, batch: DataFrame, batch_id: int) -> pa.Table:
-        """The micro-batch's rows: a small batch read here, from the bounds Spark logged for it
-        (KafkaStreamReader.read_here), a larger one, and every one on a cluster, by Spark's tasks."""
-        local = self._local_readers.get(key)
-        if local is not None and (bounds := batch_bounds(self.spark_queries.spark_checkpoint(key), batch_id)):
-            table = local.read_here(*bounds)
-            if table is not None:
-                return table
-        table = batch.toArrow()
-        return take_handoff(table) if self.handoff_dir else table
 
     def _run_hooks(self, reports: list[tuple[Part, BatchReport]]) -> None:
         """A hook that fails fails its part, as its sink would."""
@@ -752,27 +838,28 @@ class SharedRuntime:
             still_read = {(p.owner, t, form) for p in self._parts.values() for t, form in p.inputs
                           if t not in p.local_topics}
             if self.ingest is not None:   # the data listener
-                still_read.add(("", self.ingest.raw_topic, "rfid"))
-            idle = []
-            for key, reader in self._readers.items():
+                still_read |= {("", self.ingest.raw_topic, "rfid"), ("", self.ingest.raw_topic, "samples")}
+            for key, reader in list(self._readers.items()):
                 kept = [t for t in reader.topics if (reader.owner, t, reader.format) in still_read]
-                if not kept:
-                    idle.append(key)
-                elif len(kept) < len(reader.topics):
+                if len(kept) < len(reader.topics):
+                    self._changed.add(reader.stream)
+                if kept:
                     self._readers[key] = reader.with_topics(kept)
-                    self._changed.add(key)
-            for key in idle:
-                del self._readers[key]
-                self._local_readers.pop(key, None)
+                else:
+                    del self._readers[key]
+                    self._sources.pop(key, None)
+                    self._local_readers.pop(key, None)
+            idle = self._streams - {r.stream for r in self._readers.values()}
+            self._streams -= idle
             if self._pending is not None and self._pending[0] in idle:   # no replay will come
                 self._pending = None
                 self._replayed.notify_all()
-        for key in idle:   # outside the lock: a stop waits for the reader's batch in flight
-            self.spark_queries.cancel(key, drop_state=True)
+        for stream in idle:   # outside the lock: a stop waits for the stream's batch in flight
+            self.spark_queries.cancel(stream, drop_state=True)
         with self._locks.control():
-            for key in idle:
-                self._saved.fences.pop(key, None)
-                self._starts.pop(key, None)
+            for stream in idle:
+                self._saved.fences.pop(stream, None)
+                self._starts.pop(stream, None)
             self._tell_changed()   # in the same hold: each takes its turn after a batch in flight
 
     def stop_all(self) -> None:
@@ -781,6 +868,7 @@ class SharedRuntime:
             self.uplink.stop()   # what it still holds waits on disk for the next start
         with self._locks.control():
             self._readers.clear()
+            self._streams.clear()
             self._parts.clear()
 
     # ------------------------------------------------------------ inspection
@@ -800,12 +888,12 @@ class SharedRuntime:
         down shows as failed with the reader's error; a part that failed is rebuilt (its state
         lost) after the next wait of RESTART_AFTER_S."""
         spark_queries = self.spark_queries.queries()
-        readers = {q.query_id: q for q in spark_queries if q.query_id.startswith(READER_PREFIX)}
+        streams = {q.query_id: q for q in spark_queries if q.query_id.startswith(READER_PREFIX)}
         now = time.monotonic()
         # no lock (status fields only): a batch in flight holds it while it writes
-        readers_now = dict(self._readers)
-        down = {(readers_now[key].owner, topic): q.error for key, q in readers.items()
-                if q.status == "failed" and key in readers_now for topic in readers_now[key].topics}
+        down = {(reader.owner, topic): stream.error for reader in list(self._readers.values())
+                if (stream := streams.get(reader.stream)) is not None and stream.status == "failed"
+                for topic in reader.topics}
         for part in list(self._parts.values()):
             managed = part.managed
             if managed.failed_at is not None:

@@ -1,31 +1,35 @@
-"""A node's readers do not grow with its children (dsp.shared): the children's views of one shape
-are read by one Spark streaming query, each part handed the rows of the topics it reads; a child
-added is a topic added to that running reader, one taken away shrinks it; nothing is lost or
-doubled across the change, and a node restarted on its state resumes where it stopped."""
+"""A node's Spark queries do not grow with its children nor with its forms of input (dsp.shared):
+every topic it reads is read by its one streaming query, each part handed the rows of the topics
+it reads; a child added is a topic added to that running query, one taken away shrinks it; nothing
+is lost or doubled across the change, and a node restarted on its state resumes where it stopped."""
+
+import pytest
 
 import datetime as dt
 import os
 import time
 
 from dsp.plan import BinOp, Col, Filter, Lit, Source
-from dsp.shared import READER_PREFIX, SharedRuntime
+from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
 from tests.conftest import topic_rows, wait_for
 from wire import bus
 from wire.codec import encode_row_batch
 
 COLUMNS = (("window_start", "timestamp"), ("tag_id", "string"), ("reads", "long"))
+OTHER_SHAPE = (("window_start", "timestamp"), ("tag_id", "string"), ("seen", "long"))
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def _plan(topics: list[str]) -> Filter:
-    return Filter(Source(tuple(topics), "rows", COLUMNS, "window_start", 0), BinOp(">=", Col("reads"), Lit(0)))
+def _plan(topics: list[str], columns: tuple = COLUMNS) -> Filter:
+    return Filter(Source(tuple(topics), "rows", columns, "window_start", 0), BinOp(">=", Col(columns[2][0]), Lit(0)))
 
 
-def _send(bootstrap: str, topic: str, first: int, count: int) -> None:
+def _send(bootstrap: str, topic: str, first: int, count: int, columns: tuple = COLUMNS) -> None:
     producer = bus.shared_producer(bootstrap)
     child = topic.rsplit(".", 2)[-2]
-    bus.deliver(producer, [producer.send(topic, value=encode_row_batch(child, "v", ["window_start", "tag_id", "reads"],
-                                                                     [(NOW, f"{child}-{n}", n)], n, 0, run="r"))
+    names = [name for name, _ in columns]
+    bus.deliver(producer, [producer.send(topic, value=encode_row_batch(child, "v", names, [(NOW, f"{child}-{n}", n)],
+                                                                     n, 0, run="r"))
                            for n in range(first, first + count)])
 
 
@@ -37,17 +41,23 @@ def _tags(bootstrap: str, topic: str) -> list[str]:
     return sorted(row["tag_id"] for row in topic_rows(bootstrap, topic))
 
 
-def test_many_children_are_one_reader_and_a_child_added_or_taken_away_loses_nothing(servers, spark, tmp_path):
+def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothing(servers, spark, tmp_path):
     children = [f"hifi.view.fan{n}.v" for n in range(6)]
+    other, other_out = "hifi.view.fan-other.v", "hifi.rqs.fan-other.parent"
     first_out, second_out = "hifi.rqs.fan-first.parent", "hifi.rqs.fan-second.parent"
-    bus.ensure_topics(servers.bootstrap, [*children, first_out, second_out])
+    bus.ensure_topics(servers.bootstrap, [*children, other, first_out, second_out, other_out])
     for topic in children:
         _send(servers.bootstrap, topic, 0, 3)
+    _send(servers.bootstrap, other, 0, 3, OTHER_SHAPE)
     runtime = SharedRuntime(spark, "fan-parent", servers.bootstrap, str(tmp_path), trigger_ms=500)
     try:
         runtime.deploy("first", _plan(children[:4]), first_out)
         assert len(_readers(runtime)) == 1
         wait_for(lambda: len(topic_rows(servers.bootstrap, first_out)) >= 12, 90, "the first four children's rows")
+        # a view of another shape: another form of input, the same query
+        runtime.deploy("other", _plan([other], OTHER_SHAPE), other_out)
+        assert _readers(runtime) == [stream_key()] and len(runtime._readers) == 2
+        wait_for(lambda: len(topic_rows(servers.bootstrap, other_out)) >= 3, 60, "the other shape's rows")
 
         # two children more, read by a second part: the same reader, its topics added
         runtime.deploy("second", _plan(children[2:]), second_out, start_offsets={f"{children[4]}:0": 1})
@@ -70,8 +80,10 @@ def test_many_children_are_one_reader_and_a_child_added_or_taken_away_loses_noth
 
         # the first part goes: the reader keeps only the second's topics
         runtime.cancel("first")
-        (key,) = _readers(runtime)
-        assert runtime._readers[key].topics == tuple(children[2:])
+        runtime.cancel("other")
+        assert _readers(runtime) == [stream_key()]
+        (form,) = runtime._readers.values()
+        assert form.topics == tuple(children[2:])
         for topic in children:
             _send(servers.bootstrap, topic, 5, 1)
         wait_for(lambda: len(topic_rows(servers.bootstrap, second_out)) >= len(second) + 4, 60, "rows after the cancel")
@@ -92,14 +104,16 @@ def test_many_children_are_one_reader_and_a_child_added_or_taken_away_loses_noth
         again.stop_all()
 
 
-def test_a_node_of_the_older_layout_resumes_each_topic_where_its_own_reader_saved_it(servers, spark, tmp_path):
-    """A node that ran a reader per topic (before readers were shared) left a fence per reader and
-    their offset logs: the shared reader starts each topic where that reader's fenced batch ended."""
-    topic, out = "hifi.view.old-layout0.v", "hifi.rqs.old-layout.parent"
+@pytest.mark.parametrize("layout", ["a reader per topic", "a reader per form"])
+def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved_it(servers, spark, tmp_path, layout):
+    """A node that ran a Spark query per topic (before readers were shared) or per form (before the
+    node's one stream) left a fence per query and their offset logs: the node's stream starts each
+    topic where that query's fenced batch ended."""
+    topic, out = f"hifi.view.old-layout{len(layout)}.v", f"hifi.rqs.old-layout{len(layout)}.parent"
     bus.ensure_topics(servers.bootstrap, [topic, out])
     _send(servers.bootstrap, topic, 0, 5)
     runtime = SharedRuntime(spark, "old-layout", servers.bootstrap, str(tmp_path), trigger_ms=500)
-    old_key = f"{READER_PREFIX}rows:{topic}"
+    old_key = f"{READER_PREFIX}rows:{topic}" if layout.endswith("topic") else Reader((topic,), "rows", COLUMNS).key
     log_dir = runtime.spark_queries.spark_checkpoint(old_key) + "/offsets"
     os.makedirs(log_dir)
     with open(f"{log_dir}/7", "w") as fh:
@@ -111,7 +125,7 @@ def test_a_node_of_the_older_layout_resumes_each_topic_where_its_own_reader_save
         again.deploy("q", _plan([topic]), out)
         wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 2, 60, "the rows after the old reader's fence")
         time.sleep(2)
-        assert _tags(servers.bootstrap, out) == ["old-layout0-3", "old-layout0-4"]
+        assert _tags(servers.bootstrap, out) == [f"old-layout{len(layout)}-3", f"old-layout{len(layout)}-4"]
         assert old_key not in again._saved.fences
     finally:
         again.stop_all()
