@@ -134,13 +134,13 @@ def run_capacity_bench(rates: Sequence[float], step_s: float, progress: Callable
 
 
 class _ReaderWatch:
-    """How far the edge's raw reader is behind its topic's end, in records."""
+    """How far the edge's stream is behind its raw topic's end, in records."""
 
     def __init__(self, hierarchy, edge: str, topic: str, bootstrap: str) -> None:
-        from dsp.shared import READER_PREFIX
+        from dsp.shared import stream_key
 
         self.queries = hierarchy.nodes[edge].dsp.spark_queries
-        self.reader = f"{READER_PREFIX}rfid:{topic}"
+        self.reader = stream_key()
         self.topic, self.bootstrap = topic, bootstrap
         self.read: dict = {}   # the end of the last batch it finished (kept while it restarts)
 
