@@ -1,25 +1,27 @@
-"""A node's shared runtime: each input topic read once per micro-batch, every plan fed from it.
+"""A node's shared runtime: one Spark streaming query per node, every plan fed from it.
 
-A Spark streaming query (a *reader*) per form of input, not per input: the node's raw topic has
-one for its readings and one for its motes' samples, and the children's views of one shape (the
-same columns) share one, whatever the number of children — the topic rides on each row
-(`__topic`) and each part is handed the rows of the topics it reads. Adding a child adds
-partitions to a running reader, not a query: the runtime writes the reader's topics (and where a
-new one starts: the part's start offsets) to a file its source reads at every poll
-(dsp.kafka_source's `topics_file`). A change once stopped and started the reader's Spark query,
-1-5 s of the node's lock each (a deploy waited behind restarts: the suite's 20 queries took
-170 s to submit). Before readers were shared a parent with N children ran N readers, each
-with its offset and commit logs, planning and task per micro-batch, polling twice a second
-(issue 23: 8 -> 24 doors put a warehouse 3.7 -> 15.6 s behind). A reader hands each micro-batch
-to the driver as Arrow (on a local Spark in files its tasks write,
-dsp.kafka_source's `handoff_dir`; on a cluster through Spark, `toArrow`), where every part reading that
-topic — standing views and user query parts alike — evaluates it (dsp.engine) and writes its
-rows and progress markers to its output topic. A small batch (one task's worth of records: a
-hierarchy's steady state) the driver reads itself, from the bounds Spark logged for it
-(dsp.offset_log, KafkaStreamReader.read_here): Spark still decides the batches, checkpoints
-their offsets and replays them, but a job for a few records cost ~0.3-0.4 s a level. Adding a
+The node's *stream* (`stream_key`) is one Spark streaming query over every topic the node reads —
+its raw topic, every child's views, partials and markers — whose source (dsp.kafka_source, format
+"offsets") yields no rows: Spark decides each micro-batch (where every partition's records end),
+checkpoints it and replays it. Each *form* of input (`Reader`: the raw topic's readings, its
+motes' samples, the children's views of one shape) is read from the batch's bounds in Spark's
+offset log (dsp.offset_log): a small one (one task's worth of records: a hierarchy's steady state)
+by the driver itself (KafkaStreamReader.read_here: a Spark job for a few records cost ~0.3-0.4 s a
+level), a larger one by Spark's tasks as a batch read over the same bounds (on a local Spark handed
+over in files, dsp.kafka_source's `handoff_dir`; on a cluster through Spark), and every part
+reading its topics — standing views and user query parts alike — evaluates them (dsp.engine) and
+writes its rows and progress markers to its output topic. Adding a child adds partitions to the
+running stream, not a query: the runtime writes the stream's topics (and where a new one starts:
+the part's start offsets) to a file its source reads at every poll (`topics_file`). Adding a
 query adds its operators to the node's pipeline: no new Kafka read, Python data-source runner,
 per-batch planning or state store.
+
+Measured, the layouts before this one: a Spark query per input topic (a parent with N children
+ran N, each with its offset and commit logs, planning and task per micro-batch, polling twice a
+second: issue 23, 8 -> 24 doors put a warehouse 3.7 -> 15.6 s behind), then one per form (a
+parent started one for each new shape of child view, and every user query's partials are a new
+shape; a change once stopped and started the query, 1-5 s of the node's lock each: the suite's 20
+queries took 170 s to submit).
 
 Why this and not one Spark query per plan (the first design, dsp.manager): measured on the 2-core
 machine (issue 15), ten identical views on one stream at 1 k readings/s ran 28 s behind as ten
@@ -35,8 +37,8 @@ Who computes a batch: the driver's Arrow engine (dsp.engine) over its rows, or �
 locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the parts it can
 compute, only their partials coming back (dsp.spark_partials; the others take the rows).
 
-Recovery: the readers' offsets live in their Spark checkpoints; the parts' state (open
-windows, marker positions) is saved after every micro-batch with each reader's last batch id
+Recovery: the stream's offsets live in its Spark checkpoint; the parts' state (open
+windows, marker positions) is saved after every micro-batch with the stream's last batch id
 (a fence: a batch Spark replays after the save is skipped), and a part deployed again with the
 same plan takes its saved state back.
 
@@ -44,19 +46,20 @@ Exactly once across tiers: a part's output messages are identified by (node, que
 sequence, chunk) (wire.codec), and readers drop an identity they have seen. A micro-batch that
 fails after some of its output went out (a crash between flush and fence) is replayed from the
 saved state and sends the same messages again, provided the parts see the same inputs in the
-same order: so the batch in flight is recorded before it starts (`shared.intent`), and after a
-failure the node's other readers hold their batches until that one has been replayed (a final
-part reads several children; their batches would otherwise interleave differently).
+same order: so the batch in flight is recorded before it starts (`shared.intent`), its forms go
+through the parts in key order, and after a failure the streams of adopted parts hold their
+batches until that one has been replayed.
 
-The past: every batch a reader of the node's own takes in is archived (dsp.archive) inside its
-micro-batch, and a part deployed with `history_from_ms` (a query `--since`, a replay, or a live
-query from just before its submission) is first fed, in the same order, the archived batches of
-the readers it joins from that time on, then joins them at the next batch: no batch missing or
-doubled at the seam, since both happen under the runtime's lock. Inputs it reads that no reader
-here reads yet start where `start_offsets` say (a query over the past: the topic's beginning).
+The past: every form's batch the node's own stream takes in is archived (dsp.archive) inside its
+micro-batch (an edge's readings and samples always), and a part deployed with `history_from_ms`
+(a query `--since`, a replay, or a live query from just before its submission) is first fed, in
+the same order, the archived batches of the forms it joins from that time on, then joins them at
+the next batch: no batch missing or doubled at the seam, since both happen under the runtime's
+lock. Topics it reads that the stream does not read yet start where `start_offsets` say (a query
+over the past: the topic's beginning).
 
 Adaptive smoothing and mote quality, whose state lives in their sinks, still run as their own
-Spark queries (dsp.manager), which also restarts readers that die.
+Spark queries (dsp.manager), which also restarts streams that die.
 """
 
 from __future__ import annotations

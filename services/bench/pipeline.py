@@ -7,7 +7,9 @@ smoothing, the warehouse's arbitration, the region's counts, headquarters' trend
 from a reading's timestamp to the first emit of that level's window holding it, p50/p95 from the
 window's end to that emit, and the windows expected there that never came out (missing); accuracy
 of the location counts against ground truth; bytes per second into the edge tier (raw readings)
-and leaving each tier (the views it exports to its parents, progress markers included).
+and leaving each tier (the views it exports to its parents, progress markers included); the cores
+the hierarchy used in its steady state (the run's last two thirds: every node, the agents and the
+dashboard — this process tree — without the broker and Redis, and with them).
 
 The agents run `duration` seconds and then TAIL_S more: windows that end by the first mark are
 expected at every level, and have the tail to come out (a window closes when later readings move
@@ -46,6 +48,7 @@ class PipelineFigures:
     windows_exact: int
     bytes_per_s: dict[str, float]   # "raw into edge" and "leaving <tier>" -> bytes per second
     archive: dict[str, tuple[float, float]] = field(default_factory=dict)   # tier -> (bytes/s, ms per batch)
+    cores: tuple[float, float] | None = None   # steady state: the hierarchy, and with the broker and Redis
 
     def table(self) -> str:
         def fmt(value: float | None, unit: str) -> str:
@@ -61,6 +64,9 @@ class PipelineFigures:
                f"{lv.missing} of {lv.expected} windows missing") for lv in self.levels),
             ("closed count windows exact vs truth", f"{self.windows_exact} of {self.windows_scored}"),
         ]
+        if self.cores is not None:
+            rows.append(("cores in the steady state: the hierarchy / with the broker and Redis",
+                         f"{self.cores[0]:.2f} / {self.cores[1]:.2f}"))
         raw = self.bytes_per_s.get("raw into edge", 0.0)
         for flow, rate in self.bytes_per_s.items():
             share = f" ({rate / raw:.1%} of raw)" if raw and flow != "raw into edge" else ""
@@ -72,6 +78,7 @@ class PipelineFigures:
 
 def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable[[str], None],
                        trigger_ms: int = 1000) -> PipelineFigures:
+    from services.bench.runtime import cores_with_servers
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy, follow_results
 
@@ -105,7 +112,8 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
                                                                      collect), daemon=True)
             follower.start()
             progress(f"running for {duration_s:.0f} s, then {TAIL_S:.0f} s for the last windows to come out")
-            time.sleep(duration_s)
+            time.sleep(duration_s / 3)   # Spark's first batches, the agents' first cycles
+            cores = cores_with_servers(duration_s * 2 / 3, servers)
             horizon_ms = int(time.time() * 1000)
             time.sleep(TAIL_S)
             agent.stop()
@@ -140,7 +148,8 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
     return PipelineFigures(
         seconds_to_first_result=first_result[0] if first_result else None,
         edge_readings_per_s=consumed / run_s, readings_consumed=consumed,
-        levels=per_level, windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s, archive=archive)
+        levels=per_level, windows_scored=len(scored), windows_exact=exact, bytes_per_s=bytes_per_s, archive=archive,
+        cores=cores)
 
 
 def level_views(topology: Topology) -> dict[str, list[str]]:
