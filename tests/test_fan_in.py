@@ -3,11 +3,11 @@ every topic it reads is read by its one streaming query, each part handed the ro
 it reads; a child added is a topic added to that running query, one taken away shrinks it; nothing
 is lost or doubled across the change, and a node restarted on its state resumes where it stopped."""
 
-import pytest
-
 import datetime as dt
 import os
 import time
+
+import pytest
 
 from dsp.plan import BinOp, Col, Filter, Lit, Source
 from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
