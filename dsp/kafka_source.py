@@ -334,23 +334,30 @@ class KafkaStreamReader(DataSourceStreamReader):
                 ranges.extend(OffsetRange(topic, partition, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False))
         return ranges
 
-    def read_here(self, start: dict, end: dict) -> pa.Table | None:
+    def read_here(self, start: dict, end: dict, fetched: dict | None = None) -> pa.Table | None:
         """The records from `start` to `end` read in this process when they are one task's worth
         (RECORDS_PER_TASK or fewer), None otherwise: Spark's tasks read more, in parallel. A
         hierarchy's steady micro-batches are small, and a Spark job for one costs ~0.3-0.4 s of
         latency and ~0.1 s of the JVM's CPU beside its ~0.05 s of reading (measured on the 2-core
-        machine: five nodes' readers at 1.9 cores, `toArrow` of a 5-row batch 370-500 ms)."""
+        machine: five nodes' readers at 1.9 cores, `toArrow` of a 5-row batch 370-500 ms).
+        `fetched`: each range's records by OffsetRange.key, those another form of the same topics
+        fetched for this batch (a raw topic's readings and samples); what this read fetches is added."""
         ranges = self.partitions(start, end)
         if sum(r.end - r.start for r in ranges) > self.RECORDS_PER_TASK:
             return None
-        # one at a time: the driver's readers share this process's duplicate look-back (_recent)
-        # and the switch of its garbage collector (read), as a Spark worker's tasks do in turn
+        fetched = {} if fetched is None else fetched
+        # one at a time: the driver's readers share this process's duplicate look-back (_recent),
+        # its consumers and the switch of its garbage collector (read), as a Spark worker's tasks do in turn
         with _reading_here:
-            # several partitions in one fetch (one range each: a batch this small is not split)
-            apart = len(ranges) > 1 and len({(r.topic, r.partition) for r in ranges}) == len(ranges)
-            fetched = range_fetch.read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
-                                                                     for r in ranges]) if apart else {}
-            return pa.Table.from_batches([b for r in ranges for b in self.read(r, fetched.get(r.key))], self.output)
+            missing = [r for r in ranges if r.key not in fetched]
+            if len(missing) > 1 and len({(r.topic, r.partition) for r in missing}) == len(missing):
+                # several partitions in one fetch (one range each: a batch this small is not split)
+                fetched.update(range_fetch.read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
+                                                                              for r in missing]))
+            else:
+                fetched.update({r.key: list(range_fetch.read_range(self.bootstrap, r.topic, r.partition, r.start,
+                                                                   r.end)) for r in missing})
+            return pa.Table.from_batches([b for r in ranges for b in self.read(r, fetched[r.key])], self.output)
 
     def commit(self, end: dict) -> None:
         # Progress lives in Spark's checkpoint; nothing to commit on the broker.

@@ -531,7 +531,8 @@ class SharedRuntime:
         if batch_id <= self._saved.fences.get(stream, -1):
             return   # a replay of a batch whose effects were saved: not read again
         bounds = self._bounds(stream, batch_id)
-        taken = {reader.key: (start, end, self._take(reader, start, end))
+        fetched: dict = {}   # the batch's records by range, fetched once for all its forms (read_here)
+        taken = {reader.key: (start, end, self._take(reader, start, end, fetched))
                  for reader, start, end in self._forms_in(stream, bounds)}
         with self._locks.batch():
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == stream, REPLAY_WAIT_S):
@@ -547,7 +548,7 @@ class SharedRuntime:
                 for reader, start, end in self._forms_in(stream, bounds):   # the forms as they are now
                     had = taken.get(reader.key)
                     frame, table = had[2] if had is not None and had[:2] == (start, end) else \
-                        self._take(reader, start, end)
+                        self._take(reader, start, end, fetched)
                     if frame is not None:
                         frames.append(frame)
                         rows += self._spark_batch(reader, batch_id, frame, producer, sent, reports)
@@ -605,14 +606,16 @@ class SharedRuntime:
                 found.append((reader, starts, ends))
         return found
 
-    def _take(self, reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None]:
+    def _take(self, reader: Reader, start: Offsets, end: Offsets,
+              fetched: dict) -> tuple[DataFrame | None, pa.Table | None]:
         """Form `reader`'s records from `start` to `end`: as a DataFrame, persisted (several jobs
         read it), when Spark computes its parts (spark_partials.SparkBatches); else its rows, a
-        small batch read here (KafkaStreamReader.read_here), a larger one by Spark's tasks."""
+        small batch read here (KafkaStreamReader.read_here, its records fetched once for every
+        form of the batch: `fetched`), a larger one by Spark's tasks."""
         if self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values())):
             return self._frame(reader, start, end).persist(), None
         local = self._local_readers.get(reader.key)
-        if local is not None and (table := local.read_here(start, end)) is not None:
+        if local is not None and (table := local.read_here(start, end, fetched)) is not None:
             return None, table
         table = self._frame(reader, start, end).toArrow()
         return None, take_handoff(table) if self.handoff_dir else table
