@@ -532,7 +532,15 @@ class SharedRuntime:
             return   # a replay of a batch whose effects were saved: not read again
         bounds = self._bounds(stream, batch_id)
         fetched: dict = {}   # the batch's records by range, fetched once for all its forms (read_here)
-        taken = {reader.key: (start, end, self._take(reader, start, end, fetched))
+        persisted: list[DataFrame] = []   # the forms Spark reads, unpersisted once the batch is done
+
+        def take(reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None]:
+            frame, table = self._take(reader, start, end, fetched)
+            if frame is not None:
+                persisted.append(frame)
+            return frame, table
+
+        taken = {reader.key: ((start, end), take(reader, start, end))
                  for reader, start, end in self._forms_in(stream, bounds)}
         with self._locks.batch():
             if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == stream, REPLAY_WAIT_S):
@@ -542,15 +550,12 @@ class SharedRuntime:
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
             self._intend(stream, batch_id)
-            frames: list[DataFrame] = []
             rows = 0
             try:
                 for reader, start, end in self._forms_in(stream, bounds):   # the forms as they are now
-                    had = taken.get(reader.key)
-                    frame, table = had[2] if had is not None and had[:2] == (start, end) else \
-                        self._take(reader, start, end, fetched)
+                    read_at, read = taken.get(reader.key, (None, None))
+                    frame, table = read if read_at == (start, end) else take(reader, start, end)
                     if frame is not None:
-                        frames.append(frame)
                         rows += self._spark_batch(reader, batch_id, frame, producer, sent, reports)
                     else:
                         rows += self._driver_batch(reader, batch_id, table, producer, sent, reports)
@@ -568,8 +573,7 @@ class SharedRuntime:
                 self._pending = (stream, batch_id)
                 raise
             finally:
-                persisted = {id(f): f for f in [*frames, *(had[2][0] for had in taken.values())] if f is not None}
-                for frame in persisted.values():
+                for frame in persisted:
                     frame.unpersist()
             self._saved.fences[stream] = batch_id
             self._save()
@@ -600,7 +604,8 @@ class SharedRuntime:
             reader = self._readers[key]
             if reader.stream != stream:
                 continue
-            ends = {k: v for k, v in end.items() if k.rpartition(":")[0] in reader.topics}
+            topics = set(reader.topics)
+            ends = {k: v for k, v in end.items() if k.rpartition(":")[0] in topics}
             starts = {k: start.get(k, v) for k, v in ends.items()}
             if any(ends[k] > starts[k] for k in ends):
                 found.append((reader, starts, ends))

@@ -8,8 +8,8 @@ from a reading's timestamp to the first emit of that level's window holding it, 
 window's end to that emit, and the windows expected there that never came out (missing); accuracy
 of the location counts against ground truth; bytes per second into the edge tier (raw readings)
 and leaving each tier (the views it exports to its parents, progress markers included); the cores
-the hierarchy used in its steady state (the run's last two thirds: every node, the agents and the
-dashboard — this process tree — without the broker and Redis, and with them).
+the hierarchy used in its steady state (the run's last two thirds: every node and the agents —
+this process tree — without the broker and Redis, and with them).
 
 The agents run `duration` seconds and then TAIL_S more: windows that end by the first mark are
 expected at every level, and have the tail to come out (a window closes when later readings move
@@ -65,7 +65,7 @@ class PipelineFigures:
             ("closed count windows exact vs truth", f"{self.windows_exact} of {self.windows_scored}"),
         ]
         if self.cores is not None:
-            rows.append(("cores in the steady state: the hierarchy / with the broker and Redis",
+            rows.append(("cores in the steady state: nodes and agents / with the broker and Redis",
                          f"{self.cores[0]:.2f} / {self.cores[1]:.2f}"))
         raw = self.bytes_per_s.get("raw into edge", 0.0)
         for flow, rate in self.bytes_per_s.items():
