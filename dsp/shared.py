@@ -128,6 +128,9 @@ class Part:
     owner: str = ""                    # the dead node it runs for (adopted: its own readers), else ""
     priority: int = 0                  # its messages' lane on a constrained uplink (dsp.uplink): higher first
     bounds: OutputBounds | None = None  # what of its output goes out while another node shares its topic
+    # rebuilt after a failure of its own and not yet through a batch with output: it still shows
+    # FAILED with that cause (a part that keeps dying must not flash "running" between its restarts)
+    proving: bool = False
 
     def saved(self) -> tuple:
         return to_json(self.managed.plan), self.root, self.sequence, self.last_marker, self.run
@@ -702,6 +705,15 @@ class SharedRuntime:
                 part.on_batch(report)
             except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
                 self._fail(part, exc)
+            else:
+                self._proven(part)
+
+    @staticmethod
+    def _proven(part: Part) -> None:
+        """A part rebuilt after a failure emitted and recorded a batch: it runs again."""
+        if part.proving:
+            part.proving = False
+            part.managed.status, part.managed.error = "running", ""
 
     def _archive(self, reader: Reader, batch_id: int, pieces: list[tuple[str, pa.Table]]) -> None:
         """A batch's rows, topic by topic. A batch the archive cannot take (a full disk) is logged
@@ -749,6 +761,8 @@ class SharedRuntime:
                     self._feed(reader, functools.partial(_push, managed.output_topic, handed), producer, sent, reports)
             if part.on_batch is not None and rows:
                 reports.append((part, self._report(part, rows, started)))
+            elif rows:
+                self._proven(part)
         except Exception as exc:  # noqa: BLE001 - one part's failure must not stop the others
             self._fail(part, exc)
 
@@ -912,12 +926,12 @@ class SharedRuntime:
                 if now - managed.failed_at >= wait and managed.plan is not None:
                     managed.restarts += 1
                     part.root, managed.failed_at = build(managed.plan, self.relations()), None
-                    managed.status, managed.error, managed.started_at = "running", "", now
+                    managed.started_at, part.proving = now, True
                 continue
             reader_error = next((down[part.owner, t] for t in part.topics if (part.owner, t) in down), None)
             if reader_error is not None:
                 managed.status, managed.error = "failed", reader_error
-            elif managed.status == "failed":
+            elif managed.status == "failed" and not part.proving:
                 managed.status, managed.error = "running", ""
         parts = [p.managed for p in list(self._parts.values())]
         return parts + [q for q in spark_queries if not q.query_id.startswith(READER_PREFIX)]
