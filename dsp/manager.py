@@ -24,6 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
 from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
+from dsp.part_spec import PartSpec
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
@@ -150,10 +151,12 @@ class DSPManager:
         return (self.ingest is not None and self._ingest_owner is None and not skips_backlog
                 and any(s.topics == (self.ingest.raw_topic,) for s in sources(plan)))
 
-    def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
-               start_offsets: Mapping[str, int] | None = None) -> None:
-        """Compile and start `plan`, writing its rows to `output_topic`; its sources are read from
-        `start_offsets` ({"topic:partition": offset}, see CompileContext), else from their beginning."""
+    def deploy(self, part: PartSpec, on_batch: BatchHook | None = None) -> None:
+        """Compile and start `part`'s plan as a Spark query of its own, writing its rows to its
+        topic; its sources are read from its `start_offsets` ({"topic:partition": offset}, see
+        CompileContext), else from their beginning."""
+        query_id, plan, output_topic = part.query_id, part.plan, part.topic
+        start_offsets = part.start_offsets or None
         with self._lock:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")

@@ -91,6 +91,7 @@ from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_ro
 from dsp.kafka_source import OFFSETS_ONLY, KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
 from dsp.offset_log import Offsets, batch_bounds, batch_end
+from dsp.part_spec import PartSpec
 from dsp.plan import (
     RAW_SAMPLE_SOURCE_COLUMNS,
     Plan,
@@ -300,26 +301,26 @@ class SharedRuntime:
 
     # ------------------------------------------------------------ deploying
 
-    def deploy(self, query_id: str, plan: Plan, output_topic: str, on_batch: BatchHook | None = None,
-               start_offsets: Mapping[str, int] | None = None, owner: str = "",
-               bounds: OutputBounds | None = None, history_from_ms: int | None = None, priority: int = 0) -> None:
-        """`owner`: the dead node the part is adopted from (glue.adoption): it gets readers of
-        its own, which start where `start_offsets` say whatever this node already reads; `bounds`:
-        what of its output goes out (dsp.bounds); `history_from_ms`: a part over the past, first
-        fed what the readers it joins archived from then on (unless it takes saved state back);
-        `priority`: its lane on a constrained uplink."""
+    def deploy(self, spec: PartSpec, on_batch: BatchHook | None = None, bounds: OutputBounds | None = None) -> None:
+        """Run `spec`: a part adopted from a dead node (`owner`, glue.adoption) gets readers of its
+        own, which start where its `start_offsets` say whatever this node already reads; `bounds`:
+        what of its output goes out (dsp.bounds); a part with `history_from_ms` is first fed what
+        the readers it joins archived from then on (unless it takes saved state back);
+        `on_batch`: told of each batch it emitted."""
+        query_id, plan, owner, history_from_ms = spec.query_id, spec.plan, spec.owner, spec.history_from_ms
+        start_offsets = spec.start_offsets or None
         if not supported(plan):
             if owner or bounds is not None:
                 raise PlanError(f"part {query_id} runs as a Spark query of its own: it cannot be adopted or bounded")
-            self.spark_queries.deploy(query_id, plan, output_topic, on_batch, start_offsets)
+            self.spark_queries.deploy(spec, on_batch)
             return
         with self._locks.control():
             if query_id in self._parts:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")
             columns = [name for name, _ in output_columns(plan)]
-            part = Part(ManagedQuery(query_id, plan, output_topic, started_at=time.monotonic()),
+            part = Part(ManagedQuery(query_id, plan, spec.topic, started_at=time.monotonic()),
                         build(plan, self.relations()), frozenset(t for s in sources(plan) for t in s.topics),
-                        columns, on_batch, owner=owner, bounds=bounds, priority=priority,
+                        columns, on_batch, owner=owner, bounds=bounds, priority=spec.priority,
                         inputs=frozenset((t, s.format) for s in sources(plan) for t in s.topics))
             saved = self._saved.parts.get(query_id)
             resumed = saved is not None and saved[0] == to_json(plan)

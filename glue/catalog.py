@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import Column, Plan, Window
+from dsp.part_spec import PartSpec
+from dsp.plan import Column, Plan, Window, output_columns, window_of
 
 # The names the planner gives the partial streams it exports (glue.rewrite.distribute: a part's
 # role and its plan's hash); a user's view may not take one (a later query would read it as its own).
@@ -30,6 +31,12 @@ class ExportedView:
     definition: str
     readers: tuple[str, ...] = ("*",)
     plan: Plan | None = None       # what computes it: a query whose part it subsumes may read it (rewrite.reuse)
+
+
+def exported_view(part: PartSpec, definition: str = "", readers: tuple[str, ...] = ("*",)) -> ExportedView:
+    """What the catalog learns of `part` once it runs (its output exported as a view)."""
+    return ExportedView(part.export_as, part.node, part.topic, tuple(output_columns(part.plan)),
+                        window_of(part.plan), definition, readers, part.plan)
 
 
 @dataclass(frozen=True)

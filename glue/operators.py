@@ -11,22 +11,15 @@ Every other standing view is HiFi SQL, planned like a user's query (glue.standin
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from dsp.part_spec import PartSpec
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, BinOp, Col, LookupJoin, Plan, Project, Qualify, Source
-from glue.topology import Topology, TopologyError, ViewSpec
+from glue.topology import Topology, TopologyError
 from wire.topics import raw_topic, view_topic
 from wire.windows import duration_ms
 
 CALIBRATED = ("temperature", "humidity")   # the quantities a calibration relation corrects
-
-
-@dataclass(frozen=True)
-class ViewPlan:
-    view: ViewSpec
-    plan: Plan
-    topic: str
 
 
 def _param(topology: Topology, options: Mapping[str, Any], name: str, default: Any = None) -> Any:
@@ -56,7 +49,9 @@ def _qualify(topology: Topology, node_id: str, options: Mapping[str, Any]) -> Pl
 OPERATORS: dict[str, Callable[[Topology, str, Mapping[str, Any]], Plan]] = {"qualify": _qualify}
 
 
-def operator_plans(topology: Topology, node_id: str) -> list[ViewPlan]:
-    """Plans of the operator views `node_id` exports."""
-    return [ViewPlan(view, OPERATORS[view.operator](topology, node_id, view.options), view_topic(node_id, view.name))
+def operator_parts(topology: Topology, node_id: str) -> list[PartSpec]:
+    """The parts computing the operator views `node_id` exports."""
+    return [PartSpec(f"view.{view.name}", OPERATORS[view.operator](topology, node_id, view.options),
+                     view_topic(node_id, view.name), node_id, "view", view.name, view.readers, view.definition,
+                     priority=view.priority)
             for view in topology.views_at(node_id) if view.operator]

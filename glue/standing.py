@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from dsp.part_spec import PartSpec
 from dsp.plan import RAW_STREAMS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
-from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
-from glue.rewrite.distribute import NodeTask, distribute
+from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
+from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
 from glue.topology import Topology, TopologyError, ViewSpec
 from wire.identity import SYSTEM
@@ -31,7 +32,7 @@ class StandingView:
     node: str                        # where the view is exported
     reads: str                       # the stream or view it reads
     export: ExportedView             # what the catalog (and the MDR) learns of it
-    tasks: tuple[NodeTask, ...]      # bottom up, the last one exports the view; () for a definition only
+    tasks: tuple[PartSpec, ...]      # bottom up, the last one exports the view; () for a definition only
 
 
 def topology_catalog(topology: Topology) -> Catalog:
@@ -70,13 +71,21 @@ def _plan(view: ViewSpec, node: str, query: LogicalQuery, catalog: Catalog) -> S
         return StandingView(view, node, query.source,
                             ExportedView(view.name, node, "", columns, None, view.sql, view.readers), ())
     plan = distribute(query, catalog, f"view.{view.name}", at=node)
-    export = plan.tasks[-1].export(view.sql, view.readers)
+    export = exported_view(plan.tasks[-1], view.sql, view.readers)
     return StandingView(view, node, query.source, export, tuple(t for t in plan.tasks if not t.reused))
+
+
+def standing_parts(standing: list[StandingView], node: str) -> list[PartSpec]:
+    """The parts `node` runs for the topology's standing views: the last of a view's parts exports
+    it (its readers, its definition); the others are internal partial streams."""
+    return [replace(task, readers=s.view.readers, definition=s.view.definition, priority=s.view.priority)
+            if task is s.tasks[-1] else replace(task, priority=s.view.priority)
+            for s in standing for task in s.tasks if task.node == node]
 
 
 def _exports(standing: StandingView) -> list[ExportedView]:
     """The view, and the partial streams its tasks export (a later view with an equal part reuses it)."""
-    return [*(t.export() for t in standing.tasks[:-1] if t.export_as), standing.export]
+    return [*(exported_view(t) for t in standing.tasks[:-1] if t.export_as), standing.export]
 
 
 def crossing_topics(standing: list[StandingView]) -> dict[str, str]:

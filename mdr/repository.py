@@ -30,9 +30,9 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    view already dead-lettered and counted (every reader refuses it)
   parts:<node>               HASH  query id -> JSON {status, error, restarts}: the node's query parts
                                    that are not running (failed, with the cause); rewritten each second
-  desired:<node>             HASH  query id -> JSON {plan, export_as, readers, definition, output_topic,
-                                   start_offsets}: the query parts the placement service deployed on
-                                   the node, which the node runs again after a restart (desired state)
+  desired:<node>             HASH  query id -> a part as JSON (dsp.part_spec.PartSpec.to_json): the
+                                   query parts the placement service deployed on the node, which the
+                                   node runs again after a restart (desired state)
   adoptions                  SET   nodes whose parts run at another node (glue.adoption)
   adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
                                    parts (JSON {query id: first window start it emits}), handback_ms
@@ -60,7 +60,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -468,12 +468,12 @@ class MDR:
 
     # ------------------------------------------------------------ desired state
 
-    def put_desired(self, parts: dict[str, dict[str, dict[str, Any]]]) -> None:
-        """Record query parts that should run: {node: {query id: deploy spec}}."""
+    def put_desired(self, parts: Mapping[str, Mapping[str, str]]) -> None:
+        """Record query parts that should run: {node: {query id: the part as JSON}}."""
         with self.r.pipeline(transaction=True) as pipe:
             for node_id, specs in parts.items():
                 if specs:
-                    pipe.hset(self.k("desired", node_id), mapping={q: json.dumps(s) for q, s in specs.items()})
+                    pipe.hset(self.k("desired", node_id), mapping=dict(specs))
                     self._announce(pipe, "desired", "put", node_id)
             pipe.execute()
 
@@ -484,9 +484,9 @@ class MDR:
                 self._announce(pipe, "desired", "drop", node_id)
                 pipe.execute()
 
-    def desired(self, node_id: str) -> dict[str, dict[str, Any]]:
-        """The query parts that should run on the node: query id -> deploy spec."""
-        return {q: json.loads(spec) for q, spec in self.r.hgetall(self.k("desired", node_id)).items()}
+    def desired(self, node_id: str) -> dict[str, str]:
+        """The query parts that should run on the node: query id -> the part as JSON."""
+        return self.r.hgetall(self.k("desired", node_id))
 
     # ------------------------------------------------------------ adoption (re-parenting)
 

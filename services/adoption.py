@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dsp.bounds import OutputBounds, bounded_column
-from dsp.plan import Plan, PlanError, from_json, output_columns
+from dsp.part_spec import PartSpec, desired_parts
+from dsp.plan import PlanError, output_columns
 from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
-from glue.operators import operator_plans
+from glue.operators import operator_parts
+from glue.standing import standing_parts
 from mdr.repository import Adoption, now_ms
 from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
-from wire.topics import part_topic, view_topic
 
 if TYPE_CHECKING:
     from services.node import HiFiNode
@@ -33,27 +34,11 @@ MARKERLESS_DRAIN_MS = 15_000   # a part without progress markers (a selection's 
                                # the boundary: the time its last rows before it take to come through
 
 
-@dataclass(frozen=True)
-class OwnedPart:
-    """One part of a node, as another node would deploy it for it."""
-
-    query_id: str
-    plan: Plan
-    topic: str
-    start_offsets: dict[str, int] | None
-
-
-def parts_of(node: HiFiNode, owner: str) -> list[OwnedPart]:
+def parts_of(node: HiFiNode, owner: str) -> list[PartSpec]:
     """The parts `owner` runs: its standing views' tasks (from the topology, as it plans them) and
     the query parts the placement service deployed on it (the MDR's desired state)."""
-    parts = [OwnedPart(task.query_id, task.plan, task.topic, None)
-             for standing in node.standing for task in standing.tasks if task.node == owner]
-    parts += [OwnedPart(f"view.{p.view.name}", p.plan, view_topic(owner, p.view.name), None)
-              for p in operator_plans(node.topology, owner)]
-    for query_id, spec in sorted(node.mdr.desired(owner).items()):
-        topic = part_topic(owner, query_id, spec.get("export_as", ""), spec.get("output_topic", ""))
-        parts.append(OwnedPart(query_id, from_json(spec["plan"]), topic, spec.get("start_offsets") or None))
-    return parts
+    return [*standing_parts(node.standing, owner), *operator_parts(node.topology, owner),
+            *desired_parts(node.mdr.desired(owner), owner)]
 
 
 def tail_of(bootstrap: str, topic: str, column: str) -> list[TailBatch]:
@@ -208,8 +193,8 @@ class Adoptions:
             if found.handback_ms is not None and parts[query_id] >= found.handback_ms:
                 continue   # the node came back before anything here was owed
             try:
-                node.deploy(query_id, part.plan, output_topic=part.topic, start_offsets=part.start_offsets,
-                            owner=found.node, bounds=bounds)
+                node.deploy(replace(part, query_id=query_id, export_as="", owner=found.node,
+                                    history_from_ms=None), bounds)
             except PlanError as exc:   # a part run as a Spark query of its own (adaptive smoothing, mote quality)
                 log.warning("node %s: part %s of %s not adopted: %s", node.id, part.query_id, found.node, exc)
                 parts[query_id] = -1

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import grpc
 from pyspark.sql import SparkSession
@@ -27,13 +28,14 @@ from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
-from dsp.plan import PLAN_FORMAT, PlanError, from_json, output_columns, to_json, window_of
+from dsp.part_spec import PartSpec
+from dsp.plan import PlanError, from_json, output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
 from dsp.triage import read_budget_ms
 from glue.limits import check_name
-from glue.operators import operator_plans
+from glue.operators import operator_parts
 from glue.proxy import sample_predicates
-from glue.standing import standing_views
+from glue.standing import standing_parts, standing_views
 from glue.topology import Topology, TopologyError
 from mdr.repository import MDR, ViewRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
@@ -45,7 +47,7 @@ from services.sensor_proxy import SensorProxy
 from wire import bus
 from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
-from wire.topics import control_topic, dead_topic, part_id_problem, part_topic, raw_topic
+from wire.topics import control_topic, dead_topic, part_id_problem, raw_topic, topic_problem, view_topic
 from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
@@ -81,16 +83,12 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
 
     def Deploy(self, request, context):  # noqa: N802 - gRPC method names
         self._part(context, request.query_id)
-        if request.plan.format != PLAN_FORMAT:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"plan format must be {PLAN_FORMAT!r}")
+        part = self._guard(context, PartSpec.from_proto, request, self.node.id)
         if request.prepare:
-            self._guard(context, self.node.prepare, request.query_id, request.plan.body)
-            return hifi_pb2.DeployReply(query_id=request.query_id)
-        topic = self._guard(context, lambda: self.node.deploy(
-            request.query_id, request.plan.body, request.export_as, tuple(request.readers) or INTERNAL_READERS,
-            request.definition, request.output_topic, dict(request.start_offsets) if request.start_offsets else None,
-            history_from_ms=request.history_from_ms or None, priority=request.priority))
-        return hifi_pb2.DeployReply(query_id=request.query_id, output_topic=topic)
+            self._guard(context, self.node.prepare, part)
+            return hifi_pb2.DeployReply(query_id=part.query_id)
+        topic = self._guard(context, self.node.deploy, part)
+        return hifi_pb2.DeployReply(query_id=part.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
         self._guard(context, self.node.cancel, self._part(context, request.query_id))
@@ -105,8 +103,10 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         return hifi_pb2.Ack(ok=True)
 
     def ExportView(self, request, context):  # noqa: N802
-        self._guard(context, self.node.deploy, self._part(context, f"view.{request.view}"), request.plan.body,
-                    request.view, tuple(request.readers) or INTERNAL_READERS)
+        query_id = self._part(context, f"view.{request.view}")
+        self._guard(context, lambda: self.node.deploy(PartSpec(
+            query_id, from_json(request.plan.body), view_topic(self.node.id, request.view), self.node.id,
+            export_as=request.view, readers=tuple(request.readers) or INTERNAL_READERS)))
         return hifi_pb2.Ack(ok=True)
 
     def RevokeView(self, request, context):  # noqa: N802
@@ -208,19 +208,12 @@ class HiFiNode:
         if spec.tier == "edge":
             bus.ensure_topics(self.bootstrap, [raw_topic(self.id), control_topic(self.id)])
         self.adoptions.returning()   # before any part: a node whose parts another ran takes them back bounded
+        for part in [*standing_parts(self.standing, self.id), *operator_parts(self.topology, self.id)]:
+            self.deploy(part)
         for standing in self.standing:
-            for task in standing.tasks:
-                if task.node == self.id:
-                    last = task is standing.tasks[-1]
-                    readers = standing.view.readers if last else INTERNAL_READERS
-                    self.deploy(task.query_id, task.plan, task.export_as, readers,
-                                standing.view.definition if last else "", priority=standing.view.priority)
             if not standing.tasks and standing.node == self.id:   # exported as a definition only
                 export = standing.export
                 self._export(export.name, None, "", export.readers, export.definition, export.columns)
-        for view_plan in operator_plans(self.topology, self.id):
-            self.deploy(f"view.{view_plan.view.name}", view_plan.plan, view_plan.view.name, view_plan.view.readers,
-                        view_plan.view.definition, priority=view_plan.view.priority)
         self.dsp.ensure_ingest()
         self.reconcile()
         self._telling = True
@@ -240,17 +233,15 @@ class HiFiNode:
         A part that cannot be deployed is logged and tried again on the next round."""
         running = {q.query_id for q in self.dsp.queries()}
         deployed = []
-        for query_id, spec in sorted(self.mdr.desired(self.id).items()):
+        for query_id, text in sorted(self.mdr.desired(self.id).items()):
             if query_id in running:
                 continue
             if problem := part_id_problem(query_id):
                 log.error("node %s: desired part refused: %s", self.id, problem)
                 continue
             try:
-                self.deploy(query_id, spec["plan"], spec.get("export_as", ""),
-                            tuple(spec.get("readers") or INTERNAL_READERS),
-                            spec.get("definition", ""), spec.get("output_topic", ""), spec.get("start_offsets"),
-                            priority=spec.get("priority", 0))   # no history: it takes its saved state back
+                part = PartSpec.from_json(query_id, text, self.id)
+                self.deploy(replace(part, history_from_ms=None))   # no history: it takes its saved state back
                 deployed.append(query_id)
             except QueryExists:
                 pass   # deployed over gRPC meanwhile
@@ -370,18 +361,16 @@ class HiFiNode:
         except Exception:  # noqa: BLE001 - a part deployed or cancelled stays so; the motes are told later
             log.exception("node %s: telling its motes their settings failed", self.id)
 
-    def prepare(self, query_id: str, plan) -> None:
+    def prepare(self, part: PartSpec) -> None:
         """Before a part reading this edge's samples starts (the placement's prepare step): the
         motes are told what it will read, and this returns once they obey (services.sensor_proxy)."""
-        if isinstance(plan, str):
-            plan = from_json(plan)
-        if self.proxy is None or not self._telling or not sample_predicates(plan):
+        if self.proxy is None or not self._telling or not sample_predicates(part.plan):
             return
-        self.proxy.expect(query_id, plan)
+        self.proxy.expect(part.query_id, part.plan)
         started = time.monotonic()
         settings = self.proxy.update(self.dsp.plans())
         if settings is not None and self.proxy.wait_obeyed(settings.version):
-            log.info("node %s: its motes obey what %s will read (%.1f s)", self.id, query_id,
+            log.info("node %s: its motes obey what %s will read (%.1f s)", self.id, part.query_id,
                      time.monotonic() - started)
 
     def cancel(self, query_id: str) -> None:
@@ -398,33 +387,24 @@ class HiFiNode:
                 self._max_event_ms = max(self._max_event_ms or 0, report.max_event_ms)
         return on_batch
 
-    def deploy(self, query_id: str, plan, export_as: str = "", readers: tuple[str, ...] = ("*",),
-               definition: str = "", output_topic: str = "", start_offsets: dict[str, int] | None = None,
-               owner: str = "", bounds: OutputBounds | None = None, history_from_ms: int | None = None,
-               priority: int = 0) -> str:
-        """Start a plan (object or JSON); with `export_as`, its output becomes an exported view.
-        Without, it goes to `output_topic`, or to the remote query's own topic. `start_offsets`:
-        where its sources are read from (see dsp.manager.DSPManager.deploy). `owner`, `bounds`: a
-        part adopted from a dead node (services.adoption), writing that node's topic.
-        `history_from_ms`: a part of a query over the past, fed this node's archive from then on
-        (dsp.shared) before it joins the live stream. `priority`: its lane on this node's
-        constrained uplink (dsp.uplink)."""
-        if isinstance(plan, str):
-            plan = from_json(plan)
-        if not owner and bounds is None:
-            bounds = self.adoptions.bounds([name for name, _ in output_columns(plan)])
-        if export_as:
-            check_name(export_as, "view")
-        topic = part_topic(self.id, query_id, export_as, output_topic)
-        bus.ensure_topics(self.bootstrap, [topic])
-        self.dsp.deploy(query_id, plan, topic, self._count(query_id), start_offsets, owner, bounds, history_from_ms,
-                        priority)
+    def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str:
+        """Start `part`; with `export_as`, its output becomes an exported view. A part adopted
+        from a dead node (`owner`, services.adoption) writes that node's topic within `bounds`.
+        ValueError when it would write a topic that is not its own."""
+        if not part.owner and bounds is None:
+            bounds = self.adoptions.bounds([name for name, _ in output_columns(part.plan)])
+        if part.export_as:
+            check_name(part.export_as, "view")
+        if not part.owner and (problem := topic_problem(self.id, part.query_id, part.export_as, part.topic)):
+            raise ValueError(problem)
+        bus.ensure_topics(self.bootstrap, [part.topic])
+        self.dsp.deploy(part, self._count(part.query_id), bounds)
         if self.proxy is not None:
-            self.proxy.forget(query_id)   # expected no more: it runs
+            self.proxy.forget(part.query_id)   # expected no more: it runs
         self.tell_motes()
-        if export_as:
-            self._export(export_as, plan, topic, readers, definition)
-        return topic
+        if part.export_as:
+            self._export(part.export_as, part.plan, part.topic, part.readers, part.definition)
+        return part.topic
 
     def _export(self, name: str, plan, topic: str, readers: tuple[str, ...], definition: str,
                 columns: tuple[tuple[str, str], ...] | None = None) -> None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 
-from dsp.plan import PLAN_FORMAT, PlanError, from_json, to_json, window_of
+from dsp.part_spec import PartSpec
+from dsp.plan import PlanError, from_json, window_of
 from glue.analyzer import AccessError, analyze, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
@@ -163,23 +164,19 @@ class QueryPlacer:
                 plan = answering_from(plan, now_ms(), until_ms)
                 history_from_ms = (plan.start_ms or 0) - LIVE_HISTORY_MARGIN_MS
             deployed: list[tuple[str, str]] = []
-            desired: dict[str, dict[str, dict]] = {}
+            desired: dict[str, dict[str, str]] = {}
             try:
                 for task in plan.tasks:
                     if task.reused:
                         continue
+                    exports_view = task.role == "final" and bool(task.export_as)
                     # a CREATE VIEW's text defines the view it exports; shared partials have none
-                    definition = sql if task.role == "final" and task.export_as else ""
-                    spec = {"plan": to_json(task.plan), "export_as": task.export_as,
-                            "output_topic": "" if task.export_as else task.topic, "definition": definition,
-                            "start_offsets": start_offsets or {},
-                            "history_from_ms": history_from_ms,
-                            "priority": priority,
-                            "readers": list(view_readers if task.role == "final" and task.export_as
-                                            else INTERNAL_READERS)}
-                    if self._deploy(task.node, task.query_id, spec):
+                    part = task.deploying(definition=sql if exports_view else "", start_offsets=start_offsets or {},
+                                          history_from_ms=history_from_ms or None, priority=priority,
+                                          readers=view_readers if exports_view else INTERNAL_READERS)
+                    if self._deploy(part):
                         deployed.append((task.node, task.query_id))
-                        desired.setdefault(task.node, {})[task.query_id] = spec
+                        desired.setdefault(task.node, {})[task.query_id] = part.to_json()
             except PlacementError:
                 for node, query_id in reversed(deployed):
                     self._cancel_on(node, query_id)
@@ -232,28 +229,20 @@ class QueryPlacer:
         for task in plan.tasks:
             if task.reused or not sample_predicates(task.plan):
                 continue
-            request = hifi_pb2.DeployRequest(query_id=task.query_id, prepare=True,
-                                             plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(task.plan)))
             try:
-                self._stub(task.node).Deploy(request, timeout=30)
+                self._stub(task.node).Deploy(task.to_proto(prepare=True), timeout=30)
             except (grpc.RpcError, PlacementError) as exc:
                 log.warning("preparing the motes of %s for %s: %s", task.node, task.query_id, exc)
 
-    def _deploy(self, node: str, query_id: str, spec: dict) -> bool:
-        """Deploy `spec` (plan JSON, export_as, output_topic, definition, start_offsets) on `node`;
-        False when the node already runs it (a view another query created)."""
-        request = hifi_pb2.DeployRequest(query_id=query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=spec["plan"]),
-                                         export_as=spec["export_as"], output_topic=spec["output_topic"],
-                                         definition=spec["definition"], start_offsets=spec["start_offsets"],
-                                         readers=spec["readers"], history_from_ms=spec.get("history_from_ms", 0),
-                                         priority=spec.get("priority", 0))
+    def _deploy(self, part: PartSpec) -> bool:
+        """Deploy `part` on its node; False when the node already runs it (a view another query created)."""
         try:
-            self._stub(node).Deploy(request, timeout=60)
+            self._stub(part.node).Deploy(part.to_proto(), timeout=60)
             return True
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
                 return False
-            raise PlacementError(f"node {node} refused {query_id}: {exc.details()}") from None
+            raise PlacementError(f"node {part.node} refused {part.query_id}: {exc.details()}") from None
 
     def _cancel_on(self, node: str, query_id: str) -> None:
         try:

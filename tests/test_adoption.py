@@ -4,12 +4,14 @@ writers (dsp.bounds), and how a move is shown (services.health.moves): pure."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dsp.bounds import OutputBounds, bounded_column
+from dsp.part_spec import PartSpec
 from dsp.plan import to_json
 from glue.adoption import HANDBACK_SLACK_MS, TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.standing import standing_views
@@ -110,14 +112,15 @@ def test_a_dead_nodes_parts_are_its_standing_tasks_and_its_desired_query_parts_w
     mine = [task for view in standing for task in view.tasks if task.node == "warehouse"]
     assert mine, "the warehouse runs standing parts"
     query_plan = mine[0].plan
-    desired = {
-        "q1-final": {"plan": to_json(query_plan), "export_as": "", "output_topic": "", "start_offsets": {"t:0": 5}},
-        "view.mine": {"plan": to_json(query_plan), "export_as": "mine", "output_topic": ""}}
+    desired = {   # as the placement writes a part, and an entry written before parts had one form
+        "q1-final": PartSpec("q1-final", query_plan, rqs_topic("q1-final", "warehouse"),
+                             start_offsets={"t:0": 5}).to_json(),
+        "view.mine": json.dumps({"plan": to_json(query_plan), "export_as": "mine", "output_topic": ""})}
     node = SimpleNamespace(standing=standing, topology=topology,
                            mdr=SimpleNamespace(desired=lambda owner: desired if owner == "warehouse" else {}))
     parts = parts_of(node, "warehouse")
     assert [(p.query_id, p.topic) for p in parts[:len(mine)]] == [(t.query_id, t.topic) for t in mine]
     assert [(p.query_id, p.topic, p.start_offsets) for p in parts[len(mine):]] == [
         ("q1-final", rqs_topic("q1-final", "warehouse"), {"t:0": 5}),
-        ("view.mine", view_topic("warehouse", "mine"), None)]
+        ("view.mine", view_topic("warehouse", "mine"), {})]
     assert adopted_id("warehouse", "view.x") == "warehouse:view.x"

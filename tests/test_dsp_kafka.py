@@ -8,6 +8,7 @@ import time
 
 from dsp.compiler import Ingest
 from dsp.manager import DSPManager
+from dsp.part_spec import PartSpec
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
 from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
@@ -38,7 +39,7 @@ def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, t
     bus.ensure_topics(servers.bootstrap, [raw, out])
     _publish_cycles(servers.bootstrap, raw, 0, 200)
     manager = DSPManager(spark, "eo", servers.bootstrap, str(tmp_path), trigger_ms=500)
-    manager.deploy("copy", _copy_plan(raw), out)
+    manager.deploy(PartSpec("copy", _copy_plan(raw), out))
     wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 600, 90, "the first 600 readings")
 
     manager.suspend("copy")                       # stop the streaming query, keep its checkpoint
@@ -49,7 +50,7 @@ def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, t
 
     _publish_cycles(servers.bootstrap, raw, 300, 100)
     restarted = DSPManager(spark, "eo", servers.bootstrap, str(tmp_path), trigger_ms=500)  # a node restart
-    restarted.deploy("copy", _copy_plan(raw), out)
+    restarted.deploy(PartSpec("copy", _copy_plan(raw), out))
     wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 1200, 90, "readings after a restart")
     time.sleep(2)  # a duplicate would arrive within the next micro-batches
     restarted.stop_all()
@@ -64,7 +65,7 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
     bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
     manager = DSPManager(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
                          ingest=Ingest(node, raw, servers.redis_url))
-    manager.deploy("copy", _copy_plan(raw), out)
+    manager.deploy(PartSpec("copy", _copy_plan(raw), out))
 
     now = int(time.time() * 1000)
     bad = {
@@ -119,7 +120,7 @@ def test_a_query_that_dies_is_restarted_from_its_checkpoint_without_duplicates(s
             raise RuntimeError("a transient failure after the batch was written")
 
     manager = DSPManager(spark, "rs", servers.bootstrap, str(tmp_path), trigger_ms=500)
-    manager.deploy("copy", _copy_plan(raw), out, on_batch=fail_once)
+    manager.deploy(PartSpec("copy", _copy_plan(raw), out), on_batch=fail_once)
     try:
         wait_for(lambda: (q := manager.queries()[0]).restarts == 1 and q.status == "running", 90,
                  "the query restarted after dying")
@@ -165,7 +166,7 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
                             ingest=Ingest(node, raw, servers.redis_url, triage_ms=1))
     plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
                      (AggSpec("n", "count"),), None, Window(2000, 2000), annotate=True)
-    runtime.deploy("count", plan, out, start_offsets={f"{raw}:0": 0})
+    runtime.deploy(PartSpec("count", plan, out, start_offsets={f"{raw}:0": 0}))
     stats = wait_for(lambda: (s := mdr.stats(node)).get("triaged") and s, 90, "the records left out counted")
     _publish_cycles(servers.bootstrap, raw, 6000, 1, now=now + 5_000)   # 3 readings 1 s after: closes the windows
     wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 3, 60, "the backlog's windows")
@@ -296,10 +297,10 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
     runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
     assert runtime.spark_batches.enabled and not runtime.handoff_dir
     source = Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
-    runtime.deploy("count", Aggregate(source, ("receptor_id",), (AggSpec("n", "count"),), None, Window(500, 500)),
-                   counts, start_offsets={f"{raw}:0": 0})
-    runtime.deploy("pick", Filter(_copy_plan(raw), BinOp("=", Col("tag_id"), Lit("tag-7-1"))), picked,
-                   start_offsets={f"{raw}:0": 0})
+    runtime.deploy(PartSpec("count", Aggregate(source, ("receptor_id",), (AggSpec("n", "count"),), None,
+                                               Window(500, 500)), counts, start_offsets={f"{raw}:0": 0}))
+    runtime.deploy(PartSpec("pick", Filter(_copy_plan(raw), BinOp("=", Col("tag_id"), Lit("tag-7-1"))), picked,
+                            start_offsets={f"{raw}:0": 0}))
     wait_for(lambda: runtime.spark_batches_taken > 0, 90, "a batch computed by Spark")
     _publish_cycles(servers.bootstrap, raw, 4000, 1, now=now + 2_000)   # a reading 2 s on: closes the windows
     wait_for(lambda: sum(r["n"] for r in topic_rows(servers.bootstrap, counts)) >= 8000, 90, "every window")
@@ -334,7 +335,7 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
     runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
     plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
                      (AggSpec("n", "count"),), None, Window(10_000, 10_000))
-    runtime.deploy("live", plan, outs["live"])
+    runtime.deploy(PartSpec("live", plan, outs["live"]))
     this_hour = int(time.time() * 1000) // HOUR_MS * HOUR_MS
     key, batches = f"{READER_PREFIX}rfid:{raw}", 120   # a minute each side of the hour's turn
     first = HOUR_MS // BATCH_MS - batches
@@ -349,7 +350,7 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
         for name, since in (("in", inside), ("whole", this_hour - HOUR_MS)):
             for path in ("driver", "spark"):
                 runtime.spark_batches = SparkBatches(False, 0, 1 if path == "spark" else 0)
-                runtime.deploy(f"{path}-{name}", plan, outs[f"{path}-{name}"], history_from_ms=since)
+                runtime.deploy(PartSpec(f"{path}-{name}", plan, outs[f"{path}-{name}"], history_from_ms=since))
                 answers[path, name] = sorted((r["window_start"], r["receptor_id"], r["n"])
                                              for r in topic_rows(servers.bootstrap, outs[f"{path}-{name}"]))
         taken = runtime.spark_batches_taken

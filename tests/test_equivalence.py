@@ -27,7 +27,7 @@ from dsp.arrow_exprs import arrow_schema
 from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, rows_of, view_batch
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
-from glue.catalog import ReceptorInfo, Relation
+from glue.catalog import ReceptorInfo, Relation, exported_view
 from glue.reference import Reference
 from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
@@ -365,7 +365,7 @@ RUNNING = ("SELECT receptor_id, tag_id, count(*) AS n, max(read_strength) AS str
 ])
 def test_a_query_subsumed_by_a_running_view_rolls_it_up_and_equals_the_central_answer(sql):
     running = distribute(analyze(RUNNING, CATALOG), CATALOG, "a")
-    catalog = replace(CATALOG, views=[*CATALOG.views, *(t.export() for t in running.tasks if t.export_as)])
+    catalog = replace(CATALOG, views=[*CATALOG.views, *(exported_view(t) for t in running.tasks if t.export_as)])
     plan = distribute(analyze(sql, catalog), catalog, "b")
     running_producers = {(t.node, f"view.{t.export_as}") for t in running.tasks if t.role == "producer"}
     subsumes = "JOIN" not in sql   # the join runs before grouping: the running view has no location
@@ -558,7 +558,7 @@ def test_an_event_view_is_a_stream_a_later_query_aggregates_over_windows():
                 "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
                 "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45")
     view = distribute(analyze(view_sql, CATALOG), CATALOG, "v")
-    catalog = replace(CATALOG, views=[*CATALOG.views, view.tasks[-1].export(view_sql)])
+    catalog = replace(CATALOG, views=[*CATALOG.views, exported_view(view.tasks[-1], view_sql)])
     sql = ("SELECT at, count(*) AS matches FROM strong_then_weak [range by '4 seconds', slide by '2 seconds'] "
            "GROUP BY at")
     plan = distribute(analyze(sql, catalog), catalog, "q")

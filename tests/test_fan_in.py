@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from dsp.part_spec import PartSpec
 from dsp.plan import BinOp, Col, Filter, Lit, Source
 from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
 from tests.conftest import topic_rows, wait_for
@@ -51,16 +52,16 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
     _send(servers.bootstrap, other, 0, 3, OTHER_SHAPE)
     runtime = SharedRuntime(spark, "fan-parent", servers.bootstrap, str(tmp_path), trigger_ms=500)
     try:
-        runtime.deploy("first", _plan(children[:4]), first_out)
+        runtime.deploy(PartSpec("first", _plan(children[:4]), first_out))
         assert len(_readers(runtime)) == 1
         wait_for(lambda: len(topic_rows(servers.bootstrap, first_out)) >= 12, 90, "the first four children's rows")
         # a view of another shape: another form of input, the same query
-        runtime.deploy("other", _plan([other], OTHER_SHAPE), other_out)
+        runtime.deploy(PartSpec("other", _plan([other], OTHER_SHAPE), other_out))
         assert _readers(runtime) == [stream_key()] and len(runtime._readers) == 2
         wait_for(lambda: len(topic_rows(servers.bootstrap, other_out)) >= 3, 60, "the other shape's rows")
 
         # two children more, read by a second part: the same reader, its topics added
-        runtime.deploy("second", _plan(children[2:]), second_out, start_offsets={f"{children[4]}:0": 1})
+        runtime.deploy(PartSpec("second", _plan(children[2:]), second_out, start_offsets={f"{children[4]}:0": 1}))
         assert len(_readers(runtime)) == 1
         for topic in children:
             _send(servers.bootstrap, topic, 3, 2)
@@ -95,7 +96,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         _send(servers.bootstrap, topic, 6, 1)
     again = SharedRuntime(spark, "fan-parent", servers.bootstrap, str(tmp_path), trigger_ms=500)
     try:
-        again.deploy("second", _plan(children[2:]), second_out, start_offsets={f"{children[4]}:0": 1})
+        again.deploy(PartSpec("second", _plan(children[2:]), second_out, start_offsets={f"{children[4]}:0": 1}))
         wait_for(lambda: len(topic_rows(servers.bootstrap, second_out)) >= len(second) + 8, 90, "rows after restart")
         time.sleep(2)
         tags = [row["tag_id"] for row in topic_rows(servers.bootstrap, second_out)]
@@ -122,7 +123,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
     runtime._save()
     again = SharedRuntime(spark, "old-layout", servers.bootstrap, str(tmp_path), trigger_ms=500)
     try:
-        again.deploy("q", _plan([topic]), out)
+        again.deploy(PartSpec("q", _plan([topic]), out))
         wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 2, 60, "the rows after the old reader's fence")
         time.sleep(2)
         assert _tags(servers.bootstrap, out) == [f"old-layout{len(layout)}-3", f"old-layout{len(layout)}-4"]

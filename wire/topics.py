@@ -23,6 +23,23 @@ def part_topic(node: str, query_id: str, export_as: str = "", output_topic: str 
     return view_topic(node, export_as) if export_as else output_topic or rqs_topic(query_id, node)
 
 
+def topic_problem(node: str, query_id: str, export_as: str, topic: str) -> str | None:
+    """Why part `query_id` on `node` may not write `topic`, or None: a part writes the view it
+    exports, else its query's results (or its remote query's own topic), never another's.
+
+    >>> topic_problem("door1", "view.v", "v", "hifi.view.door1.v") is None
+    True
+    >>> topic_problem("door1", "q1", "", "hifi.results.q1") is None
+    True
+    >>> topic_problem("door1", "q1", "", "hifi.results.q2")
+    "part q1 on door1 may not write 'hifi.results.q2' (its topic is 'hifi.results.q1')"
+    """
+    own = view_topic(node, export_as) if export_as else results_topic(query_id)
+    if topic == own or (not export_as and topic == rqs_topic(query_id, node)):
+        return None
+    return f"part {query_id} on {node} may not write {topic[:120]!r} (its topic is {own!r})"
+
+
 def results_topic(query_id: str) -> str:
     return f"hifi.results.{query_id}"
 

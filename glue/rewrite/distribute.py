@@ -22,6 +22,7 @@ import functools
 import hashlib
 from dataclasses import dataclass, field, replace
 
+from dsp.part_spec import PartSpec
 from dsp.plan import (
     EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
@@ -47,10 +48,9 @@ from dsp.plan import (
     raw_stream_plan,
     sources,
     to_json,
-    window_of,
 )
 from glue.analyzer import LogicalQuery
-from glue.catalog import Catalog, ExportedView
+from glue.catalog import Catalog
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place
 from glue.rewrite.reuse import subsuming
@@ -62,28 +62,12 @@ from wire.windows import duration_ms, pane_of
 WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
 
 
-@dataclass(frozen=True)
-class NodeTask:
-    node: str
-    role: str                # smooth | producer | merge | window | final
-    query_id: str            # the DSP query id on that node
-    plan: Plan
-    topic: str
-    export_as: str           # the view the output is exported as ("" for results)
-    reused: bool = False     # an equal view already runs there
-
-    def export(self, definition: str = "", readers: tuple[str, ...] = ("*",)) -> ExportedView:
-        """What the catalog learns of this part once it runs (its output exported as a view)."""
-        return ExportedView(self.export_as, self.node, self.topic, tuple(output_columns(self.plan)),
-                            window_of(self.plan), definition, readers, self.plan)
-
-
 @dataclass
 class DistributedPlan:
     query_id: str
     query: LogicalQuery
     placement: Placement
-    tasks: list[NodeTask] = field(default_factory=list)   # bottom up: children before parents
+    tasks: list[PartSpec] = field(default_factory=list)   # bottom up: children before parents
     start_ms: int | None = None   # answers windows (rows) starting here on; None: since the sources began
     until_ms: int | None = None   # and before this; None: for as long as it runs
     from_archive: bool = False    # a query over the past: its parts are fed the nodes' archives first
@@ -141,9 +125,9 @@ class _Builder:
                  naive: bool = False) -> None:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.nodes = placement.path_nodes(catalog)
-        self.tasks: list[NodeTask] = []
+        self.tasks: list[PartSpec] = []
         self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the tasks read
-        self.smoothing: dict[str, NodeTask] = {}
+        self.smoothing: dict[str, PartSpec] = {}
         self.naive = naive
         self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
         self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
@@ -162,7 +146,7 @@ class _Builder:
         view = next(v for v in self.catalog.exports_of(q.source) if v.node == node and v.topic)
         return Source((view.topic,), "rows", view.columns, q.event_time, 0, True, view.window)
 
-    def smoothed(self, node: str) -> NodeTask:
+    def smoothed(self, node: str) -> PartSpec:
         """The node's readings that WHERE keeps, through adaptive smoothing: a task of its own on
         the edge node (its rows are stamped with their epoch, and an aggregate over them needs a
         watermark on that stamp, which only a stream read anew carries). Named after the query,
@@ -174,8 +158,9 @@ class _Builder:
             if self.q.predicate is not None:
                 raw = Filter(raw, self.q.predicate)
             name = f"smooth_{self.query_id}"
-            self.smoothing[node] = NodeTask(node, "smooth", f"view.{name}", Smooth(
-                raw, self.q.smoothing.epoch_ms, self.q.smoothing.delta), view_topic(node, name), name)
+            self.smoothing[node] = PartSpec(f"view.{name}", Smooth(raw, self.q.smoothing.epoch_ms,
+                                                                   self.q.smoothing.delta),
+                                            view_topic(node, name), node, "smooth", name)
             self.tasks.append(self.smoothing[node])
         return self.smoothing[node]
 
@@ -215,7 +200,7 @@ class _Builder:
 
     # ------------------------------------------------------------ inner levels
 
-    def children_source(self, child_tasks: list[NodeTask]) -> Source:
+    def children_source(self, child_tasks: list[PartSpec]) -> Source:
         columns = output_columns(child_tasks[0].plan)
         topics = tuple(t.topic for t in child_tasks)
         if self.naive and self.q.is_aggregate:
@@ -248,13 +233,13 @@ class _Builder:
                 AggSpec("__rows", "sum", "__rows"),)
         return q.keys, split_all(q.aggregates)[1]
 
-    def merge_plan(self, child_tasks: list[NodeTask]) -> Plan:
+    def merge_plan(self, child_tasks: list[PartSpec]) -> Plan:
         source = self.children_source(child_tasks)
         if not self.q.is_aggregate:
             return Project(source, tuple((name, Col(name)) for name, _ in source.columns))
         return self.combine(source, self.pane)
 
-    def final_plan(self, child_tasks: list[NodeTask]) -> Plan:
+    def final_plan(self, child_tasks: list[PartSpec]) -> Plan:
         q = self.q
         source = self.children_source(child_tasks)
         if q.pattern is not None:
@@ -296,7 +281,7 @@ class _Builder:
         kept: Plan = Filter(finished, q.having) if q.having is not None else finished
         return Project(kept, (*WINDOW_BOUNDS, *q.outputs, *triage))
 
-    def arbitration_plan(self, windowed: NodeTask) -> Plan:
+    def arbitration_plan(self, windowed: PartSpec) -> Plan:
         """Each `by` value once per window, at the `winner` with the most rows (ties: smallest),
         then the select list per winner. Reads the root's windowed counts as a stream of its own:
         chained aggregations need their grouping time to carry a watermark."""
@@ -318,18 +303,18 @@ class _Builder:
 
     # ------------------------------------------------------------ the walk
 
-    def task(self, node: str, role: str, plan: Plan) -> NodeTask:
+    def task(self, node: str, role: str, plan: Plan) -> PartSpec:
         if role == "final":
             if self.q.view_name:
-                return NodeTask(node, role, f"view.{self.q.view_name}", plan,
-                                view_topic(node, self.q.view_name), self.q.view_name)
-            return NodeTask(node, role, self.query_id, plan, results_topic(self.query_id), "")
+                return PartSpec(f"view.{self.q.view_name}", plan, view_topic(node, self.q.view_name), node, role,
+                                self.q.view_name)
+            return PartSpec(self.query_id, plan, results_topic(self.query_id), node, role)
         name = _view_name(role, plan)
         # the same name and the same plan: a view of another name-alike is never read as this part
         reused = any(v.node == node and v.name == name and v.plan == plan for v in self.catalog.views)
-        return NodeTask(node, role, f"view.{name}", plan, view_topic(node, name), name, reused)
+        return PartSpec(f"view.{name}", plan, view_topic(node, name), node, role, name, reused=reused)
 
-    def build(self, node: str) -> NodeTask:
+    def build(self, node: str) -> PartSpec:
         """Plan `node` (and, first, every child on the way to the producers); return its task."""
         root = node == self.placement.root
         if root and self.placement.producers == (node,) and not self.naive:
@@ -355,7 +340,7 @@ class _Builder:
             return task
         return self.root_task(node, self.final_plan(children))
 
-    def root_task(self, node: str, plan: Plan) -> NodeTask:
+    def root_task(self, node: str, plan: Plan) -> PartSpec:
         """The root's part (with arbitration, its windowed counts, then the contest over them)."""
         if self.q.arbitration is not None:
             windowed = self.task(node, "window", plan)

@@ -71,6 +71,7 @@ def _publish(bootstrap: str, topic: str, backlog: int, start_ms: int, first: int
 
 
 def _drain(spark, bootstrap: str, backlog: int, path: str) -> Drain:
+    from dsp.part_spec import PartSpec
     from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.shared import SharedRuntime
     from services.bench.runtime import tree_cpu_s
@@ -95,7 +96,7 @@ def _drain(spark, bootstrap: str, backlog: int, path: str) -> Drain:
     plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
                      (AggSpec("n", "count"),), None, Window(WINDOW_MS, WINDOW_MS))
     cpu, started = tree_cpu_s(), time.monotonic()
-    runtime.deploy("count", plan, out, start_offsets={f"{raw}:0": 0})
+    runtime.deploy(PartSpec("count", plan, out, start_offsets={f"{raw}:0": 0}))
     counted = 0
     deadline = started + 600
     while time.monotonic() < deadline:

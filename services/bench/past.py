@@ -76,6 +76,7 @@ def hour_batch(rate: int, batch: int, start_ms: int) -> pa.Table:
 
 def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None]) -> list[PastRun]:
     from dsp.archive import hour_of
+    from dsp.part_spec import PartSpec
     from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.shared import SharedRuntime
     from dsp.spark_partials import SparkBatches
@@ -90,7 +91,7 @@ def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None
     runtime = SharedRuntime(spark, node, bootstrap, tempfile.mkdtemp(prefix="hifi-bench-past-"), trigger_ms=1000)
     source = Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
     plan = Aggregate(source, ("receptor_id",), (AggSpec("n", "count"),), None, Window(WINDOW_MS, WINDOW_MS))
-    runtime.deploy("live", plan, outs["live"])   # the raw reader the past queries join
+    runtime.deploy(PartSpec("live", plan, outs["live"]))   # the raw reader the past queries join
     start_ms = (int(time.time() * 1000) // HOUR_MS - 1) * HOUR_MS   # the hour before this one: closed
     key = f"read:rfid:{raw}"
     progress(f"{rate:,} readings/s: writing an hour of archive ({rate * 3600:,} readings)")
@@ -102,7 +103,7 @@ def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None
         for path in ("driver", "spark"):
             runtime.spark_batches = SparkBatches(False, 0, 1 if path == "spark" else 0)
             cpu, started = tree_cpu_s(), time.monotonic()
-            runtime.deploy(f"past-{path}", plan, outs[path], history_from_ms=start_ms)
+            runtime.deploy(PartSpec(f"past-{path}", plan, outs[path], history_from_ms=start_ms))
             seconds, cpu_s = time.monotonic() - started, tree_cpu_s() - cpu
             rows = [r for r in topic_rows(bootstrap, outs[path]) if r["window_start"] is not None]
             answer = tuple(sorted((str(r["window_start"]), r["receptor_id"], r["n"]) for r in rows))

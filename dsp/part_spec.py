@@ -1,0 +1,95 @@
+"""A part: one piece of a query (or of a standing view) on one node, as one value from the planner to the runtime.
+
+The planner (glue.rewrite.distribute) makes a query's parts bottom up; the placement service adds
+what the submission decides (readers, where the inputs start, the past it answers from, its
+priority), sends each to its node as a `DeployRequest` (`to_proto`) and records it as the node's
+desired state in the MDR (`to_json`); the node deploys it from either (`from_proto`, `from_json`),
+from its topology's standing views, or from a dead node it adopts (`owner`); the runtime
+(dsp.shared) runs it. Pure: plain data and its encodings, no I/O.
+
+>>> from dsp.plan import Source, RAW_RFID_SOURCE_COLUMNS
+>>> plan = Source(("hifi.raw.door1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+>>> part = PartSpec("q1", plan, "hifi.results.q1", node="door1", role="final", priority=2)
+>>> PartSpec.from_json("q1", part.to_json(), "door1") == part
+True
+>>> PartSpec.from_proto(part.to_proto(), "door1") == part
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from dsp.plan import PLAN_FORMAT, Plan, PlanError, from_json, to_json
+from protos import hifi_pb2
+from wire.identity import INTERNAL_READERS
+from wire.topics import part_topic
+
+ROLES = ("smooth", "producer", "merge", "window", "final", "view")
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    query_id: str              # the part's id on its node: `q<hex>`, `view.<name>`, `<owner>:<id>`
+    plan: Plan
+    topic: str                 # where its output goes: the view it exports, else its query's results
+    node: str = ""             # where it runs
+    role: str = "view"         # smooth | producer | merge | window | final (planner), view (a node's own)
+    export_as: str = ""        # the view its output is exported as ("" for a query's results)
+    readers: tuple[str, ...] = INTERNAL_READERS   # who may read that view
+    definition: str = ""       # the HiFi SQL that defines that view (a CREATE VIEW's last part)
+    start_offsets: dict[str, int] = field(default_factory=dict)   # "topic:partition" -> first offset read
+    history_from_ms: int | None = None   # a part over the past: first fed the node's archive from then on
+    priority: int = 0          # its lane on the node's constrained uplink (dsp.uplink): higher first
+    owner: str = ""            # the dead node it runs for (adopted: services.adoption), else ""
+    reused: bool = False       # planner only: an equal part runs there already (not deployed again)
+
+    def __hash__(self) -> int:   # start_offsets is a dict: a part is known by where and what it is
+        return hash((self.node, self.query_id))
+
+    def deploying(self, **decided) -> PartSpec:
+        """The part with what the submission decided (readers, start_offsets, history_from_ms, priority...)."""
+        return replace(self, **decided)
+
+    def to_json(self) -> str:
+        """The desired-state form (the MDR's `desired:<node>`); the node is the hash it is kept in."""
+        return json.dumps({"plan": to_json(self.plan), "topic": self.topic, "role": self.role,
+                           "export_as": self.export_as, "readers": list(self.readers),
+                           "definition": self.definition, "start_offsets": self.start_offsets,
+                           "history_from_ms": self.history_from_ms, "priority": self.priority,
+                           "owner": self.owner})
+
+    @classmethod
+    def from_json(cls, query_id: str, text: str, node: str) -> PartSpec:
+        """The part the MDR's desired state of `node` keeps under `query_id`. Entries written before
+        parts had one form (no `topic`: an `output_topic`, "" when exported) are read alike."""
+        data = json.loads(text)
+        topic = data.get("topic") or part_topic(node, query_id, data.get("export_as", ""),
+                                                data.get("output_topic", ""))
+        return cls(query_id, from_json(data["plan"]), topic, node, data.get("role", "view"),
+                   data.get("export_as", ""), tuple(data.get("readers") or INTERNAL_READERS),
+                   data.get("definition", ""), dict(data.get("start_offsets") or {}),
+                   data.get("history_from_ms"), int(data.get("priority", 0)), data.get("owner", ""))
+
+    def to_proto(self, prepare: bool = False) -> hifi_pb2.DeployRequest:
+        return hifi_pb2.DeployRequest(
+            query_id=self.query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(self.plan)),
+            export_as=self.export_as, output_topic=self.topic, readers=list(self.readers),
+            definition=self.definition, start_offsets=self.start_offsets, prepare=prepare,
+            history_from_ms=self.history_from_ms or 0, priority=self.priority, role=self.role)
+
+    @classmethod
+    def from_proto(cls, request: hifi_pb2.DeployRequest, node: str) -> PartSpec:
+        """The part a Deploy asks `node` to run; PlanError when its plan is not one."""
+        if request.plan.format != PLAN_FORMAT:
+            raise PlanError(f"plan format must be {PLAN_FORMAT!r}")
+        topic = request.output_topic or part_topic(node, request.query_id, request.export_as)
+        return cls(request.query_id, from_json(request.plan.body), topic, node, request.role or "view",
+                   request.export_as, tuple(request.readers) or INTERNAL_READERS, request.definition,
+                   dict(request.start_offsets), request.history_from_ms or None, request.priority)
+
+
+def desired_parts(entries: dict[str, str], node: str) -> list[PartSpec]:
+    """The parts the MDR's desired state of `node` holds (query id -> JSON), in query id order."""
+    return [PartSpec.from_json(query_id, text, node) for query_id, text in sorted(entries.items())]
