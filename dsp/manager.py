@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
 from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
-from dsp.part_spec import PartSpec
+from dsp.part_spec import PartError, PartSpec
 from dsp.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
@@ -113,7 +113,7 @@ class DSPManager:
         with it on cancel)."""
         name = query_id.replace("/", "_")
         if name in ("", ".", ".."):
-            raise ValueError(f"query id {query_id!r} names no directory of its own")
+            raise PartError(f"query id {query_id!r} names no directory of its own")
         return os.path.join(self.state_dir, name)
 
     def _drop_checkpoint(self, query_id: str) -> None:

@@ -21,10 +21,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 
-from dsp.plan import PLAN_FORMAT, Plan, PlanError, from_json, to_json
+from dsp.plan import PLAN_FORMAT, Plan, from_json, to_json
 from protos import hifi_pb2
+from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS
 from wire.topics import part_topic
+
+
+class PartError(HiFiError):
+    """A part a node may not run as given (its plan's form, the topic it would write)."""
+
 
 ROLES = ("smooth", "producer", "merge", "window", "final", "view")
 
@@ -81,9 +87,9 @@ class PartSpec:
 
     @classmethod
     def from_proto(cls, request: hifi_pb2.DeployRequest, node: str) -> PartSpec:
-        """The part a Deploy asks `node` to run; PlanError when its plan is not one."""
+        """The part a Deploy asks `node` to run; PartError (PlanError) when its plan is not one."""
         if request.plan.format != PLAN_FORMAT:
-            raise PlanError(f"plan format must be {PLAN_FORMAT!r}")
+            raise PartError(f"plan format must be {PLAN_FORMAT!r}")
         topic = request.output_topic or part_topic(node, request.query_id, request.export_as)
         return cls(request.query_id, from_json(request.plan.body), topic, node, request.role or "view",
                    request.export_as, tuple(request.readers) or INTERNAL_READERS, request.definition,

@@ -66,7 +66,7 @@ def _expand(group: dict[str, Any], where: str) -> list[str]:
 def _ms(value: Any, where: str, start_ms: int) -> int:
     try:
         return start_ms + duration_ms(str(value))
-    except ValueError as exc:
+    except (HiFiError, ValueError) as exc:
         raise ScenarioError(f"{where}: {exc}") from None
 
 
@@ -79,7 +79,7 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
                 str(fault["kind"]), _ms(fault.get("start", "0 s"), where, start_ms),
                 _ms(fault["end"], where, start_ms) if "end" in fault else None,
                 float(fault.get("factor", 0.3)), duration_ms(str(fault.get("period", "2 seconds")))))
-        except (KeyError, ValueError) as exc:
+        except (HiFiError, KeyError, ValueError) as exc:
             raise ScenarioError(f"{where}: {exc}") from None
     readers = []
     for i, group in enumerate(groups):
@@ -94,7 +94,7 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
                     ident, location, str(group["node"]), antennas, float(group.get("read_rate", 0.9)),
                     float(group.get("ghost_rate", 0.0)), float(group.get("overlap", 0.0)),
                     tuple(group.get("neighbours", ())), faults=tuple(by_reader.pop(ident, ()))))
-            except ValueError as exc:
+            except (HiFiError, ValueError) as exc:
                 raise ScenarioError(f"{where}: {exc}") from None
     if by_reader:
         raise ScenarioError(f"reader_faults name unknown readers: {', '.join(sorted(by_reader))}")
@@ -117,7 +117,7 @@ def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
         start, end = _ms(spec["start"], where, start_ms), _ms(spec["end"], where, start_ms)
     except KeyError as exc:
         raise ScenarioError(f"{where}: needs {exc}") from None
-    except (TypeError, ValueError) as exc:
+    except (HiFiError, TypeError, ValueError) as exc:
         raise ScenarioError(f"{where}: {exc}") from None
     every = _ms(spec.get("every", "0 s"), where, 0)
     if count < 1 or (count > 1 and every < end - start):
@@ -132,7 +132,7 @@ def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int
         try:
             by_mote[str(fault["mote"])] = MoteFault(str(fault["kind"]), _ms(fault.get("start", "0 s"), where, start_ms),
                                                     _ms(fault["end"], where, start_ms) if "end" in fault else None)
-        except (KeyError, ValueError) as exc:
+        except (HiFiError, KeyError, ValueError) as exc:
             raise ScenarioError(f"{where}: {exc}") from None
     motes = []
     for i, group in enumerate(groups):
@@ -183,7 +183,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
         world = ChainConfig(seed=seed, start_ms=start_ms, **options)
     except TypeError as exc:
         raise ScenarioError(f"world: {exc}") from None
-    except ValueError as exc:
+    except (HiFiError, ValueError) as exc:
         raise ScenarioError(f"world: {exc}") from None
     fires = tuple(f for i, group in enumerate(spec.get("fires") or []) for f in _fires(group, f"fires[{i}]", start_ms))
     replay = None

@@ -45,7 +45,7 @@ from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
-from glue.topology import TopologyError
+from wire.errors import HiFiError
 from wire.identity import SYSTEM, Identity
 from wire.windows import duration_ms
 
@@ -147,7 +147,7 @@ class _Binder:
         value = self.catalog.parameter(text)
         try:
             return duration_ms(value if value is not None else text)
-        except (TopologyError, ValueError):
+        except HiFiError:
             raise _err(f"cannot read duration {text!r} (e.g. '5 seconds', or a parameter name)", pos) from None
 
     def window(self, clause: ast.WindowClause | None) -> Window | None:

@@ -28,8 +28,8 @@ from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
-from dsp.part_spec import PartSpec
-from dsp.plan import PlanError, from_json, output_columns, to_json, window_of
+from dsp.part_spec import PartError, PartSpec
+from dsp.plan import from_json, output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
 from dsp.triage import read_budget_ms
 from glue.limits import check_name
@@ -45,6 +45,7 @@ from services.grpc_server import start_server
 from services.metrics import NodeMetrics
 from services.sensor_proxy import SensorProxy
 from wire import bus
+from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
 from wire.topics import control_topic, dead_topic, part_id_problem, raw_topic, topic_problem, view_topic
@@ -69,7 +70,7 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
         except QueryExists as exc:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
-        except (PlanError, ValueError) as exc:
+        except HiFiError as exc:   # what it was told is not a part it can run; anything else is a bug
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     @staticmethod
@@ -390,13 +391,13 @@ class HiFiNode:
     def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str:
         """Start `part`; with `export_as`, its output becomes an exported view. A part adopted
         from a dead node (`owner`, services.adoption) writes that node's topic within `bounds`.
-        ValueError when it would write a topic that is not its own."""
+        PartError when it would write a topic that is not its own."""
         if not part.owner and bounds is None:
             bounds = self.adoptions.bounds([name for name, _ in output_columns(part.plan)])
         if part.export_as:
             check_name(part.export_as, "view")
         if not part.owner and (problem := topic_problem(self.id, part.query_id, part.export_as, part.topic)):
-            raise ValueError(problem)
+            raise PartError(problem)
         bus.ensure_topics(self.bootstrap, [part.topic])
         self.dsp.deploy(part, self._count(part.query_id), bounds)
         if self.proxy is not None:

@@ -17,12 +17,13 @@ import urllib.request
 import grpc
 import pytest
 
-from dsp.plan import PLAN_FORMAT
+from dsp.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source, to_json
 from glue.topology import parse_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
 from tests.conftest import running_hierarchy, wait_for
 from wire.codec import from_value
+from wire.topics import raw_topic
 
 TOPOLOGY = """
 name: trust
@@ -158,6 +159,24 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     results.cancel()
     assert admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60).ok
     assert hierarchy.mdr.queries() == []
+
+
+def test_a_node_refuses_a_part_writing_a_topic_not_its_own_or_named_outside_its_state(hierarchy, tokens):
+    """Even from a caller with every right: a part writes its view's topic or its query's results,
+    never another query's (it would forge that query's answers), and its id names no path."""
+    plan = hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(
+        Source((raw_topic("tr-a"),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)))
+    node = hifi_pb2_grpc.NodeStub(open_channel(hierarchy.nodes["tr-a"].address,
+                                               hierarchy.security.with_token(tokens["admin"])))
+    before = _state(hierarchy)
+    forged = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="q1", plan=plan, output_topic="hifi.results.q2"))
+    assert forged[0] == grpc.StatusCode.INVALID_ARGUMENT and "may not write 'hifi.results.q2'" in forged[1]
+    other_view = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="view.v", plan=plan, export_as="v",
+                                                              output_topic="hifi.view.tr-b.v"))
+    assert other_view[0] == grpc.StatusCode.INVALID_ARGUMENT, other_view
+    outside = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="..", plan=plan, output_topic="hifi.results.."))
+    assert outside[0] == grpc.StatusCode.INVALID_ARGUMENT and "not a part's name" in outside[1]
+    assert _state(hierarchy) == before
 
 
 def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_views(hierarchy, tokens):
