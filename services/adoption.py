@@ -11,20 +11,19 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dsp.bounds import OutputBounds, bounded_column
 from dsp.part_spec import PartSpec, desired_parts
 from dsp.plan import PlanError, output_columns
+from dsp.shared import SharedRuntime
 from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.operators import operator_parts
-from glue.standing import standing_parts
-from mdr.repository import Adoption, now_ms
+from glue.standing import StandingView, standing_parts
+from glue.topology import Topology
+from mdr.repository import MDR, Adoption, now_ms
 from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
-
-if TYPE_CHECKING:
-    from services.node import HiFiNode
 
 log = logging.getLogger("hifi.adoption")
 
@@ -34,7 +33,20 @@ MARKERLESS_DRAIN_MS = 15_000   # a part without progress markers (a selection's 
                                # the boundary: the time its last rows before it take to come through
 
 
-def parts_of(node: HiFiNode, owner: str) -> list[PartSpec]:
+class AdoptingNode(Protocol):
+    """What re-parenting needs of the node it runs in (services.node.HiFiNode)."""
+
+    id: str
+    topology: Topology
+    mdr: MDR
+    dsp: SharedRuntime
+    standing: list[StandingView]
+    bootstrap: str
+
+    def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str: ...
+
+
+def parts_of(node: AdoptingNode, owner: str) -> list[PartSpec]:
     """The parts `owner` runs: its standing views' tasks (from the topology, as it plans them) and
     the query parts the placement service deployed on it (the MDR's desired state)."""
     return [*standing_parts(node.standing, owner), *operator_parts(node.topology, owner),
@@ -67,7 +79,7 @@ def adopted_id(owner: str, query_id: str) -> str:
 class Adoptions:
     """What one node does about dead and returning parents, each reconcile round."""
 
-    def __init__(self, node: HiFiNode) -> None:
+    def __init__(self, node: AdoptingNode) -> None:
         self.node = node
         self.grace_ms = adopt_after_ms(node.topology)
         self._dead_since: dict[str, float] = {}   # node -> when this node first saw it dead (monotonic)

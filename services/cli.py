@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from services.bench.registry import BENCHES
 from services.commands import (
     CLIError,
+    become_from_standby,
     cmd_agents,
     cmd_bench,
     cmd_bench_report,
@@ -260,9 +261,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def standby_args(argv: Sequence[str]) -> argparse.Namespace:
+    """`hifi node --standby`: once the spare knows which node it becomes (services.commands), its
+    arguments parsed again under that node's environment."""
+    become_from_standby()
+    return build_parser().parse_args([a for a in argv if a != "--standby"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        if getattr(args, "standby", False):
+            args = standby_args(argv if argv is not None else sys.argv[1:])
         return int(args.func(args) or 0)
     except HiFiError as exc:   # a user's mistake or a missing server: the reason, never a stack trace
         print(f"hifi: {exc}", file=sys.stderr)

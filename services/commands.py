@@ -184,13 +184,13 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _standby() -> argparse.Namespace:
-    """A warm spare: the node's modules loaded, Spark and a Python worker started; then the node it
-    becomes is read from stdin (one JSON line: {"env": {...}, "log": FILE}), its environment set,
-    the output sent to its log; the `hifi node` arguments parsed again under that environment."""
+def become_from_standby() -> None:
+    """A warm spare (`hifi node --standby`): the node's modules loaded, Spark and a Python worker
+    started; then the node it becomes is read from stdin (one JSON line: {"env": {...}, "log":
+    FILE}), its environment set, the output sent to its log. The caller parses the `hifi node`
+    arguments again under that environment (services.cli.main)."""
     from dsp import faults
     from dsp.session import spark_session
-    from services.cli import build_parser
 
     spark_session("hifi-standby")   # Spark and its Python workers up (dsp.session.start_python_workers)
     _progress("standby: warm, waiting for the node to become")
@@ -205,7 +205,6 @@ def _standby() -> argparse.Namespace:
         os.dup2(out, 2)
         os.close(out)
     faults.from_environment()   # a fault set for this node counts from now, when it becomes it
-    return build_parser().parse_args([a for a in sys.argv[1:] if a != "--standby"])
 
 
 def cmd_node(args: argparse.Namespace) -> int:
@@ -215,8 +214,6 @@ def cmd_node(args: argparse.Namespace) -> int:
     from dsp.session import spark_session
     from services.node import HiFiNode
 
-    if args.standby:
-        args = _standby()
     topology = load_topology(args.topology)
     if not args.id:
         raise CLIError("name the node to run: --id or HIFI_NODE_ID")

@@ -13,13 +13,14 @@ agents; each service has a health check, a restart policy and named volumes for 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from glue.topology import Topology
+from services.deploy_names import node_service, secret_variable
+from services.kafka_acls import password_variable, setup_script, users
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "hifi:${HIFI_VERSION:-latest}"
@@ -69,10 +70,6 @@ def _healthy(*services: str) -> dict[str, dict[str, str]]:
     return {service: {"condition": "service_healthy"} for service in services}
 
 
-def node_service(node_id: str) -> str:
-    return f"node-{node_id}"
-
-
 def topology_location(source: str) -> tuple[str, list[str]]:
     """Where the containers read the topology file, and the bind mount that puts it there (none
     for a file of this repository: the image holds it)."""
@@ -81,11 +78,6 @@ def topology_location(source: str) -> tuple[str, list[str]]:
         return "/app/" + os.path.relpath(path, REPO).replace(os.sep, "/"), []
     directory = os.path.dirname(path)
     return f"{MOUNTED_TOPOLOGY_DIR}/{os.path.basename(path)}", [f"{directory}:{MOUNTED_TOPOLOGY_DIR}:ro"]
-
-
-def secret_variable(kind: str, user: str) -> str:
-    """The environment variable of `user`'s `kind` (REDIS, KAFKA) password."""
-    return f"HIFI_{kind}_PASSWORD_" + re.sub(r"[^A-Z0-9]", "_", user.upper())
 
 
 def redis_users(topology: Topology) -> list[str]:
@@ -108,8 +100,6 @@ def required(variable: str, what: str) -> str:
 
 def secret_variables(topology: Topology, spark_cluster: bool = False) -> list[str]:
     """Every secret the compose file needs from the environment (`hifi deploy secrets` makes them)."""
-    from services.kafka_acls import password_variable, users
-
     return [*(secret_variable("REDIS", u) for u in redis_users(topology)), "HIFI_GRAFANA_PASSWORD",
             *(password_variable(u) for u in users(topology)), *(["HIFI_SPARK_SECRET"] if spark_cluster else [])]
 
@@ -140,7 +130,7 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     """The compose file as plain data; with `spark_cluster`, the nodes run on a Spark standalone
     cluster of its own services (spark_cluster_services), each node's application holding
     HIFI_SPARK_CORES_MAX cores of it."""
-    from services.kafka_acls import password_variable, setup_script, users
+    from services.kafka_acls import password_variable, users
     topology_path, mounts = topology_location(source)
     common_env = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path, "HIFI_TLS_DIR": TLS_DIR}
     mdr_users = redis_users(topology)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from glue.topology import Topology
-from services.compose import node_service, secret_variable
+from services.deploy_names import node_service, secret_variable
 from wire.topics import control_topic, dead_topic, raw_topic, view_topic
 
 SERVICE_USERS = ("placement", "agents", "dashboard")

@@ -18,7 +18,8 @@ import yaml
 
 from glue.topology import load_topology
 from services.cli import build_parser
-from services.compose import TLS_DIR, compose_model, node_service, render_compose, secret_variables
+from services.compose import TLS_DIR, compose_model, render_compose, secret_variables
+from services.deploy_names import node_service
 from services.kafka_acls import users as kafka_users
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 

@@ -21,7 +21,8 @@ import pytest
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import Security, open_channel
-from services.compose import TLS_DIR, compose_model, node_service
+from services.compose import TLS_DIR, compose_model
+from services.deploy_names import node_service
 from services.embedded import free_port
 from services.paths import SMALL_TOPOLOGY
 from tests.conftest import topic_rows, wait_for

@@ -71,15 +71,15 @@ def test_a_standby_node_process_becomes_the_node_its_supervisor_names(spark, mon
     import json
 
     from dsp import faults
-    from services.commands import _standby
+    from services.cli import standby_args
 
     monkeypatch.setenv("HIFI_NODE_ID", "")
     monkeypatch.delenv("HIFI_FAULT", raising=False)
-    monkeypatch.setattr("sys.argv", ["hifi", "node", "--topology", "deploy/topologies/small.yaml", "--standby"])
+
     at = int(time.time() * 1000) + 60_000
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
         {"env": {"HIFI_NODE_ID": "dock-a", "HIFI_FAULT": f"after-flush@{at}"}}) + "\n"))
-    args = _standby()
+    args = standby_args(["node", "--topology", "deploy/topologies/small.yaml", "--standby"])
     assert (args.id, args.standby, args.topology) == ("dock-a", False, "deploy/topologies/small.yaml")
     assert (faults._ENV_POINT, faults._ENV_AT_MS) == (faults.AFTER_FLUSH, at), "its fault, read as it became it"
     monkeypatch.delenv("HIFI_FAULT")
