@@ -70,7 +70,6 @@ import hashlib
 import json
 import logging
 import os
-import pickle
 import threading
 import time
 from collections import deque
@@ -82,6 +81,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dsp import spark_partials, spark_past
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
+from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.bounds import OutputBounds
 from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
 from dsp.control_first import ControlFirstLock
@@ -248,12 +248,6 @@ def _push_many(pieces: list[tuple[str, pa.Table]], root: Operator) -> pa.Table |
     return root.push_many(pieces)
 
 
-@dataclass
-class _Saved:
-    fences: dict[str, int] = field(default_factory=dict)
-    parts: dict[str, tuple] = field(default_factory=dict)   # query id -> Part.saved()
-
-
 class SharedRuntime:
     """The node's DSP: the interface of dsp.manager.DSPManager (deploy, cancel, suspend, resume,
     queries, progress), with plans sharing one reader per input."""
@@ -268,7 +262,6 @@ class SharedRuntime:
         self.reader_trigger_ms = max(100, trigger_ms // 2)
         self.spark_queries = DSPManager(spark, node_id, bootstrap, state_dir, relations, trigger_ms, None, intake,
                                         mdr_url)
-        self.state_path = os.path.join(self.spark_queries.state_dir, "shared.state")
         self._parts: dict[str, Part] = {}
         self._readers: dict[str, Reader] = {}   # the forms of the node's input, by key
         self._sources: dict[str, dict[str, str]] = {}   # each form's source options (dsp.kafka_source)
@@ -280,10 +273,8 @@ class SharedRuntime:
         self._locks = ControlFirstLock()   # a deploy or cancel goes before the next batch
         self._lock = self._locks.lock
         self._replayed = threading.Condition(self._lock)
-        self._snapshot = b""     # the last save's bytes (what _restore goes back to)
-        self._saved = self._load()
         os.makedirs(self.spark_queries.state_dir, exist_ok=True)
-        self.intent_path = os.path.join(self.spark_queries.state_dir, "shared.intent")
+        self.checkpoint = BatchCheckpoint(self.spark_queries.state_dir, node_id)   # fences, parts' state, intent
         self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
         # readers hand their rows over in files when Spark's workers share this machine (a
         # cluster's workers do not: their rows go through Spark)
@@ -297,7 +288,7 @@ class SharedRuntime:
         self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
                              bootstrap) if uplink_bytes_per_s > 0 else None
         # (reader, batch id) that failed after it started: the next batch to run
-        self._pending: tuple[str, int] | None = self._unfinished()
+        self._pending: tuple[str, int] | None = self.checkpoint.unfinished()
 
     # ------------------------------------------------------------ deploying
 
@@ -322,7 +313,7 @@ class SharedRuntime:
                         build(plan, self.relations()), frozenset(t for s in sources(plan) for t in s.topics),
                         columns, on_batch, owner=owner, bounds=bounds, priority=spec.priority,
                         inputs=frozenset((t, s.format) for s in sources(plan) for t in s.topics))
-            saved = self._saved.parts.get(query_id)
+            saved = self.checkpoint.saved_part(query_id)
             resumed = saved is not None and saved[0] == to_json(plan)
             if resumed:
                 part.take_back(saved)
@@ -437,7 +428,7 @@ class SharedRuntime:
             return
         if not os.path.isdir(self.spark_queries.checkpoint(stream)):
             # a new stream numbers its batches from 0 again: the fence of an earlier one must go
-            self._saved.fences.pop(stream, None)
+            self.checkpoint.fences.pop(stream, None)
         self._streams.add(stream)
         self.spark_queries.run(stream, lambda writer: self._start_stream(stream, writer))
 
@@ -452,7 +443,7 @@ class SharedRuntime:
         found: dict[str, int] = {}
         for topic in topics:
             for old_key in reader.older_queries(topic):
-                fence = self._saved.fences.pop(old_key, None)
+                fence = self.checkpoint.fences.pop(old_key, None)
                 end = batch_end(self.spark_queries.spark_checkpoint(old_key), fence) if fence is not None else None
                 if end is not None:
                     found.update({k: v for k, v in end.items() if k.rpartition(":")[0] == topic})
@@ -532,7 +523,7 @@ class SharedRuntime:
         under it for a form that came meanwhile)."""
         if self.handoff_dir and batch_id % 100 == 0:   # files of tasks that failed and ran again
             sweep_handoff(self.handoff_dir, older_than_s=600)
-        if batch_id <= self._saved.fences.get(stream, -1):
+        if batch_id <= self.checkpoint.fences.get(stream, -1):
             return   # a replay of a batch whose effects were saved: not read again
         bounds = self._bounds(stream, batch_id)
         fetched: dict = {}   # the batch's records by range, fetched once for all its forms (read_here)
@@ -553,7 +544,7 @@ class SharedRuntime:
                 self._pending = None
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
-            self._intend(stream, batch_id)
+            self.checkpoint.intend(stream, batch_id)
             rows = 0
             try:
                 for reader, start, end in self._forms_in(stream, bounds):   # the forms as they are now
@@ -579,7 +570,7 @@ class SharedRuntime:
             finally:
                 for frame in persisted:
                     frame.unpersist()
-            self._saved.fences[stream] = batch_id
+            self.checkpoint.fences[stream] = batch_id
             self._save()
             self.input_rate.add(rows, time.monotonic())
             self._pending = None
@@ -791,51 +782,16 @@ class SharedRuntime:
 
     # ------------------------------------------------------------ state
 
-    def _load(self) -> _Saved:
-        try:
-            with open(self.state_path, "rb") as fh:
-                snapshot = fh.read()
-            saved = pickle.loads(snapshot)
-            self._snapshot = snapshot
-            return saved
-        except FileNotFoundError:
-            return _Saved()
-        except Exception:  # noqa: BLE001 - unreadable state: start over (the readers resume from offsets)
-            log.exception("node %s: saved runtime state unreadable; starting without it", self.node_id)
-            return _Saved()
-
-    def _intend(self, key: str, batch_id: int) -> None:
-        """Record the batch about to run (a few bytes on the state directory's tmpfs)."""
-        tmp = self.intent_path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(f"{batch_id} {key}")
-        os.replace(tmp, self.intent_path)
-
-    def _unfinished(self) -> tuple[str, int] | None:
-        """The batch that was running when the node last stopped, if its effects were not saved."""
-        try:
-            with open(self.intent_path) as fh:
-                batch_id, key = fh.read().split(" ", 1)
-        except (FileNotFoundError, ValueError):
-            return None
-        return (key, int(batch_id)) if int(batch_id) > self._saved.fences.get(key, -1) else None
-
     def _save(self) -> None:
-        self._saved.parts = {qid: p.saved() for qid, p in self._parts.items() if p.managed.plan is not None}
-        self._snapshot = pickle.dumps(self._saved, protocol=pickle.HIGHEST_PROTOCOL)
-        os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(self._snapshot)
-        os.replace(tmp, self.state_path)
+        self.checkpoint.save({qid: p.saved() for qid, p in self._parts.items() if p.managed.plan is not None})
 
     def _restore(self) -> None:
         """Every part back to its state at the last save (a part deployed since: built anew)."""
-        saved: _Saved = pickle.loads(self._snapshot) if self._snapshot else _Saved()
+        saved = self.checkpoint.at_last_save()
         for query_id, part in self._parts.items():
             if part.managed.plan is None:
                 continue
-            kept = saved.parts.get(query_id)
+            kept = saved.get(query_id)
             if kept is not None and kept[0] == to_json(part.managed.plan):
                 part.take_back(kept)
             else:
@@ -884,7 +840,7 @@ class SharedRuntime:
             self.spark_queries.cancel(stream, drop_state=True)
         with self._locks.control():
             for stream in idle:
-                self._saved.fences.pop(stream, None)
+                self.checkpoint.fences.pop(stream, None)
                 self._starts.pop(stream, None)
             self._tell_changed()   # in the same hold: each takes its turn after a batch in flight
 

@@ -119,7 +119,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
     os.makedirs(log_dir)
     with open(f"{log_dir}/7", "w") as fh:
         fh.write('v1\n{"batchWatermarkMs":0}\n{"' + topic + ':0":3}')
-    runtime._saved.fences[old_key] = 7
+    runtime.checkpoint.fences[old_key] = 7
     runtime._save()
     again = SharedRuntime(spark, "old-layout", servers.bootstrap, str(tmp_path), trigger_ms=500)
     try:
@@ -127,7 +127,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
         wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 2, 60, "the rows after the old reader's fence")
         time.sleep(2)
         assert _tags(servers.bootstrap, out) == [f"old-layout{len(layout)}-3", f"old-layout{len(layout)}-4"]
-        assert old_key not in again._saved.fences
+        assert old_key not in again.checkpoint.fences
     finally:
         again.stop_all()
 

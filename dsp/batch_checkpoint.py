@@ -1,0 +1,105 @@
+"""A node's runtime state between micro-batches: what makes each batch count exactly once.
+
+Three things, in the node's state directory (dsp.shared runs the batches):
+  fences     per stream (dsp.shared.stream_key), the last batch id whose effects are saved: a batch
+             Spark replays at or below it was already applied and is skipped
+  parts      every part's state after that batch (its operators, output sequence, last marker, run)
+  intent     the batch about to run, written before it starts (a few bytes on tmpfs): after a
+             crash, the node waits for Spark's replay of exactly that batch before another
+Fences and parts are one pickle, written whole and renamed into place after each batch, so they
+never disagree; the node goes back to a part's state at the last save (a batch that failed midway
+is undone by it: `at_last_save`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+log = logging.getLogger("hifi.dsp")
+
+STATE_FILE = "shared.state"
+INTENT_FILE = "shared.intent"
+
+
+@dataclass
+class _Saved:   # its name and fields are the pickle's layout: a node restarts on what it saved
+    fences: dict[str, int] = field(default_factory=dict)
+    parts: dict[str, tuple] = field(default_factory=dict)   # query id -> Part.saved()
+
+
+class BatchCheckpoint:
+    def __init__(self, state_dir: str, node_id: str) -> None:
+        self.node_id = node_id
+        self.state_path = os.path.join(state_dir, STATE_FILE)
+        self.intent_path = os.path.join(state_dir, INTENT_FILE)
+        self._snapshot = b""     # the last save's bytes (what `restored` goes back to)
+        self._saved = self._load()
+
+    @property
+    def fences(self) -> dict[str, int]:
+        """Stream key -> the last batch id whose effects are saved (changed in place, saved by `save`)."""
+        return self._saved.fences
+
+    def saved_part(self, query_id: str) -> tuple | None:
+        """The part's state as the node last saved it before it (re)started, or None."""
+        return self._saved.parts.get(query_id)
+
+    def at_last_save(self) -> dict[str, tuple]:
+        """Every part's state at the last save (query id -> Part.saved()): what a failed batch goes back to."""
+        return _Unpickler(self._snapshot).load().parts if self._snapshot else {}
+
+    def intend(self, key: str, batch_id: int) -> None:
+        """Record the batch about to run."""
+        tmp = self.intent_path + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(f"{batch_id} {key}")
+        os.replace(tmp, self.intent_path)
+
+    def unfinished(self) -> tuple[str, int] | None:
+        """The (stream, batch id) that was running when the node last stopped, if its effects were not saved."""
+        try:
+            with open(self.intent_path) as fh:
+                batch_id, key = fh.read().split(" ", 1)
+        except (FileNotFoundError, ValueError):
+            return None
+        return (key, int(batch_id)) if int(batch_id) > self.fences.get(key, -1) else None
+
+    def save(self, parts: Mapping[str, tuple]) -> None:
+        """The fences as they are and every part's state (query id -> Part.saved()), atomically."""
+        self._saved.parts = dict(parts)
+        self._snapshot = pickle.dumps(self._saved, protocol=pickle.HIGHEST_PROTOCOL)
+        os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
+        tmp = self.state_path + ".tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(self._snapshot)
+        os.replace(tmp, self.state_path)
+
+    def _load(self) -> _Saved:
+        try:
+            with open(self.state_path, "rb") as fh:
+                snapshot = fh.read()
+            saved = _Unpickler(snapshot).load()
+            self._snapshot = snapshot
+            return saved
+        except FileNotFoundError:
+            return _Saved()
+        except Exception:  # noqa: BLE001 - unreadable state: start over (the readers resume from offsets)
+            log.exception("node %s: saved runtime state unreadable; starting without it", self.node_id)
+            return _Saved()
+
+
+class _Unpickler(pickle.Unpickler):
+    """State saved before this module held it named its layout `dsp.shared._Saved`."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+
+    def find_class(self, module: str, name: str):
+        if (module, name) == ("dsp.shared", "_Saved"):
+            return _Saved
+        return super().find_class(module, name)
