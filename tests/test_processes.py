@@ -90,9 +90,13 @@ class Deployment:
             check = [c.replace("/var/lib/hifi/archive", self.envs[service]["HIFI_RECEPTOR_DIR"]) for c in check]
         return subprocess.run([HIFI, *check], env=self.envs[service], capture_output=True, timeout=60).returncode == 0
 
-    def start_healthy(self, service: str, timeout_s: float) -> None:
-        self.start(service)
-        wait_for(lambda: self.healthy(service), timeout_s, f"{service} healthy:\n{self.log(service)}", interval_s=2)
+    def start_healthy(self, *services: str, timeout_s: float = 60) -> None:
+        """Start `services` together (none depends on another) and wait until each is healthy."""
+        for service in services:
+            self.start(service)
+        for service in services:
+            wait_for(lambda s=service: self.healthy(s), timeout_s, f"{service} healthy:\n{self.log(service)}",
+                     interval_s=2)
 
     def log(self, service: str, lines: int = 30) -> str:
         path = self.workdir / f"{service}.log"
@@ -133,12 +137,14 @@ def window_rows(deployment, topic: str) -> list[tuple[int, str, int]]:
 def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, mdr):
     topology = load_topology(SMALL)
     deployment.run_once("certs", 60)
-    deployment.start_healthy("placement", 60)
+    deployment.start_healthy("placement")
     assert mdr.streams() and mdr.receptors(), "placement loads the topology's metadata"
-    for spec in topology.bottom_up():   # compose starts a parent once its children are healthy
-        deployment.start_healthy(node_service(spec.id), 300)
-    deployment.start_healthy("agents", 60)
-    deployment.start_healthy("dashboard", 60)
+    started: set[str] = set()
+    while len(started) < len(topology.nodes):   # compose starts a parent once its children are healthy
+        ready = [n for n in topology.nodes if n not in started and set(topology.children(n)) <= started]
+        deployment.start_healthy(*(node_service(n) for n in ready), timeout_s=300)
+        started.update(ready)
+    deployment.start_healthy("agents", "dashboard")
     assert {n.id: n.alive for n in mdr.nodes()} == {"core": True, "dock-a": True, "dock-b": True}
     # every node registered where the others reach it (its advertised host), not 0.0.0.0
     assert all(n.address.startswith("127.0.0.1:") for n in mdr.nodes())
