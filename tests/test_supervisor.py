@@ -75,7 +75,6 @@ def test_a_standby_node_process_becomes_the_node_its_supervisor_names(spark, mon
 
     monkeypatch.setenv("HIFI_NODE_ID", "")
     monkeypatch.delenv("HIFI_FAULT", raising=False)
-
     at = int(time.time() * 1000) + 60_000
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(
         {"env": {"HIFI_NODE_ID": "dock-a", "HIFI_FAULT": f"after-flush@{at}"}}) + "\n"))
