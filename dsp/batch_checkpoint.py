@@ -37,7 +37,7 @@ class BatchCheckpoint:
         self.node_id = node_id
         self.state_path = os.path.join(state_dir, STATE_FILE)
         self.intent_path = os.path.join(state_dir, INTENT_FILE)
-        self._snapshot = b""     # the last save's bytes (what `restored` goes back to)
+        self._snapshot = b""     # the last save's bytes (what `at_last_save` gives back)
         self._saved = self._load()
 
     @property

@@ -19,7 +19,7 @@ True
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from dsp.plan import PLAN_FORMAT, Plan, from_json, to_json
 from protos import hifi_pb2
@@ -30,9 +30,6 @@ from wire.topics import part_topic
 
 class PartError(HiFiError):
     """A part a node may not run as given (its plan's form, the topic it would write)."""
-
-
-ROLES = ("smooth", "producer", "merge", "window", "final", "view")
 
 
 @dataclass(frozen=True)
@@ -53,10 +50,6 @@ class PartSpec:
 
     def __hash__(self) -> int:   # start_offsets is a dict: a part is known by where and what it is
         return hash((self.node, self.query_id))
-
-    def deploying(self, **decided) -> PartSpec:
-        """The part with what the submission decided (readers, start_offsets, history_from_ms, priority...)."""
-        return replace(self, **decided)
 
     def to_json(self) -> str:
         """The desired-state form (the MDR's `desired:<node>`); the node is the hash it is kept in."""

@@ -603,7 +603,7 @@ def to_json(plan: Plan) -> str:
 def from_json(text: str) -> Plan:
     try:
         return _decode(json.loads(text))
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:   # not JSON, or not a plan's fields
         raise PlanError(f"malformed plan JSON: {exc}") from exc
     except WindowError as exc:
         raise PlanError(str(exc)) from exc

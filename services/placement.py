@@ -171,9 +171,9 @@ class QueryPlacer:
                         continue
                     exports_view = task.role == "final" and bool(task.export_as)
                     # a CREATE VIEW's text defines the view it exports; shared partials have none
-                    part = task.deploying(definition=sql if exports_view else "", start_offsets=start_offsets or {},
-                                          history_from_ms=history_from_ms or None, priority=priority,
-                                          readers=view_readers if exports_view else INTERNAL_READERS)
+                    part = replace(task, definition=sql if exports_view else "", start_offsets=start_offsets or {},
+                                   history_from_ms=history_from_ms or None, priority=priority,
+                                   readers=view_readers if exports_view else INTERNAL_READERS)
                     if self._deploy(part):
                         deployed.append((task.node, task.query_id))
                         desired.setdefault(task.node, {})[task.query_id] = part.to_json()

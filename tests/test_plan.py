@@ -73,3 +73,8 @@ def test_bad_windows_and_json_are_refused():
         from_json('{"op": "Teleport"}')
     with pytest.raises(PlanError, match="malformed plan JSON"):
         from_json("{not json")
+    # a plan from the wire that is JSON but not a plan is the caller's mistake too (a node answers
+    # INVALID_ARGUMENT, not an internal error): HiFiError is no ValueError
+    for not_a_plan in ("[]", to_json(RAW).replace('"watermark_ms": 1000', '"watermark_ms": "soon"')):
+        with pytest.raises(PlanError, match="malformed plan JSON"):
+            from_json(not_a_plan)
