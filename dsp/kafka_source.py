@@ -69,6 +69,7 @@ pickled to the Python workers: it holds only plain options, and clients live in 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -234,7 +235,27 @@ def sweep_handoff(directory: str, older_than_s: float = 0.0) -> None:
             pass
 
 
-_reading_here = threading.Lock()
+class TopicLocks:
+    """A lock per topic, taken in name order: the driver reads one topic's ranges one batch at a
+    time (they share the partition's duplicate look-back, `_recent`), and different topics at
+    once. One process-wide lock made the 33 nodes of a 32-door `hifi up` read in turn: their
+    batches queued behind each other's fetches (the warehouse's windows 14-16 s late)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    @contextlib.contextmanager
+    def holding(self, topics: Sequence[str]) -> Iterator[None]:
+        with self._guard:
+            locks = [self._locks.setdefault(topic, threading.Lock()) for topic in sorted(set(topics))]
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            yield
+
+
+_reading_here = TopicLocks()
 
 
 OFFSETS_ONLY = "offsets"   # the format of a stream that only says which offsets its batches cover
@@ -348,7 +369,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         fetched = {} if fetched is None else fetched
         # one at a time: the driver's readers share this process's duplicate look-back (_recent),
         # its consumers and the switch of its garbage collector (read), as a Spark worker's tasks do in turn
-        with _reading_here:
+        with _reading_here.holding([r.topic for r in ranges]):
             missing = [r for r in ranges if r.key not in fetched]
             if len(missing) > 1 and len({(r.topic, r.partition) for r in missing}) == len(missing):
                 # several partitions in one fetch (one range each: a batch this small is not split)
