@@ -1,8 +1,11 @@
 """A node's runtime state between micro-batches: what makes each batch count exactly once.
 
-Three things, in the node's state directory (dsp.shared runs the batches):
-  fences     per stream (dsp.shared.stream_key), the last batch id whose effects are saved: a batch
-             Spark replays at or below it was already applied and is skipped
+Four things, in the node's state directory (dsp.shared runs the batches):
+  fences     per stream (dsp.shared.stream_key) and Spark query (dsp.process_stream, by its
+             checkpoint's id), the last batch id whose effects are saved: a batch Spark replays at or
+             below it was already applied and is skipped
+  positions  per stream, where it has read each partition to ("topic:partition" -> offset): its
+             next batch starts there, whatever batches of the process's stream it did not see
   parts      every part's state after that batch (its operators, output sequence, last marker, run)
   intent     the batch about to run, written before it starts (a few bytes on tmpfs): after a
              crash, the node waits for Spark's replay of exactly that batch before another
@@ -30,6 +33,7 @@ INTENT_FILE = "shared.intent"
 class _Saved:   # its name and fields are the pickle's layout: a node restarts on what it saved
     fences: dict[str, int] = field(default_factory=dict)
     parts: dict[str, tuple] = field(default_factory=dict)   # query id -> Part.saved()
+    positions: dict[str, dict[str, int]] = field(default_factory=dict)   # stream -> its read offsets
 
 
 class BatchCheckpoint:
@@ -44,6 +48,11 @@ class BatchCheckpoint:
     def fences(self) -> dict[str, int]:
         """Stream key -> the last batch id whose effects are saved (changed in place, saved by `save`)."""
         return self._saved.fences
+
+    @property
+    def positions(self) -> dict[str, dict[str, int]]:
+        """Stream key -> where it has read each partition to (changed in place, saved by `save`)."""
+        return self._saved.positions
 
     def saved_part(self, query_id: str) -> tuple | None:
         """The part's state as the node last saved it before it (re)started, or None."""
@@ -84,6 +93,7 @@ class BatchCheckpoint:
             with open(self.state_path, "rb") as fh:
                 snapshot = fh.read()
             saved = _Unpickler(snapshot).load()
+            saved.__dict__.setdefault("positions", {})   # saved before streams kept positions
             self._snapshot = snapshot
             return saved
         except FileNotFoundError:

@@ -28,10 +28,11 @@ Options:
              JSON says, else at its beginning
   endingOffsets  (a batch read, `spark.read`) JSON {"topic:partition": offset}: where the records
              end; they start at `startingOffsets` (a partition it does not name: nothing read)
-  topics_file  a JSON file {"topics": [...], "starts": {"topic:partition": offset}} read at every
-             poll: the topics the reader reads now and where those new to it start (they override
-             `topics` and `startingOffsets`). A node's shared reader (dsp.shared) takes a child
-             added or taken away there, without stopping its Spark query
+  topics_file  (format "offsets", OFFSETS_ONLY) a JSON file {"lanes": {lane: [topics]}} read at
+             every poll: the process's one stream (dsp.process_stream) says each batch's end for
+             every lane's topics, keyed "<lane>|<topic>:<partition>"; where a lane starts is its
+             own (its node's saved position). A child added or taken away is a line of that file,
+             not a new Spark query
   intake     the node's wire.intake.IntakeRules (JSON): every record is checked against them; what
              fails never reaches a query (raw records: a row with `error` set, which the compiler
              filters out; a view's records: skipped) and never stops one
@@ -171,6 +172,32 @@ def _key(topic: str, partition: int) -> str:
     return bus.offset_key(topic, partition)
 
 
+LANE_SEPARATOR = "|"   # in no topic's name and no node's
+
+
+def lane_offset_key(lane: str, key: str) -> str:
+    """A lane's partition in the offsets of a stream of lanes (OFFSETS_ONLY).
+
+    >>> lane_offset_key("wh/read:node", "hifi.view.d1.v:0")
+    'wh/read:node|hifi.view.d1.v:0'
+    """
+    return f"{lane}{LANE_SEPARATOR}{key}"
+
+
+def lanes_of(offsets: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """A stream of lanes' offsets, lane by lane, keyed "topic:partition".
+
+    >>> lanes_of({"wh/read:node|a:0": 4, "wh/read:node|b:1": 2, "d1/read:node|a:0": 7})
+    {'wh/read:node': {'a:0': 4, 'b:1': 2}, 'd1/read:node': {'a:0': 7}}
+    """
+    found: dict[str, dict[str, int]] = {}
+    for key, offset in offsets.items():
+        lane, separator, rest = key.partition(LANE_SEPARATOR)
+        if separator:
+            found.setdefault(lane, {})[rest] = offset
+    return found
+
+
 def _split_key(key: str) -> tuple[str, int]:
     topic, _, partition = key.rpartition(":")
     return topic, int(partition)
@@ -295,6 +322,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.first = json.loads(self.starting) if self.starting.startswith("{") else {}
         self.topics_file = options.get("topics_file", "")
         self._topics_seen = b""   # the topics file as last read
+        self.lanes: dict[str, frozenset[str]] = {}   # OFFSETS_ONLY: each lane's topics
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
         self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
@@ -311,6 +339,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         return {_key(tp.topic, tp.partition): int(off) for tp, off in found.items()}
 
     def initialOffset(self) -> dict:
+        if self.format == OFFSETS_ONLY:
+            return {}   # its lanes start where their nodes saved (dsp.process_stream)
         if self.starting.startswith("{"):
             return json.loads(self.starting)
         return self._offsets("latest" if self.starting == "latest" else "earliest")
@@ -318,12 +348,21 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """Each partition's end now. A partition `start` lacks (a topic added) ends where it starts
         this once: a batch then never reads a range it was not told the start of, so the driver
-        reading a batch from the offset log (read_here) splits it as the tasks would."""
+        reading a batch from the offset log (read_here) splits it as the tasks would. A stream of
+        lanes (OFFSETS_ONLY): each lane's partitions' ends."""
         self._follow_topics()
+        if self.format == OFFSETS_ONLY:
+            return self._lane_ends()
         ends = self._offsets("latest")
         new = [key for key in ends if key not in start]
         begins = self._offsets("earliest") if any(key not in self.first for key in new) else {}
         return {key: end if key in start else self.first.get(key, begins.get(key, 0)) for key, end in ends.items()}
+
+    def _lane_ends(self) -> dict:
+        """Every lane's partitions' ends now, one request for all their topics."""
+        ends = self._offsets("latest") if self.topics else {}
+        return {lane_offset_key(lane, key): end for lane, topics in self.lanes.items()
+                for key, end in ends.items() if _split_key(key)[0] in topics}
 
     def _follow_topics(self) -> None:
         """The topics (and new ones' starts) as `topics_file` says now. Read whole at every poll
@@ -338,14 +377,20 @@ class KafkaStreamReader(DataSourceStreamReader):
             now = json.loads(text)
         except (OSError, ValueError):
             return   # not written yet: the topics as they were
-        self.topics, self.first = list(now["topics"]), dict(now.get("starts", {}))
+        if self.format == OFFSETS_ONLY:
+            self.lanes = {lane: frozenset(topics) for lane, topics in now["lanes"].items()}
+            self.topics = sorted(set().union(*self.lanes.values()))
+        else:
+            self.topics, self.first = list(now["topics"]), dict(now.get("starts", {}))
         self._topics_seen = text
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         """Each partition's new offsets, in up to `tasks` ranges, split the same way each time (a
         replayed batch is counted once by its ranges' bounds): Spark reads them in parallel even
         when one Kafka partition holds the batch (few receptors, a backlog)."""
-        ranges = []
+        ranges: list[InputPartition] = []
+        if self.format == OFFSETS_ONLY:
+            return ranges   # its batches say offsets; the nodes read them (dsp.shared)
         for key, stop in end.items():
             first = start.get(key, stop)   # new to the reader: nothing yet (latestOffset)
             if stop > first:

@@ -1,20 +1,21 @@
-"""A node's shared runtime: one Spark streaming query per node, every plan fed from it.
+"""A node's shared runtime: every plan of the node fed from the process's one Spark stream.
 
-The node's *stream* (`stream_key`) is one Spark streaming query over every topic the node reads —
-its raw topic, every child's views, partials and markers — whose source (dsp.kafka_source, format
-"offsets") yields no rows: Spark decides each micro-batch (where every partition's records end),
-checkpoints it and replays it. Each *form* of input (`Reader`: the raw topic's readings, its
-motes' samples, the children's views of one shape) is read from the batch's bounds in Spark's
-offset log (dsp.offset_log): a small one (one task's worth of records: a hierarchy's steady state)
+The node's *stream* (`stream_key`) is every topic the node reads — its raw topic, every child's
+views, partials and markers — read as a *lane* of the process's one Spark streaming query
+(dsp.process_stream), whose source (dsp.kafka_source, format "offsets") yields no rows: Spark
+decides each micro-batch (where every lane's partitions end), checkpoints it and replays it, and
+the node reads from where it saved its position to there. Each *form* of input (`Reader`: the raw
+topic's readings, its motes' samples, the children's views of one shape) is read over those
+bounds: a small one (one task's worth of records: a hierarchy's steady state)
 by the driver itself (KafkaStreamReader.read_here: a Spark job for a few records cost ~0.3-0.4 s a
 level), a larger one by Spark's tasks as a batch read over the same bounds (on a local Spark handed
 over in files, dsp.kafka_source's `handoff_dir`; on a cluster through Spark), and every part
 reading its topics — standing views and user query parts alike — evaluates them (dsp.engine) and
 writes its rows and progress markers to its output topic. Adding a child adds partitions to the
-running stream, not a query: the runtime writes the stream's topics (and where a new one starts:
-the part's start offsets) to a file its source reads at every poll (`topics_file`). Adding a
-query adds its operators to the node's pipeline: no new Kafka read, Python data-source runner,
-per-batch planning or state store.
+running stream, not a query: the runtime tells the process's stream its lane's topics, which its
+source reads at every poll; a topic new to the node starts where the part's start offsets say.
+Adding a query adds its operators to the node's pipeline: no new Kafka read, Python data-source
+runner, per-batch planning or state store.
 
 Measured, the layouts before this one: a Spark query per input topic (a parent with N children
 ran N, each with its offset and commit logs, planning and task per micro-batch, polling twice a
@@ -37,18 +38,18 @@ Who computes a batch: the driver's Arrow engine (dsp.engine) over its rows, or �
 locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the parts it can
 compute, only their partials coming back (dsp.spark_partials; the others take the rows).
 
-Recovery: the stream's offsets live in its Spark checkpoint; the parts' state (open
-windows, marker positions) is saved after every micro-batch with the stream's last batch id
-(a fence: a batch Spark replays after the save is skipped), and a part deployed again with the
-same plan takes its saved state back.
+Recovery: the process's stream's batches live in its Spark checkpoint; the parts' state (open
+windows, marker positions) is saved after every micro-batch with the node stream's position and
+the batch's id (a fence: a batch Spark replays after the save is skipped), and a part deployed
+again with the same plan takes its saved state back.
 
 Exactly once across tiers: a part's output messages are identified by (node, query, run,
 sequence, chunk) (wire.codec), and readers drop an identity they have seen. A micro-batch that
 fails after some of its output went out (a crash between flush and fence) is replayed from the
 saved state and sends the same messages again, provided the parts see the same inputs in the
 same order: so the batch in flight is recorded before it starts (`shared.intent`), its forms go
-through the parts in key order, and after a failure the streams of adopted parts hold their
-batches until that one has been replayed.
+through the parts in key order, and the node's next batch of that stream is that one again, over
+its logged ends (`_batch`).
 
 The past: every form's batch the node's own stream takes in is archived (dsp.archive) inside its
 micro-batch (an edge's readings and samples always), and a part deployed with `history_from_ms`
@@ -64,7 +65,6 @@ Spark queries (dsp.manager), which also restarts streams that die.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -83,14 +83,14 @@ from dsp import spark_partials, spark_past
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.bounds import OutputBounds
-from dsp.compiler import CompileContext, Ingest, kafka_stream, reader_options
+from dsp.compiler import CompileContext, Ingest, reader_options
 from dsp.control_first import ControlFirstLock
 from dsp.engine import Operator, build, lateness_seen, raw_sources, rows_of, sources_under, supported, view_batch
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
-from dsp.kafka_source import OFFSETS_ONLY, KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
+from dsp.kafka_source import KafkaStreamReader, by_topic, local_reader, sweep_handoff, take_handoff
 from dsp.manager import RESTART_AFTER_S, DSPManager, ManagedQuery, QueryExists, failure_cause
-from dsp.offset_log import Offsets, batch_bounds, batch_end
+from dsp.offset_log import Offsets, batch_end
 from dsp.part_spec import PartSpec
 from dsp.plan import (
     RAW_SAMPLE_SOURCE_COLUMNS,
@@ -102,6 +102,7 @@ from dsp.plan import (
     sources,
     to_json,
 )
+from dsp.process_stream import ProcessStream
 from dsp.spark_partials import SparkBatches
 from dsp.uplink import Uplink
 from wire import bus
@@ -109,7 +110,6 @@ from wire.intake import IntakeRules
 
 log = logging.getLogger("hifi.dsp")
 READER_PREFIX = "read:"
-INITIAL_OFFSETS = "initial.json"   # where a stream starts, beside its checkpoint (SharedRuntime._initial)
 
 
 @dataclass
@@ -153,8 +153,9 @@ class Part:
 
 
 def stream_key(owner: str = "") -> str:
-    """The node's one Spark query, which reads every topic its parts read (the parts adopted from
-    `owner` have one of their own: they read from that node's position, not this one's)."""
+    """The node's stream, which reads every topic its parts read (the parts adopted from `owner`
+    have one of their own: they read from that node's position, not this one's); each is a lane
+    of the process's Spark query (dsp.process_stream)."""
     return f"{READER_PREFIX}{owner + '@' if owner else ''}node"
 
 
@@ -233,9 +234,6 @@ PAST_MS = 10_000
 # rows further behind than its max_behind, 10 minutes by default; the windows wait this long).
 HISTORY_LATENESS_CAP_MS = 10 * 60_000
 
-# How long another reader's batch waits for a failed batch to be replayed before it goes on
-# (its reader may have been cancelled meanwhile; going on risks a replay out of order).
-REPLAY_WAIT_S = 60.0
 
 
 def _push(topic: str, rows: pa.Table, root: Operator) -> pa.Table | None:
@@ -256,7 +254,9 @@ class SharedRuntime:
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict, trigger_ms: int = 1000,
                  ingest: Ingest | None = None, intake: Callable[[], IntakeRules] = IntakeRules,
                  mdr_url: str = "", archive_retention_ms: int = DEFAULT_RETENTION_MS,
-                 uplink_bytes_per_s: int = 0) -> None:
+                 uplink_bytes_per_s: int = 0, stream_home: str = "") -> None:
+        """`stream_home`: the process's one stream's directory, shared by the nodes of a process
+        (dsp.process_stream; `hifi up`); default: a stream of the node's own, in its state."""
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.relations, self.intake, self.mdr_url, self.ingest = relations, intake, mdr_url, ingest
         self.reader_trigger_ms = max(100, trigger_ms // 2)
@@ -266,13 +266,14 @@ class SharedRuntime:
         self._readers: dict[str, Reader] = {}   # the forms of the node's input, by key
         self._sources: dict[str, dict[str, str]] = {}   # each form's source options (dsp.kafka_source)
         self._local_readers: dict[str, KafkaStreamReader] = {}   # each form's source, for small batches
-        self._streams: set[str] = set()   # the node's Spark queries running (stream_key)
+        self._streams: set[str] = set()   # the node's streams read (stream_key): lanes of the process's stream
         self._starts: dict[str, dict[str, int]] = {}   # each stream's start offsets for topics new to it
         self._changed: set[str] = set()   # streams whose topics changed: told once the change is made
+        home = stream_home or os.path.join(self.spark_queries.state_dir, f"{node_id}.stream")
+        self.stream = ProcessStream.at(spark, home, bootstrap, self.reader_trigger_ms)
         self.input_rate = InputRate()
         self._locks = ControlFirstLock()   # a deploy or cancel goes before the next batch
         self._lock = self._locks.lock
-        self._replayed = threading.Condition(self._lock)
         os.makedirs(self.spark_queries.state_dir, exist_ok=True)
         self.checkpoint = BatchCheckpoint(self.spark_queries.state_dir, node_id)   # fences, parts' state, intent
         self.archive = Archive(os.path.join(self.spark_queries.state_dir, "archive"), archive_retention_ms)
@@ -287,7 +288,7 @@ class SharedRuntime:
         # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
         self.uplink = Uplink(os.path.join(self.spark_queries.state_dir, "uplink"), uplink_bytes_per_s,
                              bootstrap) if uplink_bytes_per_s > 0 else None
-        # (reader, batch id) that failed after it started: the next batch to run
+        # (fence key, batch id) that failed after it started: run again before the next (_batch)
         self._pending: tuple[str, int] | None = self.checkpoint.unfinished()
 
     # ------------------------------------------------------------ deploying
@@ -404,9 +405,10 @@ class SharedRuntime:
 
     def _ensure_reader(self, reader: Reader, start_offsets: Mapping[str, int] | None) -> None:
         """`reader`'s form read: the one of its key, with the topics added, or a new one. A topic
-        new to the node's stream starts where `start_offsets` say (else at its beginning); one it
-        reads already (a raw topic's other form) where the stream is. The stream is told by
-        _tell_changed, or started."""
+        new to the node's stream starts where `start_offsets` say (else where a reader of an older
+        layout left it, else at its beginning); one it reads already (a raw topic's other form)
+        where the stream is; one it read before the node stopped where it read to (its saved
+        position). The process's stream is told by _tell_changed."""
         current = self._readers.get(reader.key)
         if current is not None and set(reader.topics) <= set(current.topics):
             return
@@ -418,37 +420,33 @@ class SharedRuntime:
             del starts[offset_key]
         starts.update({k: v for k, v in (start_offsets or {}).items() if k.rpartition(":")[0] in fresh})
         if current is None:
-            starts.update(self._older_layout_starts(reader, fresh))
+            starts.update({k: v for k, v in self._older_layout_starts(reader, fresh).items() if k not in starts})
             self._readers[reader.key] = reader
             self._add_source(reader)
         else:
             self._readers[reader.key] = current.with_topics(current.topics + reader.topics)
-        if stream in self._streams:
-            self._changed.add(stream)
-            return
-        if not os.path.isdir(self.spark_queries.checkpoint(stream)):
-            # a new stream numbers its batches from 0 again: the fence of an earlier one must go
-            self.checkpoint.fences.pop(stream, None)
         self._streams.add(stream)
-        self.spark_queries.run(stream, lambda writer: self._start_stream(stream, writer))
+        self._changed.add(stream)
 
     def _stream_topics(self, stream: str) -> list[str]:
         """Every topic stream `stream` reads (for its forms), sorted."""
         return sorted({t for r in self._readers.values() if r.stream == stream for t in r.topics})
 
     def _older_layout_starts(self, reader: Reader, topics: Sequence[str]) -> dict[str, int]:
-        """Where the Spark queries of a node of an older layout (a reader per form, or per topic)
-        had saved their effects on `topics` (their fence's batch end, from their offset logs): the
-        node's stream starts those topics there, nothing lost or doubled. Their checkpoints are left."""
+        """Where the Spark queries of a node of an older layout (a query per node, per form, or per
+        topic) had saved their effects on `topics` (their fence's batch end, from their offset
+        logs): the node's stream starts those topics there, nothing lost or doubled. Their
+        checkpoints are left."""
         found: dict[str, int] = {}
         for topic in topics:
-            for old_key in reader.older_queries(topic):
-                fence = self.checkpoint.fences.pop(old_key, None)
+            for old_key in (reader.stream, *reader.older_queries(topic)):
+                fence = self.checkpoint.fences.get(old_key)
                 end = batch_end(self.spark_queries.spark_checkpoint(old_key), fence) if fence is not None else None
-                if end is not None:
+                if end is not None and any(k.rpartition(":")[0] == topic for k in end):
                     found.update({k: v for k, v in end.items() if k.rpartition(":")[0] == topic})
                     log.warning("node %s: %s was read by a Spark query of an older layout (%s, batch %d); the "
                                 "node's stream starts it where that one ended", self.node_id, topic, old_key, fence)
+                    break
         return found
 
     def _add_source(self, reader: Reader) -> None:
@@ -467,65 +465,49 @@ class SharedRuntime:
         if not self.on_cluster:   # a cluster's executors read every batch: the driver does not fetch
             self._local_readers[reader.key] = local_reader(options)
 
-    def _start_stream(self, stream: str, writer: Callable[[DataFrame], object]):
-        """Start the node's Spark query `stream` on its topics as they are now (a restart too: the
-        forms' sources take the intake rules as they are now)."""
-        for reader in [r for r in self._readers.values() if r.stream == stream]:
-            self._add_source(reader)
-        options = {"bootstrap": self.bootstrap, "format": OFFSETS_ONLY, "topics": ",".join(self._stream_topics(stream)),
-                   "topics_file": self._write_topics(stream), "startingOffsets": json.dumps(self._initial(stream))}
-        # the stream polls twice as often as the node's trigger: a level's wait for the next
-        # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
-        # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
-        # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
-        # 1.71 -> 1.78 cores
-        every = f"{self.reader_trigger_ms} milliseconds"
-        query = writer(kafka_stream(self.spark, options)).trigger(processingTime=every)
-        return query.foreachBatch(lambda batch, batch_id: self._batch(stream, batch_id)).start()
-
-    def _initial(self, stream: str) -> dict[str, int]:
-        """Where stream `stream` starts (the topics its starts name; the others at their beginning,
-        from its second batch on), kept beside its checkpoint until its first batch is logged: the
-        offset log does not say where that batch starts (offset_log.batch_bounds)."""
-        path = os.path.join(self.spark_queries.checkpoint(stream), INITIAL_OFFSETS)
-        if os.path.exists(os.path.join(self.spark_queries.spark_checkpoint(stream), "offsets", "0")):
-            with contextlib.suppress(OSError, ValueError), open(path, encoding="utf-8") as fh:
-                return dict(json.load(fh))
-        initial = dict(self._starts.get(stream, {}))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
-            json.dump(initial, fh)
-        os.replace(f"{path}.tmp", path)
-        return initial
+    def _lane(self, stream: str) -> str:
+        """The node's stream `stream` as a lane of the process's stream."""
+        return f"{self.node_id}/{stream}"
 
     def _tell_changed(self) -> None:
-        """Tell the streams whose topics changed (their sources read the file at their next poll)."""
+        """Tell the process's stream the topics of the node's streams that changed (read from its
+        next batch on; a stream that reads nothing any more is no lane of it)."""
         with self._locks.control():
             changed, self._changed = self._changed, set()
-            for stream in changed & self._streams:
-                self._write_topics(stream)
-
-    def _write_topics(self, stream: str) -> str:
-        """Write stream `stream`'s topics and the new ones' starts where its source reads them; the path."""
-        path = os.path.join(self.spark_queries.checkpoint(stream), "topics.json")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        now = {"topics": self._stream_topics(stream), "starts": self._starts.get(stream, {})}
-        with open(f"{path}.tmp", "w", encoding="utf-8") as fh:
-            json.dump(now, fh)
-        os.replace(f"{path}.tmp", path)   # a poll reads the old file or the new one, whole
-        return path
+            for stream in sorted(changed):
+                if stream in self._streams:
+                    self.stream.attach(self._lane(stream), self._stream_topics(stream),
+                                       functools.partial(self._batch, stream))
 
     # ------------------------------------------------------------ the data path
 
-    def _batch(self, stream: str, batch_id: int) -> None:
+    def _batch(self, stream: str, batch_id: int, ends: Offsets, identity: str) -> None:
+        """Batch `batch_id` of the process's stream (`identity`: its checkpoint's id) for the node's
+        stream `stream`, up to `ends`. A batch that failed after it started runs first, with its
+        own ends: what it delivered before goes out again alike."""
+        fence_key = f"{stream}@{identity}"
+        pending = self._pending
+        if pending is not None and pending[0] == fence_key and pending[1] < batch_id:
+            earlier = self.stream.ends(pending[1], self._lane(stream))
+            if earlier is None:
+                log.warning("node %s: batch %d of %s failed and is no longer logged; the stream goes on",
+                            self.node_id, pending[1], stream)
+                self._pending = None
+            else:
+                self._run_batch(stream, pending[1], earlier, fence_key)
+        self._run_batch(stream, batch_id, ends, fence_key)
+
+    def _run_batch(self, stream: str, batch_id: int, ends: Offsets, fence_key: str) -> None:
         """One micro-batch of the node's stream: form by form (in key order), topic by topic,
         through every part that reads them. Its forms are read before the lock is taken (and again
-        under it for a form that came meanwhile)."""
+        under it for a form that came or changed meanwhile)."""
+        if batch_id <= self.checkpoint.fences.get(fence_key, -1):
+            return   # a replay of a batch whose effects were saved: not read again
         if self.handoff_dir and batch_id % 100 == 0:   # files of tasks that failed and ran again
             sweep_handoff(self.handoff_dir, older_than_s=600)
-        if batch_id <= self.checkpoint.fences.get(stream, -1):
-            return   # a replay of a batch whose effects were saved: not read again
-        bounds = self._bounds(stream, batch_id)
+        forms = self._forms_in(stream, self._bounds(stream, ends))
+        if not forms:
+            return   # nothing new for the node: nothing to save
         fetched: dict = {}   # the batch's records by range, fetched once for all its forms (read_here)
         persisted: list[DataFrame] = []   # the forms Spark reads, unpersisted once the batch is done
 
@@ -535,16 +517,12 @@ class SharedRuntime:
                 persisted.append(frame)
             return frame, table
 
-        taken = {reader.key: ((start, end), take(reader, start, end))
-                 for reader, start, end in self._forms_in(stream, bounds)}
+        taken = {reader.key: ((start, end), take(reader, start, end)) for reader, start, end in forms}
         with self._locks.batch():
-            if not self._replayed.wait_for(lambda: self._pending is None or self._pending[0] == stream, REPLAY_WAIT_S):
-                log.warning("node %s: batch %s of %s not replayed after %.0f s; the other streams go on",
-                            self.node_id, self._pending[1], self._pending[0], REPLAY_WAIT_S)
-                self._pending = None
+            bounds = self._bounds(stream, ends)   # the starts as they are now (a deploy may have set some)
             producer, sent = self._producer_for(), []
             reports: list[tuple[Part, BatchReport]] = []
-            self.checkpoint.intend(stream, batch_id)
+            self.checkpoint.intend(fence_key, batch_id)
             rows = 0
             try:
                 for reader, start, end in self._forms_in(stream, bounds):   # the forms as they are now
@@ -565,30 +543,34 @@ class SharedRuntime:
                 log.warning("node %s: batch %s of %s failed with %d messages sent; it runs again from the saved "
                             "state", self.node_id, batch_id, stream, len(sent))
                 self._restore()
-                self._pending = (stream, batch_id)
+                self._pending = (fence_key, batch_id)
                 raise
             finally:
                 for frame in persisted:
                     frame.unpersist()
-            self.checkpoint.fences[stream] = batch_id
+            self.checkpoint.fences[fence_key] = batch_id
+            self._advance(stream, bounds)
             self._save()
             self.input_rate.add(rows, time.monotonic())
             self._pending = None
-            self._replayed.notify_all()
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
         # failed and runs again counts once
         self._run_hooks(reports)
 
-    def _bounds(self, stream: str, batch_id: int) -> tuple[Offsets, Offsets]:
-        """Where batch `batch_id` of `stream` starts and ends (the first starts where _initial said)."""
-        checkpoint = self.spark_queries.spark_checkpoint(stream)
-        found = batch_bounds(checkpoint, batch_id)
-        if found is None and batch_id == 0 and (end := batch_end(checkpoint, 0)) is not None:
-            found = self._initial(stream), end
-        if found is None:
-            raise RuntimeError(f"node {self.node_id}: the offset log of {stream} does not say where batch "
-                               f"{batch_id} starts and ends ({checkpoint})")
-        return found
+    def _bounds(self, stream: str, ends: Offsets) -> tuple[Offsets, Offsets]:
+        """Where the stream's batch up to `ends` starts: where it read to, for a partition new to it
+        where its starts say, else at the partition's beginning."""
+        position = self.checkpoint.positions.get(stream, {})
+        starts = self._starts.get(stream, {})
+        unknown = [key for key in ends if key not in position and key not in starts]
+        begins = bus.beginnings(self.bootstrap, unknown) if unknown else {}
+        return {key: position.get(key, starts.get(key, begins.get(key, 0))) for key in ends}, dict(ends)
+
+    def _advance(self, stream: str, bounds: tuple[Offsets, Offsets]) -> None:
+        """The stream has read to the batch's ends (a start past its end stays: nothing was read)."""
+        start, end = bounds
+        position = self.checkpoint.positions.setdefault(stream, {})
+        position.update({key: max(start[key], end[key]) for key in end})
 
     def _forms_in(self, stream: str, bounds: tuple[Offsets, Offsets]) -> list[tuple[Reader, Offsets, Offsets]]:
         """Each form of `stream` that has records in the batch of `bounds`, in key order, with its
@@ -831,20 +813,28 @@ class SharedRuntime:
                     del self._readers[key]
                     self._sources.pop(key, None)
                     self._local_readers.pop(key, None)
+            for stream in self._streams:   # a topic dropped and read again starts afresh
+                read = set(self._stream_topics(stream))
+                position = self.checkpoint.positions.get(stream, {})
+                for key in [k for k in position if k.rpartition(":")[0] not in read]:
+                    del position[key]
             idle = self._streams - {r.stream for r in self._readers.values()}
             self._streams -= idle
-            if self._pending is not None and self._pending[0] in idle:   # no replay will come
+            if self._pending is not None and self._pending[0].rpartition("@")[0] in idle:   # no replay will come
                 self._pending = None
-                self._replayed.notify_all()
-        for stream in idle:   # outside the lock: a stop waits for the stream's batch in flight
-            self.spark_queries.cancel(stream, drop_state=True)
+        for stream in idle:   # outside the lock: the process's stream may wait for a batch in flight
+            self.stream.detach(self._lane(stream))
         with self._locks.control():
             for stream in idle:
-                self.checkpoint.fences.pop(stream, None)
+                for key in [k for k in self.checkpoint.fences if k.rpartition("@")[0] == stream]:
+                    del self.checkpoint.fences[key]
+                self.checkpoint.positions.pop(stream, None)
                 self._starts.pop(stream, None)
             self._tell_changed()   # in the same hold: each takes its turn after a batch in flight
 
     def stop_all(self) -> None:
+        for stream in sorted(self._streams):   # no lock: the last lane's stop waits for the batch in flight
+            self.stream.detach(self._lane(stream))
         self.spark_queries.stop_all()
         if self.uplink is not None:
             self.uplink.stop()   # what it still holds waits on disk for the next start
@@ -870,11 +860,10 @@ class SharedRuntime:
         down shows as failed with the reader's error; a part that failed is rebuilt (its state
         lost) after the next wait of RESTART_AFTER_S."""
         spark_queries = self.spark_queries.queries()
-        streams = {q.query_id: q for q in spark_queries if q.query_id.startswith(READER_PREFIX)}
+        failure = self.stream.failure() if self._streams else ""
         now = time.monotonic()
         # no lock (status fields only): a batch in flight holds it while it writes
-        down = {(reader.owner, topic): stream.error for reader in list(self._readers.values())
-                if (stream := streams.get(reader.stream)) is not None and stream.status == "failed"
+        down = {(reader.owner, topic): failure for reader in list(self._readers.values()) if failure
                 for topic in reader.topics}
         for part in list(self._parts.values()):
             managed = part.managed

@@ -41,6 +41,7 @@ from wire.topics import view_topic
 
 ADMIN_PRINCIPAL = "admin"   # whom the token `hifi up` writes to its run file belongs to
 ADMIN_TOKEN_S = 7 * 24 * 3600   # how long that token works: a run left going a week logs in anew
+STREAM_HOME = "hierarchy.stream"   # the one Spark stream of the nodes run in this process (dsp.process_stream)
 
 
 def hifi_home() -> str:
@@ -129,7 +130,8 @@ class Hierarchy:
                     continue
                 progress(f"starting node {spec.id} ({spec.tier})")
                 node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
-                                self.state_dir, self.trigger_ms, security=Security(self.tls_dir))
+                                self.state_dir, self.trigger_ms, security=Security(self.tls_dir),
+                                stream_home=os.path.join(self.state_dir, STREAM_HOME))
                 node.start()
                 self.nodes[spec.id] = node
         # its own MDR client: its MDR operations are its own metrics

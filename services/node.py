@@ -137,9 +137,10 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
 class HiFiNode:
     def __init__(self, node_id: str, topology: Topology, mdr: MDR, spark: SparkSession, bootstrap: str,
                  state_dir: str, trigger_ms: int = 1000, listen: str = "", advertise_host: str = "",
-                 metrics_port: int | None = None, security: Security | None = None) -> None:
+                 metrics_port: int | None = None, security: Security | None = None, stream_home: str = "") -> None:
         """`listen`, `metrics_port`: override the topology's; `advertise_host`: the host other
         services reach this node at, when it listens on all interfaces (a container's name);
+        `stream_home`: the Spark stream it shares with the other nodes of its process (dsp.shared);
         `security`: its TLS material (default: HIFI_TLS_DIR's; its certificate is the node id's)."""
         if node_id not in topology.nodes:
             raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
@@ -158,7 +159,7 @@ class HiFiNode:
                         duration_ms(str(retention)))
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                                  ingest, self.intake_rules, mdr.url, retention_ms,
-                                 topology.nodes[node_id].uplink_bytes_per_s)
+                                 topology.nodes[node_id].uplink_bytes_per_s, stream_home)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port

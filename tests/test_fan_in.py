@@ -1,7 +1,8 @@
 """A node's Spark queries do not grow with its children nor with its forms of input (dsp.shared):
-every topic it reads is read by its one streaming query, each part handed the rows of the topics
-it reads; a child added is a topic added to that running query, one taken away shrinks it; nothing
-is lost or doubled across the change, and a node restarted on its state resumes where it stopped."""
+every topic it reads is read by its one stream, a lane of its process's one streaming query
+(dsp.process_stream), each part handed the rows of the topics it reads; a child added is a topic
+added to that running query, one taken away shrinks it; nothing is lost or doubled across the
+change, and a node restarted on its state resumes where it stopped."""
 
 import datetime as dt
 import os
@@ -11,6 +12,7 @@ import pytest
 
 from dsp.part_spec import PartSpec
 from dsp.plan import BinOp, Col, Filter, Lit, Source
+from dsp.process_stream import QUERY_ID
 from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
 from tests.conftest import topic_rows, wait_for
 from wire import bus
@@ -35,7 +37,9 @@ def _send(bootstrap: str, topic: str, first: int, count: int, columns: tuple = C
 
 
 def _readers(runtime: SharedRuntime) -> list[str]:
-    return [q.query_id for q in runtime.spark_queries.queries() if q.query_id.startswith(READER_PREFIX)]
+    """The Spark queries reading the node's inputs (the node's own queries read none of them)."""
+    assert not [q for q in runtime.spark_queries.queries() if q.query_id.startswith(READER_PREFIX)]
+    return [q.query_id for q in runtime.stream.manager.queries()]
 
 
 def _tags(bootstrap: str, topic: str) -> list[str]:
@@ -57,7 +61,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         wait_for(lambda: len(topic_rows(servers.bootstrap, first_out)) >= 12, 90, "the first four children's rows")
         # a view of another shape: another form of input, the same query
         runtime.deploy(PartSpec("other", _plan([other], OTHER_SHAPE), other_out))
-        assert _readers(runtime) == [stream_key()] and len(runtime._readers) == 2
+        assert _readers(runtime) == [QUERY_ID] and runtime._streams == {stream_key()} and len(runtime._readers) == 2
         wait_for(lambda: len(topic_rows(servers.bootstrap, other_out)) >= 3, 60, "the other shape's rows")
 
         # two children more, read by a second part: the same reader, its topics added
@@ -82,7 +86,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         # the first part goes: the reader keeps only the second's topics
         runtime.cancel("first")
         runtime.cancel("other")
-        assert _readers(runtime) == [stream_key()]
+        assert _readers(runtime) == [QUERY_ID]
         (form,) = runtime._readers.values()
         assert form.topics == tuple(children[2:])
         for topic in children:
@@ -105,16 +109,17 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         again.stop_all()
 
 
-@pytest.mark.parametrize("layout", ["a reader per topic", "a reader per form"])
+@pytest.mark.parametrize("layout", ["a reader per topic", "a reader per form", "one stream per node"])
 def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved_it(servers, spark, tmp_path, layout):
-    """A node that ran a Spark query per topic (before readers were shared) or per form (before the
-    node's one stream) left a fence per query and their offset logs: the node's stream starts each
-    topic where that query's fenced batch ended."""
+    """A node that ran a Spark query per topic (before readers were shared), per form (before the
+    node's one stream) or per node (before the process's one stream) left a fence per query and
+    their offset logs: the node's stream starts each topic where that query's fenced batch ended."""
     topic, out = f"hifi.view.old-layout{len(layout)}.v", f"hifi.rqs.old-layout{len(layout)}.parent"
     bus.ensure_topics(servers.bootstrap, [topic, out])
     _send(servers.bootstrap, topic, 0, 5)
     runtime = SharedRuntime(spark, "old-layout", servers.bootstrap, str(tmp_path), trigger_ms=500)
-    old_key = f"{READER_PREFIX}rows:{topic}" if layout.endswith("topic") else Reader((topic,), "rows", COLUMNS).key
+    old_key = (f"{READER_PREFIX}rows:{topic}" if layout.endswith("topic") else stream_key() if layout.endswith("node")
+               else Reader((topic,), "rows", COLUMNS).key)
     log_dir = runtime.spark_queries.spark_checkpoint(old_key) + "/offsets"
     os.makedirs(log_dir)
     with open(f"{log_dir}/7", "w") as fh:
@@ -127,7 +132,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
         wait_for(lambda: len(topic_rows(servers.bootstrap, out)) >= 2, 60, "the rows after the old reader's fence")
         time.sleep(2)
         assert _tags(servers.bootstrap, out) == [f"old-layout{len(layout)}-3", f"old-layout{len(layout)}-4"]
-        assert old_key not in again.checkpoint.fences
+        assert again.checkpoint.positions[stream_key()] == {f"{topic}:0": 5}
     finally:
         again.stop_all()
 

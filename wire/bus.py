@@ -247,6 +247,17 @@ def current_ends(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
     return {offset_key(tp.topic, tp.partition): int(offset) for tp, offset in ends.items()}
 
 
+def beginnings(bootstrap: str, keys: Sequence[str]) -> dict[str, int]:
+    """{"topic:partition": first offset} of the partitions `keys` name ("topic:partition"): where a
+    reader told nothing else starts (0 for a partition the broker does not answer for yet)."""
+    tps = [TopicPartition(topic, int(partition)) for topic, _, partition in (key.rpartition(":") for key in keys)]
+    try:
+        found = shared_consumer(bootstrap).beginning_offsets(tps)
+    except KeyError:   # kafka-python, a partition the broker did not answer for (a topic just made)
+        return {key: 0 for key in keys}
+    return {offset_key(tp.topic, tp.partition): int(offset) for tp, offset in found.items()}
+
+
 def tail(bootstrap: str, topics: Sequence[str], stop: threading.Event, from_beginning: bool = True,
          poll_ms: int = 200) -> Iterator:
     """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group)."""

@@ -139,20 +139,16 @@ class _ReaderWatch:
     def __init__(self, hierarchy, edge: str, topic: str, bootstrap: str) -> None:
         from dsp.shared import stream_key
 
-        self.queries = hierarchy.nodes[edge].dsp.spark_queries
+        self.runtime = hierarchy.nodes[edge].dsp
         self.reader = stream_key()
         self.topic, self.bootstrap = topic, bootstrap
-        self.read: dict = {}   # the end of the last batch it finished (kept while it restarts)
 
     def behind(self) -> int:
-        from dsp.manager import last_progress
-        from services.bench.runtime import offsets
         from wire import bus
 
-        self.read = offsets((last_progress(self.queries._get(self.reader).handle).get("sources") or [{}])[0]
-                            .get("endOffset")) or self.read
+        read = dict(self.runtime.checkpoint.positions.get(self.reader, {}))   # where its last batch ended
         ends = bus.current_ends(self.bootstrap, [self.topic])
-        return sum(max(0, end - int(self.read.get(key, 0))) for key, end in ends.items())
+        return sum(max(0, end - int(read.get(key, 0))) for key, end in ends.items())
 
 
 def _step(watch: _ReaderWatch, pool: list[Cycle], rate: float, step_s: float, servers, trigger_s: float,

@@ -104,8 +104,7 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
                 rate = (agent.stats.readings - readings) / duration_s
                 time.sleep(5)
                 until_ms = int(time.time() * 1000) - 5_000
-                queries = hierarchy.nodes[parent].dsp.spark_queries.queries()
-                readers = sum(q.query_id.startswith("read:") for q in queries)
+                readers = len(hierarchy.nodes[parent].dsp.stream.manager.queries())
                 top = first_emits(topic_records(servers.bootstrap, view_topic(parent, "door_tags")))
                 doors = [first_emits(topic_records(servers.bootstrap, view_topic(d, "smoothed_rfid_stream")))
                          for d in topology.children(parent)]
@@ -216,8 +215,7 @@ def run_parent_bench(children: Sequence[int], settle_s: float, duration_s: float
                     cores = (tree_cpu_s(leave_out=leave_out) - cpu) / (time.monotonic() - started)
                     until_ms = int(time.time() * 1000) - 3_000
                     emulating.get()
-                queries = hierarchy.nodes[parent].dsp.spark_queries.queries()
-                readers = sum(q.query_id.startswith("read:") for q in queries)
+                readers = len(hierarchy.nodes[parent].dsp.stream.manager.queries())
                 emits = first_emits(topic_records(servers.bootstrap, view_topic(parent, "door_tags")))
                 passed = [markers_past(topic_records(servers.bootstrap, t.topic)) for t in doors]
             finally:
