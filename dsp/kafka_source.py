@@ -330,13 +330,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         consumer = bus.shared_consumer(self.bootstrap)
         tps = bus.partitions_of(consumer, self.topics)
         if which == "earliest":
-            try:
-                found = consumer.beginning_offsets(tps)
-            except KeyError:   # kafka-python, a partition the broker did not answer for (a topic just made)
-                return {_key(tp.topic, tp.partition): 0 for tp in tps}
-        else:
-            found = bus.end_offsets(consumer, tps)
-        return {_key(tp.topic, tp.partition): int(off) for tp, off in found.items()}
+            return bus.beginnings(self.bootstrap, [_key(tp.topic, tp.partition) for tp in tps])
+        return {_key(tp.topic, tp.partition): int(off) for tp, off in bus.end_offsets(consumer, tps).items()}
 
     def initialOffset(self) -> dict:
         if self.format == OFFSETS_ONLY:

@@ -17,7 +17,6 @@ agents, which run in this process; compare counts as ratios within one run (the 
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -201,7 +200,3 @@ def sharing_table(figures: list[SharingFigures]) -> str:
                      f"{served:>6.2f}  {latency:>18}  {f.checked:>6} of {f.judged:<3} checked  {f.windows:>16}")
     return "\n".join(lines)
 
-
-def offsets(value) -> dict:
-    """A progress report's offsets ({"topic:partition": n}), which Spark gives as JSON text or not."""
-    return json.loads(value) if isinstance(value, str) else (value or {})
