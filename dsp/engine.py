@@ -50,6 +50,8 @@ from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate
 from dsp.events import Found, PatternState, Step, order_key, ordering_columns
 from dsp.plan import (
     ERROR_BOUND,
+    EVENT_TIME,
+    JOIN_TIME,
     PROGRESS_COLUMN,
     TRIAGED,
     Aggregate,
@@ -62,10 +64,12 @@ from dsp.plan import (
     Project,
     Source,
     Union_,
+    WindowJoin,
     conjuncts,
     event_time_column,
     output_columns,
 )
+from dsp.window_join import Buffers
 
 # aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
 # union_sets (hash_list has no kernel for list values in pyarrow 26)
@@ -406,6 +410,64 @@ class UnionOp(Operator):
     def triaged(self) -> tuple[int, int] | None:
         spans = [span for child in self.children if (span := child.triaged()) is not None]
         return (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+
+@dataclass
+class WindowJoinOp(Operator):
+    """A window join (dsp.window_join): each input's new rows probe the others' buffers, one at a
+    time, and the combinations they complete go out at once; rows behind their input's bound are
+    late (dropped and counted, as an Aggregate drops them); buffers are evicted as bounds pass."""
+
+    plan: WindowJoin
+    children: list[Operator]
+    buffers: Buffers | None = None
+    late: int = 0
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+        self.times = [event_time_column(child) for child in self.plan.children]
+        if self.buffers is None:
+            self.buffers = Buffers(self.plan.aliases, self.plan.keys, self.plan.bounds)
+
+    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
+        assert self.buffers is not None
+        befores = [child.bound() for child in self.children]
+        pushed = [child.push(topic, batch) for child in self.children]
+        if all(rows is None for rows in pushed):
+            return None
+        found: list[dict[str, tuple[int, dict]]] = []
+        for alias, time, before, rows in zip(self.plan.aliases, self.times, befores, pushed, strict=True):
+            if rows is None or not rows.num_rows:
+                continue
+            for stamp, row in zip(epoch_ms(rows[time]).to_pylist(), rows.to_pylist(), strict=True):
+                if stamp is None or (before is not None and stamp < before):
+                    self.late += 1
+                    continue
+                found += self.buffers.add(alias, stamp, row)
+        self.buffers.evict(dict(zip(self.plan.aliases, (child.bound() for child in self.children), strict=True)))
+        return self._rows(found)
+
+    def _rows(self, found: list[dict[str, tuple[int, dict]]]) -> pa.Table:
+        values: dict[str, list] = {name: [] for name, _ in self.columns}
+        for combination in found:
+            for alias, child in zip(self.plan.aliases, self.children, strict=True):
+                row = combination[alias][1]
+                for name, _ in child.columns:
+                    if name != EVENT_TIME:
+                        values[f"{alias}.{name}"].append(row[name])
+            values[JOIN_TIME].append(max(t for t, _ in combination.values()))
+        arrays = [pa.array(values[name], arrow_type(kind)) for name, kind in self.columns[:-1]]
+        return pa.Table.from_arrays([*arrays, timestamps(values[JOIN_TIME])], schema=self.schema)
+
+    def bound(self) -> int | None:
+        """No joined row to come is older than the oldest input's bound: its newest row is one
+        still to come, at or after that input's bound."""
+        bounds = [child.bound() for child in self.children]
+        return None if any(b is None for b in bounds) else min(bounds)   # type: ignore[type-var]
+
+    def late_rows(self) -> int:
+        return sum(child.late_rows() for child in self.children) + self.late
 
 
 # ---------------------------------------------------------------- aggregation
@@ -852,7 +914,7 @@ def sources_under(root: Operator) -> list[SourceOp]:
     """The sources `root` reads, left to right."""
     if isinstance(root, SourceOp):
         return [root]
-    children = root.children if isinstance(root, UnionOp) else [root.child]   # type: ignore[attr-defined]
+    children = root.children if isinstance(root, UnionOp | WindowJoinOp) else [root.child]   # type: ignore[attr-defined]
     return [source for child in children for source in sources_under(child)]
 
 
@@ -899,6 +961,8 @@ def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:
         return UnionOp([build(child, relations) for child in plan.children])
     if isinstance(plan, Match):
         return MatchOp(plan, build(plan.child, relations))
+    if isinstance(plan, WindowJoin):
+        return WindowJoinOp(plan, [build(child, relations) for child in plan.children])
     raise PlanError(f"{type(plan).__name__} does not run in the shared runtime")
 
 
@@ -907,7 +971,7 @@ def supported(plan: Plan) -> bool:
     Spark query: their state lives in their sink, dsp.smoothing and dsp.quality)."""
     if isinstance(plan, Source):
         return True
-    if isinstance(plan, Union_):
+    if isinstance(plan, Union_ | WindowJoin):
         return all(supported(child) for child in plan.children)
     if isinstance(plan, Filter | Project | Aggregate | LookupJoin | Match):
         return supported(plan.child)

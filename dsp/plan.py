@@ -325,6 +325,34 @@ class Match:
     outputs: tuple[tuple[str, str, str], ...]
 
 
+@dataclass(frozen=True)
+class JoinBound:
+    """How far apart in event time two inputs' rows of one joined row may be:
+    `low_ms <= time(right) - time(left) <= high_ms` (None: no bound on that side)."""
+
+    left: str
+    right: str
+    low_ms: int | None
+    high_ms: int | None
+
+
+# The event time of a joined row (WindowJoin): the newest of its inputs' rows' times.
+JOIN_TIME = "ts"
+
+
+@dataclass(frozen=True)
+class WindowJoin:
+    """A window join of several inputs (STEAM's W-join; dsp.window_join): every combination of one
+    row per input whose `keys` are equal (qualified column pairs) and whose times meet `bounds`
+    (between aliases). A joined row holds each input's columns as `<alias>.<column>` (all but its
+    event time column EVENT_TIME) and JOIN_TIME, the newest of its rows' times."""
+
+    children: tuple[Plan, ...]
+    aliases: tuple[str, ...]
+    keys: tuple[tuple[str, str], ...]
+    bounds: tuple[JoinBound, ...]
+
+
 QUALITY_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
                                        ("receptor_id", "string"), ("faulty", "boolean"), ("reasons", "string"),
                                        ("confidence", "double"), *((q, "double") for q in SAMPLE_QUANTITIES))
@@ -333,7 +361,7 @@ SMOOTH_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_en
                                       ("receptor_id", "string"), ("tag_id", "string"), ("reads", "long"),
                                       ("epochs", "long"))
 
-Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify, Match]  # noqa: UP007
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify, Match, WindowJoin]  # noqa: UP007
 
 
 def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
@@ -440,12 +468,33 @@ def output_columns(plan: Plan) -> tuple[Column, ...]:
                 raise PlanError(f"pattern output {name!r}: no column {column!r} of step {step!r}")
             out.append((name, schema[column]))
         return (*out, (EVENT_TIME, "timestamp"))
+    if isinstance(plan, WindowJoin):
+        return _join_columns(plan)
     if isinstance(plan, Union_):
         shapes = {output_columns(child) for child in plan.children}
         if len(shapes) != 1:
             raise PlanError("union inputs have different columns")
         return shapes.pop()
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
+
+
+def _join_columns(plan: WindowJoin) -> tuple[Column, ...]:
+    if len(plan.children) != len(plan.aliases) or len(set(plan.aliases)) != len(plan.aliases) or \
+            len(plan.aliases) < 2:
+        raise PlanError(f"window join: one distinct alias per input, two inputs or more (got {plan.aliases})")
+    out: list[Column] = []
+    for alias, child in zip(plan.aliases, plan.children, strict=True):
+        if event_time_column(child) is None:
+            raise PlanError(f"window join: input {alias!r} has no event time")
+        out += [(f"{alias}.{name}", kind) for name, kind in output_columns(child) if name != EVENT_TIME]
+    schema = dict(out)
+    for left, right in plan.keys:
+        if left not in schema or right not in schema:
+            raise PlanError(f"window join: key {left} = {right} names a column no input has")
+    for bound in plan.bounds:
+        if {bound.left, bound.right} - set(plan.aliases) or bound.left == bound.right:
+            raise PlanError(f"window join: a bound between {bound.left!r} and {bound.right!r}, not two inputs")
+    return (*out, (JOIN_TIME, "timestamp"))
 
 
 def event_time_column(plan: Plan) -> str | None:
@@ -456,6 +505,8 @@ def event_time_column(plan: Plan) -> str | None:
         return "window_start"
     if isinstance(plan, Match):
         return EVENT_TIME
+    if isinstance(plan, WindowJoin):
+        return JOIN_TIME
     if isinstance(plan, Aggregate):
         if plan.window is not None:
             return "window_end"
@@ -488,6 +539,8 @@ def window_of(plan: Plan) -> Window | None:
         return plan.window
     if isinstance(plan, Union_):
         return window_of(plan.children[0])
+    if isinstance(plan, WindowJoin):
+        return None
     return window_of(plan.child)
 
 
@@ -516,7 +569,7 @@ def raw_stream_plan(name: str, topic: str, lateness_ms: int) -> Plan:
 def sources(plan: Plan) -> list[Source]:
     if isinstance(plan, Source):
         return [plan]
-    if isinstance(plan, Union_):
+    if isinstance(plan, Union_ | WindowJoin):
         return [s for child in plan.children for s in sources(child)]
     return sources(plan.child)
 
@@ -524,7 +577,7 @@ def sources(plan: Plan) -> list[Source]:
 # ---------------------------------------------------------------- JSON
 
 _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_,
-                                                         Smooth, Qualify, Match)}
+                                                         Smooth, Qualify, Match, WindowJoin)}
 
 
 def _encode(value: Any) -> Any:
@@ -593,6 +646,10 @@ def _decode(data: dict) -> Plan:
                       for s in data["steps"])
         return Match(_decode(data["child"]), tuple(data["partition"]), steps, int(data["within_ms"]),
                      tuple(tuple(o) for o in data["outputs"]))
+    if op == "WindowJoin":
+        return WindowJoin(tuple(_decode(child) for child in data["children"]), tuple(data["aliases"]),
+                          tuple((left, right) for left, right in data["keys"]),
+                          tuple(JoinBound(b["left"], b["right"], b["low_ms"], b["high_ms"]) for b in data["bounds"]))
     return Union_(tuple(_decode(child) for child in data["children"]))
 
 

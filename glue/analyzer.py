@@ -22,11 +22,12 @@ Reading of the language (DESIGN §6):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dsp.plan import (
     EVENT_TIME,
+    JOIN_TIME,
     RAW_STREAMS,
     SMOOTH_COLUMNS,
     BinOp,
@@ -34,9 +35,11 @@ from dsp.plan import (
     Column,
     Expr,
     Func,
+    JoinBound,
     Lit,
     MatchStep,
     Window,
+    expr_columns,
     expr_type,
 )
 from dsp.smurf import DEFAULT_DELTA
@@ -45,6 +48,7 @@ from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, parse
+from glue.stream_join import BOUND_FORM, JoinInput, StreamJoin, check_bounded, conjuncts_of, intervals_in, time_bound
 from wire.errors import HiFiError
 from wire.identity import SYSTEM, Identity
 from wire.windows import duration_ms
@@ -111,6 +115,7 @@ class LogicalQuery:
     pattern: EventPattern | None = None      # an event query: its matches are its rows
     sample_ms: int = 0                       # `sample every`: only the samples whose time is a multiple of it
     approximate: bool = False                # `approximate`: windows carry triaged and error_bound (Data Triage)
+    stream_join: StreamJoin | None = None    # a join of streams: source_kind "join", columns `<alias>.<column>`
 
     @property
     def is_aggregate(self) -> bool:
@@ -171,6 +176,9 @@ class _Binder:
                        clause.delta_pos or clause.pos)
         return Smoothing(epoch_ms, delta)
 
+    def is_stream_or_view(self, name: str) -> bool:
+        return name in RAW_STREAMS or name in self.catalog.streams or bool(self.catalog.exports_of(name))
+
     def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
         exports = self.catalog.exports_of(ref.name)
         readable = [v for v in exports if self.reader.may_read(v.readers)]
@@ -218,6 +226,17 @@ class _Binder:
         if isinstance(node, ast.Literal):
             return Lit(node.value)
         if isinstance(node, ast.Name):
+            qualified = f"{node.qualifier}.{node.name}"
+            if qualified in columns:   # a joined input's column
+                return Col(qualified)
+            if node.qualifier is None and node.name not in columns:
+                found = [name for name in columns if name.endswith("." + node.name)]
+                if len(found) > 1:
+                    raise _err(f"column {node.name!r} is ambiguous (in {', '.join(found)}): qualify it", node.pos)
+                if found:
+                    return Col(found[0])
+            elif node.qualifier in qualifiers and any("." in name for name in columns):
+                raise _err(f"unknown column {qualified!r}", node.pos)
             if node.qualifier is not None and node.qualifier not in qualifiers:
                 if outer is not None and node.qualifier in outer:
                     return Col("__outer." + node.name)
@@ -246,6 +265,9 @@ class _Binder:
             return Func(node.name, (self.scalar(node.arg, columns, qualifiers, outer),))
         if isinstance(node, ast.Call):
             raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
+        if isinstance(node, ast.Interval):
+            raise _err(f"INTERVAL bounds the time between two joined inputs ({BOUND_FORM}), nothing else",
+                       node.pos)
         raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
 
 
@@ -262,6 +284,7 @@ def _contains_aggregate(node: ast.Node) -> bool:
 def _agg_name(call: ast.Call, column: str | None) -> str:
     if call.name == "count" and column is None:
         return "count"
+    column = column.replace(".", "_") if column else column   # a joined input's column: a.x -> a_x
     return f"{call.name}_distinct_{column}" if call.distinct else f"{call.name}_{column}"
 
 
@@ -285,6 +308,7 @@ class _Scope:
     having: Expr | None = None
     arbitration: Arbitration | None = None
     pattern: EventPattern | None = None
+    stream_join: StreamJoin | None = None
 
 
 def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
@@ -298,7 +322,11 @@ def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
 
 
 def _bind_joins(binder: _Binder, scope: _Scope) -> None:
-    """JOIN <static relation> USING (column): the relation's other columns join each row."""
+    """JOIN <static relation> USING (column): the relation's other columns join each row; a join
+    of streams or views (_bind_stream_join) otherwise."""
+    if any(binder.is_stream_or_view(join.source.name) for join in scope.select.joins):
+        _bind_stream_join(binder, scope)
+        return
     joins = []
     for join in scope.select.joins:
         relation = binder.catalog.relations.get(join.source.name)
@@ -319,9 +347,95 @@ def _bind_joins(binder: _Binder, scope: _Scope) -> None:
     scope.joins = tuple(joins)
 
 
+def _bind_stream_join(binder: _Binder, scope: _Scope) -> None:
+    """FROM s a JOIN t b ON ... [WHERE ...]: the inputs, and their ON and WHERE conditions sorted
+    (glue.stream_join) into each input's own, equal keys, time bounds and the rest, which the
+    joined rows are filtered by. Joined rows have each input's columns as `<alias>.<column>` and
+    `ts`, the newest of their rows' times; a window on the first source windows them."""
+    select = scope.select
+    refs = (select.source, *(join.source for join in select.joins))
+    for join in select.joins:
+        if join.source.name in binder.catalog.relations or join.using:
+            raise _err("a join of streams takes no static relation or USING: join the relation in a view of "
+                       "one input first, then join that view", join.pos)
+        if join.source.window is not None:
+            raise _err("the window of a join goes on its first source: it windows the joined rows",
+                       join.source.window.pos)
+    clause = select.source.window
+    if clause is not None and (clause.adaptive or clause.sample or clause.approximate_pos):
+        raise _err("a join's window is a plain [range by ..., slide by ...] over the joined rows", clause.pos)
+    if select.pattern is not None:
+        raise _err("an event pattern over joined streams is not supported: pattern over a view of the join",
+                   select.pattern.pos)
+    inputs, positions = [], {}
+    for ref in refs:
+        facts, inner_predicate, exposed = binder.source(ref)
+        alias = ref.alias or ref.name
+        if alias in positions:
+            raise _err(f"{alias!r} names two inputs of the join: give each its own alias", ref.pos)
+        columns = tuple(c for c in facts["source_columns"] if exposed is None or c[0] in exposed)
+        inputs.append(JoinInput(alias, facts["source"], facts["source_kind"], columns, facts["event_time"],
+                                facts["source_window"], inner_predicate))
+        positions[alias] = ref.pos
+    scope.columns = {f"{i.alias}.{name}": kind for i in inputs for name, kind in i.source_columns}
+    scope.columns[JOIN_TIME] = "timestamp"
+    scope.qualifiers = set(positions)
+    own: dict[str, list[Expr]] = {alias: [] for alias in positions}
+    keys: list[tuple[str, str]] = []
+    bounds: list[JoinBound] = []
+    rest: list[Expr] = []
+    first_bound_pos = None
+    times = {i.alias: i.event_time for i in inputs}
+    for condition in [c for join in select.joins for c in conjuncts_of(join.on)] + conjuncts_of(select.where):
+        bound = time_bound(condition, times, binder.duration)
+        if bound is not None:
+            bounds.append(bound)
+            first_bound_pos = first_bound_pos or condition.pos   # type: ignore[union-attr]
+            continue
+        interval = next(intervals_in(condition), None)
+        if interval is not None:
+            raise _err(f"INTERVAL bounds the time between two joined inputs' times ({BOUND_FORM})", interval.pos)
+        expr = binder.scalar(condition, scope.columns, scope.qualifiers)
+        if expr_type(expr, scope.columns) != "boolean":
+            raise _err("a join condition must be true or false", condition.pos)   # type: ignore[union-attr]
+        used = {name.split(".", 1)[0] if "." in name else "" for name in expr_columns(expr)}
+        if len(used) == 1 and "" not in used:
+            own[used.pop()].append(_unqualified(expr))
+        elif isinstance(expr, BinOp) and expr.op == "=" and isinstance(expr.left, Col) and \
+                isinstance(expr.right, Col) and len(used) == 2 and "" not in used:
+            keys.append((expr.left.name, expr.right.name))
+        else:
+            rest.append(expr)
+    check_bounded(tuple(positions), tuple(bounds), positions, first_bound_pos)
+    inputs = [replace(i, predicate=_and_all(([i.predicate] if i.predicate else []) + own[i.alias]))
+              for i in inputs]
+    scope.stream_join = StreamJoin(tuple(inputs), tuple(keys), tuple(bounds))
+    scope.predicate = _and_all(rest)
+    scope.facts = {"source": inputs[0].source, "source_kind": "join", "source_columns": tuple(scope.columns.items()),
+                   "event_time": JOIN_TIME, "source_window": None}
+
+
+def _unqualified(expr: Expr) -> Expr:
+    """`expr` over one input's columns, named as that input names them."""
+    if isinstance(expr, Col):
+        return Col(expr.name.split(".", 1)[1]) if "." in expr.name else expr
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, _unqualified(expr.left), _unqualified(expr.right))
+    if isinstance(expr, Func):
+        return Func(expr.name, tuple(_unqualified(a) for a in expr.args))
+    return expr
+
+
+def _and_all(terms: list[Expr]) -> Expr | None:
+    result: Expr | None = None
+    for term in terms:
+        result = term if result is None else BinOp("AND", result, term)
+    return result
+
+
 def _bind_where(binder: _Binder, scope: _Scope) -> None:
-    """WHERE, after an expanded view's own predicate."""
-    if scope.select.where is not None:
+    """WHERE, after an expanded view's own predicate (a stream join sorted it already)."""
+    if scope.select.where is not None and scope.stream_join is None:
         where = binder.scalar(scope.select.where, scope.columns, scope.qualifiers)
         scope.predicate = where if scope.predicate is None else BinOp("AND", scope.predicate, where)
 
@@ -440,6 +554,9 @@ def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
         select.having is not None
     source_window: Window | None = scope.facts["source_window"]
     if scope.aggregate_query and scope.window is None:
+        if source_window is None and scope.stream_join is not None:
+            raise _err(f"an aggregate over a join needs a window on its first source: {select.source.name} "
+                       f"{select.source.alias or ''} [range by '5 seconds'] JOIN ...", select.source.pos)
         if source_window is None:
             raise _err(f"an aggregate over stream {select.source.name!r} needs a window: "
                        f"{select.source.name} [range by '5 seconds']", select.source.pos)
@@ -500,13 +617,16 @@ def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
     if scope.pattern is not None:
         return
     outputs: list[tuple[str, Expr]] = []
+    if scope.stream_join is not None and not select.items:
+        raise _err("a join selects its columns by name (a.column, b.column ...): * would name columns twice",
+                   select.pos)
     items = select.items or tuple(ast.SelectItem(ast.Name(n, None, select.pos), None, select.pos)
                                   for n in scope.columns
                                   if n not in ("window_start", "window_end") or not scope.aggregate_query)
     for item in items:
         expr = _bind_output(binder, scope, item.expr) if scope.aggregate_query else \
             binder.scalar(item.expr, scope.columns, scope.qualifiers)
-        name = item.alias or (expr.name if isinstance(expr, Col) else None)
+        name = item.alias or (expr.name.split(".")[-1] if isinstance(expr, Col) else None)   # a.x is named x
         if name is None:
             raise _err("give this expression a name: <expression> AS name", item.pos)
         if any(name == existing for existing, _ in outputs):
@@ -544,7 +664,8 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
     return LogicalQuery(text=text, window=scope.window, joins=scope.joins, predicate=scope.predicate,
                         keys=scope.keys, aggregates=tuple(scope.aggregates.values()), having=scope.having,
                         outputs=scope.outputs, arbitration=scope.arbitration, view_name=view_name,
-                        smoothing=scope.smoothing, derived=scope.derived, pattern=scope.pattern, **scope.facts)
+                        smoothing=scope.smoothing, derived=scope.derived, pattern=scope.pattern,
+                        stream_join=scope.stream_join, **scope.facts)
 
 
 def _check_approximate(scope: _Scope) -> None:

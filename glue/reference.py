@@ -23,6 +23,7 @@ from dsp.mote_quality import MoteQuality
 from dsp.plan import (
     EPC_SCHEME,
     EVENT_TIME,
+    JOIN_TIME,
     RAW_STREAMS,
     SAMPLE_QUANTITIES,
     SGTIN_INDICATOR,
@@ -38,6 +39,7 @@ from dsp.quality import judge_periods
 from dsp.smurf import ReaderSmoother
 from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
 from glue.catalog import Catalog
+from glue.stream_join import StreamJoin
 from wire.windows import window_starts
 
 Row = dict[str, Any]
@@ -114,9 +116,15 @@ class Reference:
         return cls(rfid_readings(lines), catalog, start_ms, sensor_samples(lines))
 
     def source_rows(self, query: LogicalQuery) -> list[Row]:
-        if query.source_kind == "stream":
-            return self.stream_rows(query.source)
-        export = next(v for v in self.catalog.exports_of(query.source) if v.topic)
+        if query.stream_join is not None:
+            return self.joined_streams(query.stream_join)
+        return self.rows_of(query.source, query.source_kind)
+
+    def rows_of(self, source: str, kind: str) -> list[Row]:
+        """A stream's rows, or a materialized view's (its definition evaluated)."""
+        if kind == "stream":
+            return self.stream_rows(source)
+        export = next(v for v in self.catalog.exports_of(source) if v.topic)
         inner = analyze(export.definition, self.catalog)
         if inner.pattern is not None:   # an event view's matches since its beginning (one made with replay)
             return Reference(self.readings, self.catalog, None, self.samples).run(inner)
@@ -129,6 +137,20 @@ class Reference:
             return [{column: row.get(column) for column, _ in raw.columns}
                     for part in raw.union_of for row in self.stream_rows(part)]
         return self.samples if name == "sensor_stream" else self.readings
+
+    def joined_streams(self, join: StreamJoin) -> list[Row]:
+        """Every combination of one row per input (each input's own condition met) whose keys are
+        equal and whose times meet every bound, as `<alias>.<column>` and `ts`, the newest time;
+        built input by input, each step keeping the combinations the inputs so far allow."""
+        combos: list[dict[str, Row]] = [{}]
+        for given in join.inputs:
+            rows = [row for row in self.rows_of(given.source, given.source_kind)
+                    if given.predicate is None or evaluate_expr(given.predicate, row) is True]
+            combos = [{**combo, given.alias: row} for combo in combos for row in rows
+                      if _allowed({**combo, given.alias: row}, join)]
+        times = {given.alias: given.event_time for given in join.inputs}
+        return [{**{f"{alias}.{name}": value for alias, row in combo.items() for name, value in row.items()},
+                 JOIN_TIME: max(row[times[alias]] for alias, row in combo.items())} for combo in combos]
 
     def joined(self, rows: list[Row], query: LogicalQuery) -> list[Row]:
         for join in query.joins:
@@ -177,6 +199,27 @@ class Reference:
             results.append({"window_start": values["window_start"], "window_end": values["window_end"],
                             **{name: evaluate_expr(expr, values) for name, expr in query.outputs}})
         return results
+
+
+def _allowed(combo: dict[str, Row], join: StreamJoin) -> bool:
+    """Whether the keys and bounds between the inputs in `combo` hold."""
+    def value(qualified: str) -> Any:
+        alias, name = qualified.split(".", 1)
+        return combo[alias].get(name) if alias in combo else _ABSENT
+    for left, right in join.keys:
+        a, b = value(left), value(right)
+        if a is not _ABSENT and b is not _ABSENT and (a is None or a != b):
+            return False
+    times = {given.alias: given.event_time for given in join.inputs}
+    for bound in join.bounds:
+        if bound.left in combo and bound.right in combo:
+            gap = combo[bound.right][times[bound.right]] - combo[bound.left][times[bound.left]]
+            if (bound.low_ms is not None and gap < bound.low_ms) or (bound.high_ms is not None and gap > bound.high_ms):
+                return False
+    return True
+
+
+_ABSENT = object()
 
 
 def matches(rows: list[Row], pattern: EventPattern, time: str, types: dict[str, str]) -> list[Row]:

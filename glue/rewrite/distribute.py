@@ -42,6 +42,7 @@ from dsp.plan import (
     Smooth,
     Source,
     Window,
+    WindowJoin,
     event_time_column,
     expr_columns,
     output_columns,
@@ -51,8 +52,9 @@ from dsp.plan import (
 )
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.rewrite.join_inputs import input_query
 from glue.rewrite.partials import split_all
-from glue.rewrite.placement import Placement, place
+from glue.rewrite.placement import Placement, place, place_join
 from glue.rewrite.reuse import subsuming
 from glue.rewrite.selectivity import Estimate, order_terms
 from glue.sql.lexer import SqlError
@@ -89,6 +91,10 @@ class DistributedPlan:
     def explain(self) -> str:
         q = self.query
         lines = [f"query {self.query_id}: root {self.placement.root}, producers {', '.join(self.placement.producers)}"]
+        if q.stream_join is not None:
+            lines.append(f"  join {q.stream_join.describe()}: at {self.placement.root}")
+            lines += [f"    a row of {first} probes {', '.join(rest)}"
+                      for first, rest in q.stream_join.probe_order().items()]
         if q.window is not None:
             lines.append(f"  window {q.window.describe()}, panes {pane_of(q.window).describe()}")
         if q.pattern is not None:
@@ -122,8 +128,9 @@ def _view_name(role: str, plan: Plan) -> str:
 
 class _Builder:
     def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
-                 naive: bool = False) -> None:
+                 naive: bool = False, join: WindowJoin | None = None) -> None:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
+        self.join = join    # a stream join's: what its root reads instead of a source
         self.nodes = placement.path_nodes(catalog)
         self.tasks: list[PartSpec] = []
         self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the tasks read
@@ -137,6 +144,8 @@ class _Builder:
 
     def source(self, node: str) -> Plan:
         q = self.q
+        if self.join is not None:
+            return self.join
         if q.smoothing is not None:
             return Source((self.smoothed(node).topic,), "rows", SMOOTH_COLUMNS, "window_start", 0, True,
                           Window(q.smoothing.epoch_ms, q.smoothing.epoch_ms))
@@ -319,26 +328,30 @@ class _Builder:
         root = node == self.placement.root
         if root and self.placement.producers == (node,) and not self.naive:
             return self.root_task(node, self.local_plan(node))
+        children = self.feeding(node)
+        if root:
+            return self.root_task(node, self.final_plan(children))
         if node in self.placement.producers:
-            produced = self.task(node, "producer", self.producer_plan(node))
-            # a running view's partials carry no triage annotations: an approximate query has its own
-            found = None if produced.reused or self.naive or self.q.approximate else subsuming(
-                produced.plan, node, self.catalog.views)
-            if found is not None:   # a running view holds these partials already: roll them up
-                rollup, view = found
-                produced = self.task(node, "producer", rollup)
-                self.uses.append((view.node, f"view.{view.name}"))
-            self.tasks.append(produced)
-            if not root:
-                return produced
-            children = [produced]
-        else:
-            children = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
-        if not root:
-            task = self.task(node, "merge", self.merge_plan(children))
-            self.tasks.append(task)
-            return task
-        return self.root_task(node, self.final_plan(children))
+            return children[0]
+        task = self.task(node, "merge", self.merge_plan(children))
+        self.tasks.append(task)
+        return task
+
+    def feeding(self, node: str) -> list[PartSpec]:
+        """The parts whose rows `node` reads: its own producer's (rolled up from a running view
+        that holds its partials already) when it is a producer, else its children's."""
+        if node not in self.placement.producers:
+            return [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
+        produced = self.task(node, "producer", self.producer_plan(node))
+        # a running view's partials carry no triage annotations: an approximate query has its own
+        found = None if produced.reused or self.naive or self.q.approximate else subsuming(
+            produced.plan, node, self.catalog.views)
+        if found is not None:   # a running view holds these partials already: roll them up
+            rollup, view = found
+            produced = self.task(node, "producer", rollup)
+            self.uses.append((view.node, f"view.{view.name}"))
+        self.tasks.append(produced)
+        return [produced]
 
     def root_task(self, node: str, plan: Plan) -> PartSpec:
         """The root's part (with arbitration, its windowed counts, then the contest over them)."""
@@ -391,6 +404,10 @@ def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool
 
     `naive` plans the baseline the lag benchmark compares with: every level re-forms the whole
     range/slide windows and waits a fixed slack (`level_lateness`) for its children."""
+    if query.stream_join is not None:
+        if naive:
+            raise SqlError("the naive baseline does not plan joins")
+        return _distribute_join(query, catalog, query_id, at)
     placement = place(query, catalog, at)
     if naive and query.arbitration is not None:
         raise SqlError("the naive baseline does not plan arbitration")
@@ -402,3 +419,29 @@ def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool
         output_columns(task.plan)  # every plan type-checks before anything is deployed
     return plan
 
+
+
+def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: str | None) -> DistributedPlan:
+    """Each input planned as a selection of its own up to the join's root (an input read twice,
+    a self-join's, once); the root joins their rows, then filters, groups and selects."""
+    join = query.stream_join
+    assert join is not None
+    placement, placements = place_join(query, catalog, at)
+    tasks: dict[str, PartSpec] = {}
+    children, uses, estimates = [], [], []
+    for given, where in zip(join.inputs, placements, strict=True):
+        selection, terms = order_terms(input_query(query, given), catalog)
+        builder = _Builder(selection, catalog, query_id, where)
+        feeds = builder.feeding(placement.root)
+        tasks.update((task.topic, task) for task in builder.tasks if task.topic not in tasks)
+        children.append(builder.children_source(feeds))
+        uses += builder.uses
+        estimates += terms
+    joined = WindowJoin(tuple(children), join.aliases, join.keys, join.bounds)
+    root = _Builder(query, catalog, query_id, placement, join=joined)
+    root.root_task(placement.root, root.local_plan(placement.root))
+    plan = DistributedPlan(query_id, query, placement, [*tasks.values(), *root.tasks], uses=uses,
+                           estimates=estimates)
+    for task in plan.tasks:
+        output_columns(task.plan)
+    return plan

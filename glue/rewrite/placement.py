@@ -9,11 +9,12 @@ and only the root's subtree on the way to the producers does any work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dsp.plan import RAW_STREAMS, BinOp, Col, Expr, Lit, conjuncts
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.rewrite.join_inputs import input_query
 from glue.sql.lexer import SqlError
 
 SCOPE_COLUMNS = ("receptor_id", "location", "area")
@@ -97,3 +98,14 @@ def _place_at(query: LogicalQuery, catalog: Catalog, at: str) -> Placement:
     if not producers:
         raise SqlError(f"nothing at or below {at} exports {query.source!r}")
     return Placement(at, tuple(producers), ("*",))
+
+
+def place_join(query: LogicalQuery, catalog: Catalog, at: str | None = None) -> tuple[Placement, list[Placement]]:
+    """Where a stream join runs (the lowest common ancestor of every input's producers, or `at`),
+    and where each input is read, up to that root."""
+    assert query.stream_join is not None
+    parts = [place(input_query(query, given), catalog, at) for given in query.stream_join.inputs]
+    producers = sorted({node for part in parts for node in part.producers})
+    root = at or catalog.lowest_common_ancestor(producers)
+    receptors = tuple(sorted({r for part in parts for r in part.receptors}))
+    return Placement(root, tuple(producers), receptors), [replace(part, root=root) for part in parts]

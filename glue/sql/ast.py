@@ -66,7 +66,16 @@ class CompareAll:
     pos: Pos
 
 
-Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll]  # noqa: UP007
+@dataclass(frozen=True)
+class Interval:
+    """`INTERVAL '30' SECOND` or `INTERVAL '30 seconds'` (a duration, or a parameter naming one):
+    only in a bound between two joined inputs' times."""
+
+    text: str
+    pos: Pos
+
+
+Node = Union[Name, Literal, Binary, Unary, InList, Call, CompareAll, Interval]  # noqa: UP007
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from wire.errors import HiFiError
 
 KEYWORDS = {
     "SELECT", "FROM", "WHERE", "GROUP", "BY", "HAVING", "AS", "AND", "OR", "NOT", "IN", "ALL", "DISTINCT",
-    "CREATE", "VIEW", "JOIN", "USING", "ON", "RANGE", "SLIDE", "TRUE", "FALSE", "NULL",
+    "CREATE", "VIEW", "JOIN", "USING", "ON", "RANGE", "SLIDE", "TRUE", "FALSE", "NULL", "BETWEEN",
 }
 SYMBOLS = (">=", "<=", "!=", "<>", "=", "<", ">", "+", "-", "*", "/", "(", ")", "[", "]", ",", ".", ";")
 

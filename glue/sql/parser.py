@@ -5,9 +5,13 @@
                   [WHERE expr] [GROUP BY name {, name}] [HAVING expr]
     source     := name [[AS] alias] ['[' RANGE BY 'D' [, SLIDE BY 'D'] ']'] [[AS] alias]
     expr       := or;  or := and {OR and};  and := not {AND not};  not := [NOT] cmp
-    cmp        := sum [(= | != | < | <= | > | >=) (ALL ( select ) | sum) | [NOT] IN ( expr, ... )]
+    cmp        := sum [(= | != | < | <= | > | >=) (ALL ( select ) | sum) | [NOT] IN ( expr, ... )
+                  | [NOT] BETWEEN sum AND sum]
     sum        := term {(+|-) term};  term := unary {(*|/) unary};  unary := [-] atom
     atom       := number | 'string' | TRUE | FALSE | name[.name] | agg ( [DISTINCT] expr | * ) | ( expr )
+                  | INTERVAL 'n' unit | INTERVAL 'n units'
+
+`x BETWEEN lo AND hi` is read as `x >= lo AND x <= hi` (both ends included, as in SQL).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ T = TypeVar("T")
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
 SCALAR_FUNCTIONS = ("product", "indicator")   # of an EPC URI: dsp.plan.FUNCTIONS says what each gives
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
+INTERVAL_UNITS = ("millisecond", "second", "minute", "hour", "day")   # and their plurals
 
 
 class _Parser:
@@ -289,9 +294,12 @@ class _Parser:
         negated_pos = self.tok.pos
         negated = False
         if self._is("keyword", "NOT") and self.tokens[self.i + 1].kind == "keyword" \
-                and self.tokens[self.i + 1].text == "IN":
+                and self.tokens[self.i + 1].text in ("IN", "BETWEEN"):
             self.i += 1
             negated = True
+        if self._is("keyword", "BETWEEN"):
+            between = self._between(left)
+            return ast.Unary("NOT", between, negated_pos) if negated else between
         if self._accept("keyword", "IN"):
             self._expect("symbol", "(")
             values = [self._sum()]
@@ -300,6 +308,14 @@ class _Parser:
             self._expect("symbol", ")")
             return ast.InList(left, tuple(values), negated, negated_pos)
         return left
+
+    def _between(self, operand: ast.Node) -> ast.Node:
+        """`operand BETWEEN low AND high` as `operand >= low AND operand <= high`."""
+        pos = self._expect("keyword", "BETWEEN").pos
+        low = self._sum()
+        self._expect("keyword", "AND", "AND (BETWEEN low AND high)")
+        high = self._sum()
+        return ast.Binary("AND", ast.Binary(">=", operand, low, pos), ast.Binary("<=", operand, high, pos), pos)
 
     def _sum(self) -> ast.Node:
         return self._left_assoc(self._term, "symbol", ("+", "-"))
@@ -337,11 +353,23 @@ class _Parser:
             inner = self.expr()
             self._expect("symbol", ")")
             return inner
+        if tok.kind == "ident" and tok.text == "interval" and self.tokens[self.i + 1].kind == "string":
+            return self._interval()
         if tok.kind == "ident" and self.tokens[self.i + 1].kind == "symbol" and self.tokens[self.i + 1].text == "(":
             return self._call()
         if tok.kind == "ident":
             return self.name()
         raise self._fail("a value, column or aggregate")
+
+    def _interval(self) -> ast.Interval:
+        """`INTERVAL '30' SECOND` (Flink's, a unit word after the number) or `INTERVAL '30 seconds'`;
+        `interval` is a word, not a keyword: it stays usable as a name."""
+        pos = self._expect("ident", "interval").pos
+        amount = self._expect("string", what="a quoted duration such as '30' SECOND")
+        unit = self.tok.text if self.tok.kind == "ident" and self.tok.text.rstrip("s") in INTERVAL_UNITS else None
+        if unit is not None:
+            self.i += 1
+        return ast.Interval(f"{amount.text} {unit}" if unit else amount.text, pos)
 
     def _call(self) -> ast.Call:
         tok = self._ident("a function name")
