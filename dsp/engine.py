@@ -441,6 +441,8 @@ class WindowJoinOp(Operator):
             if rows is None or not rows.num_rows:
                 continue
             for stamp, row in zip(epoch_ms(rows[time]).to_pylist(), rows.to_pylist(), strict=True):
+                if stamp is not None and stamp < self.plan.from_ms:
+                    continue   # from before the query's start: it joins nothing
                 if stamp is None or (before is not None and stamp < before):
                     self.late += 1
                     continue

@@ -351,6 +351,7 @@ class WindowJoin:
     aliases: tuple[str, ...]
     keys: tuple[tuple[str, str], ...]
     bounds: tuple[JoinBound, ...]
+    from_ms: int = 0     # rows before this join nothing (a query joins what came from its start on)
 
 
 QUALITY_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_end", "timestamp"),
@@ -649,7 +650,8 @@ def _decode(data: dict) -> Plan:
     if op == "WindowJoin":
         return WindowJoin(tuple(_decode(child) for child in data["children"]), tuple(data["aliases"]),
                           tuple((left, right) for left, right in data["keys"]),
-                          tuple(JoinBound(b["left"], b["right"], b["low_ms"], b["high_ms"]) for b in data["bounds"]))
+                          tuple(JoinBound(b["left"], b["right"], b["low_ms"], b["high_ms"]) for b in data["bounds"]),
+                          int(data.get("from_ms", 0)))
     return Union_(tuple(_decode(child) for child in data["children"]))
 
 

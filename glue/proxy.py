@@ -34,6 +34,7 @@ from dsp.plan import (
     Qualify,
     Source,
     Union_,
+    WindowJoin,
     expr_columns,
     output_columns,
     plain_comparison,
@@ -120,7 +121,7 @@ def sample_predicates(plan: Plan, above: Expr = TRUE) -> list[Expr]:
 
 
 def _children(plan: Plan) -> tuple[Plan, ...]:
-    return plan.children if isinstance(plan, Union_) else (plan.child,)
+    return plan.children if isinstance(plan, Union_ | WindowJoin) else (plan.child,)
 
 
 def substitute(expr: Expr, definitions: Mapping[str, Expr]) -> Expr:

@@ -141,11 +141,13 @@ class Reference:
     def joined_streams(self, join: StreamJoin) -> list[Row]:
         """Every combination of one row per input (each input's own condition met) whose keys are
         equal and whose times meet every bound, as `<alias>.<column>` and `ts`, the newest time;
-        built input by input, each step keeping the combinations the inputs so far allow."""
+        built input by input, each step keeping the combinations the inputs so far allow. With a
+        start, only rows from it on join."""
         combos: list[dict[str, Row]] = [{}]
-        for given in join.inputs:
+        for given in join.inputs:   # from the query's start on, if given (dsp.plan.WindowJoin.from_ms)
             rows = [row for row in self.rows_of(given.source, given.source_kind)
-                    if given.predicate is None or evaluate_expr(given.predicate, row) is True]
+                    if (given.predicate is None or evaluate_expr(given.predicate, row) is True)
+                    and (self.start_ms is None or row[given.event_time] >= self.start_ms)]
             combos = [{**combo, given.alias: row} for combo in combos for row in rows
                       if _allowed({**combo, given.alias: row}, join)]
         times = {given.alias: given.event_time for given in join.inputs}

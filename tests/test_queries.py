@@ -94,6 +94,11 @@ QUERIES = {
         "SELECT a.tag_id AS tag_id, a.receptor_id AS first_at, a.ts AS start_ts, b.ts AS ts FROM rfid_stream "
         "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
         "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45", "warehouse"),
+    "a window join: tags read at door1 and at door2 within a second, counted per window": (
+        "SELECT count(DISTINCT a.tag_id) AS tags, count(*) AS pairs FROM rfid_stream a [range by '4 seconds'] "
+        "JOIN rfid_stream b ON a.tag_id = b.tag_id AND b.ts BETWEEN a.ts - INTERVAL '1' SECOND AND "
+        "a.ts + INTERVAL '1' SECOND WHERE a.receptor_id IN ('door1-r1', 'door1-r2') AND "
+        "b.receptor_id IN ('door2-r1', 'door2-r2')", "warehouse"),
 }
 
 

@@ -373,8 +373,8 @@ def answering_from(plan: DistributedPlan, start_ms: int, until_ms: int | None = 
     `until_ms`, from it on): a query whose sources are read from what they received after its
     start answers only what it saw whole. Adaptive smoothing starts at the first epoch from
     `start_ms` on (the reference does too)."""
-    tasks = [replace(t, plan=replace(t.plan, from_ms=start_ms)) if isinstance(t.plan, Smooth) else t
-             for t in plan.tasks]
+    tasks = [replace(t, plan=replace(t.plan, from_ms=start_ms)) if isinstance(t.plan, Smooth) else
+             replace(t, plan=_joining_from(t.plan, start_ms)) for t in plan.tasks]
     plan = replace(plan, tasks=tasks)
     final = plan.tasks[-1]
     if plan.query.pattern is not None:   # matches of the rows from the start on (the reference's too)
@@ -389,6 +389,15 @@ def answering_from(plan: DistributedPlan, start_ms: int, until_ms: int | None = 
         assert isinstance(final.plan, Project)  # final_plan: the select list over the children's rows
         body = Project(Filter(final.plan.child, _between(EVENT_TIME, start_ms, until_ms)), final.plan.outputs)
     return replace(plan, tasks=[*plan.tasks[:-1], replace(final, plan=body)], start_ms=start_ms, until_ms=until_ms)
+
+
+def _joining_from(plan: Plan, start_ms: int) -> Plan:
+    """`plan` with its window join, if any, joining only rows from `start_ms` on: a query's joined
+    rows are those of rows it saw whole (the reference's too)."""
+    if isinstance(plan, WindowJoin):
+        return replace(plan, from_ms=start_ms)
+    child = getattr(plan, "child", None)
+    return plan if child is None else replace(plan, child=_joining_from(child, start_ms))
 
 
 def _between(column: str, start_ms: int, until_ms: int | None) -> BinOp:
