@@ -148,6 +148,8 @@ class QueryPlacer:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
             if since_ms is not None and replay:
                 raise SqlError("a query over the past (since) reads the archives: not with replay")
+            if since_ms is not None and plan.query.stream_join is not None:
+                raise SqlError("a query over the past (since) does not join streams yet: join them live")
             start_offsets = None
             # where its parts joining a reader their node runs already start in the node's archive:
             # a minute before `since`; all of it for a replay (1: the proto's 0 is "none"); else a
