@@ -202,13 +202,21 @@ SENSOR_JOINS = {
 }
 
 
-def _sensor_answers(sql: str, seed: int) -> tuple[list, list, object]:
+def _sensor_answers(sql: str, seed: int, disorder: random.Random | None = None,
+                    batches: int = 12) -> tuple[list, list, object]:
+    """The hierarchy's rows and the reference's for the motes' samples of `seed` (with `disorder`,
+    neighbours swapped within 900 ms: out of order, within the raw sources' 1 s lateness)."""
     by_edge = samples(seed)
+    for rows in by_edge.values() if disorder else ():
+        for _ in range(len(rows)):
+            i = disorder.randrange(len(rows) - 1)
+            if abs(rows[i + 1][3] - rows[i][3]) < 900:
+                rows[i], rows[i + 1] = rows[i + 1], rows[i]
     query = analyze(sql, SENSOR_CATALOG)
     plan = distribute(query, SENSOR_CATALOG, "q")
     tasks = [(task.topic, task.plan) for task in plan.tasks]
     emitted = run_bottom_up(tasks, by_edge, sample_batch, lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms),
-                            SENSOR_RELATIONS)
+                            SENSOR_RELATIONS, batches=batches)
     rows = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9, "ts": ms}
             for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
     want = [tuple(r[c] for c in plan.columns) for r in Reference([], SENSOR_CATALOG, samples=rows).run(query)]
@@ -281,23 +289,8 @@ def test_a_join_of_readings_and_views_planned_over_the_hierarchy_equals_the_cent
 
 
 def test_out_of_order_delivery_within_the_lateness_gives_the_same_joined_rows():
-    """The same readings with neighbours swapped within 900 ms (the raw sources' lateness is 1 s):
-    the joined rows are the reference's, which orders nothing."""
-    rng = random.Random(7)
-    sql = SENSOR_JOINS["2-way, a mote hotter than another within a second after"]
-    query = analyze(sql, SENSOR_CATALOG)
-    plan = distribute(query, SENSOR_CATALOG, "q")
-    by_edge = samples(5)
-    for rows in by_edge.values():
-        for _ in range(len(rows)):
-            i = rng.randrange(len(rows) - 1)
-            if abs(rows[i + 1][3] - rows[i][3]) < 900:
-                rows[i], rows[i + 1] = rows[i + 1], rows[i]
-    tasks = [(task.topic, task.plan) for task in plan.tasks]
-    emitted = run_bottom_up(tasks, by_edge, sample_batch, lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms),
-                            SENSOR_RELATIONS, batches=30)
-    got = _before_the_sentinel(plan, emitted[plan.result_topic])
-    flat = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9, "ts": ms}
-            for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
-    want = [tuple(r[c] for c in plan.columns) for r in Reference([], SENSOR_CATALOG, samples=flat).run(query)]
-    assert want and same_rows(got, want)
+    """The samples with neighbours swapped within 900 ms, in 30 micro-batches: the joined rows are
+    the reference's, which orders nothing."""
+    for name in ("2-way, a mote hotter than another within a second after", "3-way chain, a uniform window"):
+        got, want, _ = _sensor_answers(SENSOR_JOINS[name], 5, random.Random(7), batches=30)
+        assert want and same_rows(got, want), name
