@@ -195,6 +195,10 @@ SENSOR_JOINS = {
         "JOIN sensor_stream d ON d.ts BETWEEN a.ts AND a.ts + INTERVAL '3' SECONDS AND d.receptor_id = "
         "c.receptor_id WHERE a.receptor_id = 'door1-m1' AND b.receptor_id = 'door1-m2' AND "
         "c.receptor_id = 'door2-m1' AND a.temperature > 30 AND b.temperature > 30 AND c.temperature > 30"),
+    "2-way on a key, a rise between a mote's next samples, the residual over both inputs": (
+        "SELECT a.receptor_id, b.temperature - a.temperature AS rise, ts FROM sensor_stream a JOIN sensor_stream b "
+        "ON a.receptor_id = b.receptor_id AND b.ts BETWEEN a.ts + INTERVAL '400' MILLISECONDS AND "
+        "a.ts + INTERVAL '600' MILLISECONDS WHERE b.temperature - a.temperature > 15"),
     "2-way, scoped to one door: placed at that door": (
         "SELECT a.receptor_id, b.receptor_id AS other, ts FROM sensor_stream a JOIN sensor_stream b "
         "ON b.ts BETWEEN a.ts AND a.ts + INTERVAL '250' MILLISECONDS WHERE a.receptor_id = 'door1-m1' "
@@ -266,6 +270,11 @@ RFID_JOINS = {
         "SELECT a.tag_id, b.window_start AS seen, ts FROM smoothed_rfid_stream a JOIN smoothed_rfid_stream b "
         "ON a.tag_id = b.tag_id AND b.window_start BETWEEN a.window_start + INTERVAL '2' SECONDS AND "
         "a.window_start + INTERVAL '4' SECONDS WHERE a.receptor_id = 'door1-r1' AND b.receptor_id = 'door2-r1'"),
+    "a definition-only view (cleaned readings) joined with the raw stream, per-pair sliding windows": (
+        "SELECT c.receptor_id, max(r.read_strength) AS strongest, count(*) AS pairs FROM cleaned_rfid_stream c "
+        "[range by '4 seconds', slide by '2 seconds'] JOIN rfid_stream r ON c.tag_id = r.tag_id AND "
+        "r.ts BETWEEN c.ts - INTERVAL '250' MILLISECONDS AND c.ts AND c.receptor_id != r.receptor_id "
+        "GROUP BY c.receptor_id"),
     "a view joined with a raw stream: each window's counts beside the reads in it": (
         "SELECT p.receptor_id, p.tags, r.tag_id, ts FROM product_counts p JOIN rfid_stream r "
         "ON p.receptor_id = r.receptor_id AND r.ts >= p.window_start AND "
