@@ -331,8 +331,8 @@ def _bind_joins(binder: _Binder, scope: _Scope) -> None:
     for join in scope.select.joins:
         relation = binder.catalog.relations.get(join.source.name)
         if relation is None:
-            raise _err(f"unknown static relation {join.source.name!r} (a join names a static relation, a stream or a view)",
-                       join.source.pos)
+            raise _err(f"unknown static relation {join.source.name!r} (a join names a static relation, a stream "
+                       f"or a view)", join.source.pos)
         if len(join.using) != 1:
             raise _err("a join with a static relation needs USING (one column)", join.pos)
         on = join.using[0]
