@@ -7,10 +7,13 @@ bounds (`time_reach`: shortest paths over the difference constraints). Once ever
 progress bound has passed `t + reach[i, j]`, nothing that input will still send can meet it, and
 the row goes (`Buffers.evict`): state is evicted by the inputs' progress, never by wall time.
 
-A new row of an input probes the others' buffers in a fixed order (`probe_order`): an input
-joined to those already chosen by an equal key first (a hash lookup), then the one the bounds hold
-closest in time; each combination is produced once, when its last row arrives (rows are inserted
-after they probe, one at a time).
+A new row of an input probes the others' buffers in an order (`probe_order`): the one expected to
+examine the fewest rows (`probe_cost`), from each input's rate and keys as its buffer holds them,
+or, before anything is held, by the join's shape; each buffer is kept in time order, so a probe
+reads only the window of times the bounds leave (two bisections), and through a hash index when
+an equal key ties the input to a row already chosen. Each combination is produced once, when its
+last row arrives (rows are inserted after they probe, one at a time), so the answer is the same in
+any order.
 
 >>> bounds = (JoinBound("a", "b", 0, 30_000), JoinBound("b", "c", 0, 10_000))
 >>> reach = time_reach(("a", "b", "c"), bounds)
@@ -22,14 +25,19 @@ after they probe, one at a time).
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import permutations
 from typing import Any
 
 from dsp.plan import JoinBound
 
 Row = dict[str, Any]
 Reach = dict[tuple[str, str], int | None]
+DEFAULT_DISTINCT = 10.0   # a key's distinct values when nothing counted them (a guess, as optimizers make)
+REORDER_EVERY = 256       # rows added between two choices of the probe order from the buffers
 
 
 def time_reach(aliases: Sequence[str], bounds: Sequence[JoinBound]) -> Reach:
@@ -63,24 +71,86 @@ def contradictory(aliases: Sequence[str], reach: Reach) -> bool:
     return any((reach[i, i] or 0) < 0 for i in aliases)
 
 
-def probe_order(aliases: Sequence[str], keys: Sequence[tuple[str, str]], reach: Reach) -> dict[str, tuple[str, ...]]:
-    """For a new row of each input, the order in which the other inputs' buffers are probed:
-    next the one with an equal key to an input already chosen (a hash lookup, the most selective
-    probe), then the one held closest in time to them (the narrowest window), then FROM order."""
+def probe_order(aliases: Sequence[str], keys: Sequence[tuple[str, str]], reach: Reach,
+                stats: Mapping[str, InputStats] | None = None) -> dict[str, tuple[str, ...]]:
+    """For a new row of each input, the order in which the other inputs' buffers are probed.
+
+    With `stats` for every input, the order expected to examine the fewest rows (`probe_cost`);
+    without, by the join's shape: next an input with an equal key to one already chosen (a hash
+    lookup), then the one held closest in time to them (the narrowest window), then FROM order.
+
+    >>> reach = time_reach(("a", "b", "c"), (JoinBound("a", "b", 0, 5_000), JoinBound("a", "c", 0, 5_000)))
+    >>> probe_order(("a", "b", "c"), (), reach)["a"]
+    ('b', 'c')
+    >>> probe_order(("a", "b", "c"), (), reach, {"a": InputStats(1.0), "b": InputStats(2.0), "c": InputStats(0.01)})["a"]
+    ('c', 'b')
+    """
+    shaped = {first: _shape_order(aliases, keys, reach, first) for first in aliases}
+    if stats is None or any(alias not in stats for alias in aliases):
+        return shaped
+    return {first: min(permutations(shaped[first]), key=lambda order, first=first: (   # ties: the shape's way
+        probe_cost(first, order, keys, reach, stats), [shaped[first].index(a) for a in order])) for first in aliases}
+
+
+def _linked(keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Pairs of aliases some key holds equal, both ways round."""
     linked = {(_alias(left), _alias(right)) for left, right in keys}
-    linked |= {(b, a) for a, b in linked}
+    return linked | {(b, a) for a, b in linked}
+
+
+def _shape_order(aliases: Sequence[str], keys: Sequence[tuple[str, str]], reach: Reach, first: str) -> tuple[str, ...]:
+    """The order the join's shape picks after `first`."""
+    linked = _linked(keys)
+
     def rank(j: str, chosen: list[str]) -> tuple[int, int, int]:
         keyed = any((c, j) in linked for c in chosen)
         span = min((reach[c, j] or 0) + (reach[j, c] or 0) for c in chosen)
         return (0 if keyed else 1, span, aliases.index(j))
 
-    orders: dict[str, tuple[str, ...]] = {}
-    for first in aliases:
-        chosen = [first]
-        while len(chosen) < len(aliases):
-            chosen.append(min((j for j in aliases if j not in chosen), key=lambda j, so_far=chosen: rank(j, so_far)))
-        orders[first] = tuple(chosen[1:])
-    return orders
+    chosen = [first]
+    while len(chosen) < len(aliases):
+        chosen.append(min((j for j in aliases if j not in chosen), key=lambda j, so_far=chosen: rank(j, so_far)))
+    return tuple(chosen[1:])
+
+
+@dataclass(frozen=True)
+class InputStats:
+    """What the probe order is chosen from, per input: its rows per second, and how many distinct
+    values its key columns hold (a hash probe finds one in `distinct` of its rows)."""
+
+    rows_per_s: float
+    distinct: float = DEFAULT_DISTINCT
+
+
+def probe_cost(first: str, order: Sequence[str], keys: Sequence[tuple[str, str]], reach: Reach,
+               stats: Mapping[str, InputStats]) -> float:
+    """The rows a new row of `first` is expected to examine probing the others in `order`: at each
+    step, every partial combination so far looks at the next input's rows within the tightest
+    window the bounds leave it (a hash lookup keeps one in `distinct` of them), each taken to meet
+    (other conditions unknown: the most it can cost).
+
+    >>> reach = time_reach(("a", "b"), (JoinBound("a", "b", 0, 2_000),))
+    >>> probe_cost("a", ("b",), (), reach, {"a": InputStats(10.0), "b": InputStats(100.0)})
+    200.0
+    >>> probe_cost("a", ("b",), (("a.k", "b.k"),), reach, {"a": InputStats(10.0), "b": InputStats(100.0, 50)})
+    4.0
+    """
+    linked = _linked(keys)
+    chosen, partial, cost = [first], 1.0, 0.0
+    for alias in order:
+        span_ms = min(_span(reach, c, alias) for c in chosen)
+        examined = partial * stats[alias].rows_per_s * span_ms / 1000
+        if any((c, alias) in linked for c in chosen):
+            examined /= max(stats[alias].distinct, 1.0)
+        cost, partial = cost + examined, examined
+        chosen.append(alias)
+    return cost
+
+
+def _span(reach: Reach, known: str, alias: str) -> float:
+    """How wide a window of `alias`'s times a row of `known` leaves (inf: unbounded)."""
+    ahead, behind = reach[known, alias], reach[alias, known]
+    return math.inf if ahead is None or behind is None else float(ahead + behind)
 
 
 def _alias(qualified: str) -> str:
@@ -91,24 +161,65 @@ def _column(qualified: str) -> str:
     return qualified.split(".", 1)[1]
 
 
+class Held:
+    """Rows with their times, oldest first (a late row is put in its place): a window of times
+    is two bisections away, and eviction drops a prefix."""
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.rows: list[Row] = []
+
+    def add(self, time_ms: int, row: Row) -> None:
+        at = bisect_right(self.times, time_ms)
+        self.times.insert(at, time_ms)
+        self.rows.insert(at, row)
+
+    def between(self, low: float, high: float) -> list[tuple[int, Row]]:
+        start, end = bisect_left(self.times, low), bisect_right(self.times, high)
+        return list(zip(self.times[start:end], self.rows[start:end], strict=True))
+
+    def drop_before(self, cutoff: float) -> int:
+        at = bisect_left(self.times, cutoff)
+        del self.times[:at], self.rows[:at]
+        return at
+
+    def span_ms(self) -> int:
+        return self.times[-1] - self.times[0] if self.times else 0
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+
 @dataclass
 class Buffers:
-    """Each input's rows that may still join, with a hash index on its key columns."""
+    """Each input's rows that may still join, in time order, with a hash index on its key columns.
+
+    The probe order is chosen again every REORDER_EVERY rows from what the buffers hold (each
+    input's rows per second over the times it holds, its keys' distinct values): the data's own
+    statistics at the node that joins, so a join written in any order probes alike."""
 
     aliases: tuple[str, ...]
     keys: tuple[tuple[str, str], ...]
     bounds: tuple[JoinBound, ...]
-    rows: dict[str, list[tuple[int, Row]]] = field(default_factory=dict)   # alias -> (time ms, row)
-    index: dict[tuple[str, str], dict[Any, list[tuple[int, Row]]]] = field(default_factory=dict)
+    rows: dict[str, list[tuple[int, Row]]] = field(default_factory=dict)   # alias -> (time ms, row), as pickled
 
     def __post_init__(self) -> None:
         self.reach = time_reach(self.aliases, self.bounds)
         self.order = probe_order(self.aliases, self.keys, self.reach)
-        self.rows = {alias: self.rows.get(alias, []) for alias in self.aliases}
-        self._reindex()
+        self.key_columns = {alias: sorted({_column(q) for pair in self.keys for q in pair if _alias(q) == alias})
+                            for alias in self.aliases}
+        self.held = {alias: Held() for alias in self.aliases}
+        self.index: dict[tuple[str, str], dict[Any, Held]] = {
+            (alias, key): {} for alias in self.aliases for key in self.key_columns[alias]}
+        self.added = 0
+        for alias, rows in self.rows.items():
+            for time_ms, row in sorted(rows, key=lambda entry: entry[0]):
+                self._hold(alias, time_ms, row)
+        self.rows = {}
 
     def __getstate__(self) -> dict[str, Any]:   # the index is derived: not pickled with a part's state
-        return {"aliases": self.aliases, "keys": self.keys, "bounds": self.bounds, "rows": self.rows}
+        rows = {alias: list(zip(held.times, held.rows, strict=True)) for alias, held in self.held.items()}
+        return {"aliases": self.aliases, "keys": self.keys, "bounds": self.bounds, "rows": rows}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -117,28 +228,47 @@ class Buffers:
     def add(self, alias: str, time_ms: int, row: Row) -> list[dict[str, tuple[int, Row]]]:
         """Every combination `row` completes with the rows held (alias -> (time, row)), then `row` held."""
         found = self._extend({alias: (time_ms, row)}, self.order[alias])
-        self.rows[alias].append((time_ms, row))
-        for key in self._key_columns(alias):
-            self.index[alias, key].setdefault(row.get(key), []).append((time_ms, row))
+        self._hold(alias, time_ms, row)
+        self.added += 1
+        if self.added % REORDER_EVERY == 0:
+            self.order = probe_order(self.aliases, self.keys, self.reach, self.stats())
         return found
 
     def evict(self, bounds: Mapping[str, int | None]) -> int:
-        """Drop the rows no input can still meet (every input's progress bound known); how many."""
+        """Drop the rows no input can still meet (every input's progress bound known); how many.
+        A row of `alias` at t can meet a future row of `other` only if t + reach[alias, other]
+        reaches that input's bound."""
         if any(bounds.get(alias) is None for alias in self.aliases):
             return 0
         dropped = 0
         for alias in self.aliases:
-            kept = [(t, row) for t, row in self.rows[alias] if any(
-                t + self.reach[alias, other] >= bounds[other]   # type: ignore[operator]
-                for other in self.aliases if other != alias)]
-            dropped += len(self.rows[alias]) - len(kept)
-            self.rows[alias] = kept
-        if dropped:
-            self._reindex()
+            cutoff = min(bounds[other] - reach if (reach := self.reach[alias, other]) is not None else -math.inf   # type: ignore[operator]
+                         for other in self.aliases if other != alias)
+            dropped += self.held[alias].drop_before(cutoff)
+            for key in self.key_columns[alias]:
+                table = self.index[alias, key]
+                for value, held in list(table.items()):
+                    held.drop_before(cutoff)
+                    if not held:
+                        del table[value]
         return dropped
 
-    def held(self) -> int:
-        return sum(len(rows) for rows in self.rows.values())
+    def count(self) -> int:
+        """Rows held, all inputs."""
+        return sum(len(held) for held in self.held.values())
+
+    def stats(self) -> dict[str, InputStats]:
+        """Each input's rows per second over the times it holds, and its keys' distinct values."""
+        found = {}
+        for alias, held in self.held.items():
+            distinct = [len(self.index[alias, key]) for key in self.key_columns[alias]]
+            found[alias] = InputStats(1000 * len(held) / max(held.span_ms(), 1), float(max(distinct, default=1) or 1))
+        return found
+
+    def _hold(self, alias: str, time_ms: int, row: Row) -> None:
+        self.held[alias].add(time_ms, row)
+        for key in self.key_columns[alias]:
+            self.index[alias, key].setdefault(row.get(key), Held()).add(time_ms, row)
 
     def _extend(self, chosen: dict[str, tuple[int, Row]], rest: tuple[str, ...]) -> list[dict[str, tuple[int, Row]]]:
         if not rest:
@@ -152,12 +282,20 @@ class Buffers:
         return found
 
     def _candidates(self, alias: str, chosen: Mapping[str, tuple[int, Row]]) -> list[tuple[int, Row]]:
+        """`alias`'s rows within the window every chosen row's time leaves it (by a key's hash
+        lookup when a key ties it to a chosen row)."""
+        low, high = -math.inf, math.inf
+        for other, (time_ms, _) in chosen.items():
+            ahead, behind = self.reach[other, alias], self.reach[alias, other]
+            high = high if ahead is None else min(high, time_ms + ahead)
+            low = low if behind is None else max(low, time_ms - behind)
         for left, right in self.keys:
             for mine, theirs in ((left, right), (right, left)):
                 if _alias(mine) == alias and _alias(theirs) in chosen:
                     value = chosen[_alias(theirs)][1].get(_column(theirs))
-                    return [] if value is None else self.index[alias, _column(mine)].get(value, [])
-        return self.rows[alias]
+                    held = None if value is None else self.index[alias, _column(mine)].get(value)
+                    return [] if held is None else held.between(low, high)
+        return self.held[alias].between(low, high)
 
     def _meets(self, alias: str, candidate: tuple[int, Row], chosen: Mapping[str, tuple[int, Row]]) -> bool:
         for left, right in self.keys:
@@ -178,15 +316,3 @@ class Buffers:
             if (bound.low_ms is not None and gap < bound.low_ms) or (bound.high_ms is not None and gap > bound.high_ms):
                 return False
         return True
-
-    def _key_columns(self, alias: str) -> list[str]:
-        return sorted({_column(q) for pair in self.keys for q in pair if _alias(q) == alias})
-
-    def _reindex(self) -> None:
-        self.index = {}
-        for alias in self.aliases:
-            for key in self._key_columns(alias):
-                table: dict[Any, list[tuple[int, Row]]] = {}
-                for entry in self.rows[alias]:
-                    table.setdefault(entry[1].get(key), []).append(entry)
-                self.index[alias, key] = table

@@ -134,8 +134,8 @@ def test_the_join_pairs_rows_arriving_out_of_order_once_and_evicts_by_the_inputs
     assert op.bound() == 1_400
     # a's rows before 2 600 - 1 000 can meet no b still to come (b's bound is 2 600): all gone; b's
     # before a's bound (1 400) can meet no a still to come: gone too
-    assert op.buffers.rows["a"] == []
-    assert sorted(t for t, _ in op.buffers.rows["b"]) == [1_400, 1_500, 2_000]
+    assert op.buffers.held["a"].times == []
+    assert op.buffers.held["b"].times == [1_400, 1_500, 2_000]
     late = op.push("right", _batch([("x", 5, 1_000)], None))
     assert late is not None and late.num_rows == 0 and op.late_rows() == 1
 
