@@ -82,7 +82,8 @@ def probe_order(aliases: Sequence[str], keys: Sequence[tuple[str, str]], reach: 
     >>> reach = time_reach(("a", "b", "c"), (JoinBound("a", "b", 0, 5_000), JoinBound("a", "c", 0, 5_000)))
     >>> probe_order(("a", "b", "c"), (), reach)["a"]
     ('b', 'c')
-    >>> probe_order(("a", "b", "c"), (), reach, {"a": InputStats(1.0), "b": InputStats(2.0), "c": InputStats(0.01)})["a"]
+    >>> rates = {"a": InputStats(1.0), "b": InputStats(2.0), "c": InputStats(0.01)}
+    >>> probe_order(("a", "b", "c"), (), reach, rates)["a"]
     ('c', 'b')
     """
     shaped = {first: _shape_order(aliases, keys, reach, first) for first in aliases}

@@ -80,6 +80,8 @@ class Catalog:
     stream_readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # (mote, quantity) -> its histogram of recent values (wire.histogram): selectivity estimates
     histograms: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    # node -> rows per second it reads now (the MDR's statistics): a join's inputs' rate estimates
+    node_rates: dict[str, float] = field(default_factory=dict)
 
     def parameter(self, name: str) -> Any | None:
         lowered = {k.lower(): v for k, v in self.parameters.items()}

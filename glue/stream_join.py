@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from dsp.plan import Column, Expr, JoinBound, Window
-from dsp.window_join import contradictory, probe_order, time_reach, unbounded_pair
+from dsp.window_join import contradictory, time_reach, unbounded_pair
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 
@@ -50,10 +50,6 @@ class StreamJoin:
     @property
     def aliases(self) -> tuple[str, ...]:
         return tuple(i.alias for i in self.inputs)
-
-    def probe_order(self) -> dict[str, tuple[str, ...]]:
-        """For a new row of each input, the order the others are probed in (dsp.window_join)."""
-        return probe_order(self.aliases, self.keys, time_reach(self.aliases, self.bounds))
 
     def describe(self) -> str:
         """`a JOIN b ON a.x = b.x, b within [0, 30] s of a` (for explain; pairs in FROM order)."""

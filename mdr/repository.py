@@ -597,6 +597,14 @@ class MDR:
     def stats(self, node_id: str) -> dict[str, float]:
         return {k: float(v) for k, v in self.r.hgetall(self.k("stats", node_id)).items()}
 
+    def input_rates(self, node_ids: Sequence[str]) -> dict[str, float]:
+        """node -> the rows per second it reads now (its `input_rate` gauge), for nodes that report one."""
+        with self.r.pipeline(transaction=False) as pipe:
+            for node in node_ids:
+                pipe.hget(self.k("stats", node), "input_rate")
+            found = pipe.execute()
+        return {node: float(rate) for node, rate in zip(node_ids, found, strict=True) if rate is not None}
+
     def count_dead_letters(self, node_id: str, keys: Sequence[str]) -> list[str]:
         """Count the refused records `keys` into the node's `dead`, each once ever; returns those
         not counted before (the ones still to dead-letter)."""

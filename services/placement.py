@@ -75,7 +75,7 @@ def load_catalog(mdr: MDR) -> Catalog:
     receptors = [ReceptorInfo(rid, info["node"], info.get("location", ""), info.get("area", ""),
                               info.get("kind", "rfid")) for rid, info in sorted(mdr.receptors().items())]
     return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
-                   mdr.parameters(), mdr.stream_readers(), mdr.histograms())
+                   mdr.parameters(), mdr.stream_readers(), mdr.histograms(), mdr.input_rates(sorted(nodes)))
 
 
 def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import pickle
 import random
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -147,6 +148,40 @@ def test_the_joins_state_pickles_without_its_index_and_probes_alike_after():
     assert "index" not in buffers.__getstate__()
     assert [sorted(c) for c in again.add("b", 600, {"id": "x"})] == [["a", "b"]]
     assert again.add("b", 1_200, {"id": "x"}) == []
+
+
+def test_the_probe_order_follows_the_buffers_own_rates_and_any_order_joins_alike():
+    """Three inputs bounded alike to `a`: a row of `a` should probe the rarest first (STEAM's and the
+    USC paper's point: the data's own distribution chooses), and the answer is the same however
+    the buffers probe."""
+    bounds = (JoinBound("a", "b", -2_000, 2_000), JoinBound("a", "c", -2_000, 2_000))
+    shaped = Buffers(("a", "b", "c"), (), bounds)
+    assert shaped.order["a"] == ("b", "c")                # before anything is held: FROM order
+    found = {}
+    for written in (("a", "b", "c"), ("a", "c", "b")):
+        buffers = Buffers(written, (), bounds)
+        combos = 0
+        for ms in range(0, 20_000, 10):                   # b: 100 rows/s, c: 2 rows/s, a: 10 rows/s
+            combos += len(buffers.add("b", ms, {"n": ms}))
+            if ms % 500 == 0:
+                combos += len(buffers.add("c", ms, {"n": ms}))
+            if ms % 100 == 0:
+                combos += len(buffers.add("a", ms, {"n": ms}))
+        assert buffers.order["a"] == ("c", "b"), written
+        found[written] = combos
+    assert len(set(found.values())) == 1 and found["a", "b", "c"] > 0
+
+
+def test_explain_shows_each_inputs_estimated_rate_and_the_order_it_chooses():
+    sql = ("SELECT a.receptor_id, c.receptor_id AS other FROM sensor_stream a JOIN sensor_stream b ON b.ts BETWEEN "
+           "a.ts AND a.ts + INTERVAL '5' SECOND JOIN sensor_stream c ON c.ts BETWEEN a.ts AND a.ts + INTERVAL "
+           "'5' SECOND WHERE c.receptor_id = 'door1-m1'")
+    catalog = replace(SENSOR_CATALOG, node_rates={node: 12.0 for node in SENSOR_CATALOG.nodes})
+    told = distribute(analyze(sql, catalog), catalog, "q").explain()
+    assert f"c ~{12.0 / sum(r.node == 'door1' for r in catalog.receptors):.3g} rows/s" in told
+    assert "a row of a probes c, b (~" in told and "a row of b probes a, c (~" in told, told
+    unknown = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").explain()
+    assert "a (no estimate)" in unknown and "a row of a probes b, c (by the join's shape)" in unknown, unknown
 
 
 def test_a_window_join_plan_round_trips_through_json_and_types_its_columns():

@@ -52,6 +52,7 @@ from dsp.plan import (
 )
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.rewrite import join_order
 from glue.rewrite.join_inputs import input_query
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place, place_join
@@ -76,6 +77,7 @@ class DistributedPlan:
     archive_begins: dict[str, int] = field(default_factory=dict)   # its nodes whose archives begin after it
     uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
     estimates: list[Estimate] = field(default_factory=list)      # its WHERE's terms, in evaluation order
+    join_rates: dict[str, float | None] = field(default_factory=dict)   # a join's inputs' estimated rows/s
 
     @property
     def result_topic(self) -> str:
@@ -93,8 +95,7 @@ class DistributedPlan:
         lines = [f"query {self.query_id}: root {self.placement.root}, producers {', '.join(self.placement.producers)}"]
         if q.stream_join is not None:
             lines.append(f"  join {q.stream_join.describe()}: at {self.placement.root}")
-            lines += [f"    a row of {first} probes {', '.join(rest)}"
-                      for first, rest in q.stream_join.probe_order().items()]
+            lines += join_order.explain(q.stream_join, self.join_rates)
         if q.window is not None:
             lines.append(f"  window {q.window.describe()}, panes {pane_of(q.window).describe()}")
         if q.pattern is not None:
@@ -437,9 +438,10 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
     assert join is not None
     placement, placements = place_join(query, catalog, at)
     tasks: dict[str, PartSpec] = {}
-    children, uses, estimates = [], [], []
+    children, uses, estimates, rates = [], [], [], {}
     for given, where in zip(join.inputs, placements, strict=True):
         selection, terms = order_terms(input_query(query, given), catalog)
+        rates[given.alias] = join_order.input_rate(where, given.predicate, catalog)
         builder = _Builder(selection, catalog, query_id, where)
         feeds = builder.feeding(placement.root)
         tasks.update((task.topic, task) for task in builder.tasks if task.topic not in tasks)
@@ -450,7 +452,7 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
     root = _Builder(query, catalog, query_id, placement, join=joined)
     root.root_task(placement.root, root.local_plan(placement.root))
     plan = DistributedPlan(query_id, query, placement, [*tasks.values(), *root.tasks], uses=uses,
-                           estimates=estimates)
+                           estimates=estimates, join_rates=rates)
     for task in plan.tasks:
         output_columns(task.plan)
     return plan
