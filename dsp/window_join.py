@@ -38,6 +38,7 @@ Row = dict[str, Any]
 Reach = dict[tuple[str, str], int | None]
 DEFAULT_DISTINCT = 10.0   # a key's distinct values when nothing counted them (a guess, as optimizers make)
 REORDER_EVERY = 256       # rows added between two choices of the probe order from the buffers
+PROBE_ROWS = 8.0          # a probe's own cost (its window's bisections, a hash lookup) in rows examined
 
 
 def time_reach(aliases: Sequence[str], bounds: Sequence[JoinBound]) -> Reach:
@@ -117,7 +118,8 @@ def _shape_order(aliases: Sequence[str], keys: Sequence[tuple[str, str]], reach:
 @dataclass(frozen=True)
 class InputStats:
     """What the probe order is chosen from, per input: its rows per second, and how many distinct
-    values its key columns hold (a hash probe finds one in `distinct` of its rows)."""
+    values its key columns hold (an equal key holds for one pair in the larger of the two sides'
+    distinct counts, as System R estimates an equi-join)."""
 
     rows_per_s: float
     distinct: float = DEFAULT_DISTINCT
@@ -126,24 +128,25 @@ class InputStats:
 def probe_cost(first: str, order: Sequence[str], keys: Sequence[tuple[str, str]], reach: Reach,
                stats: Mapping[str, InputStats]) -> float:
     """The rows a new row of `first` is expected to examine probing the others in `order`: at each
-    step, every partial combination so far looks at the next input's rows within the tightest
-    window the bounds leave it (a hash lookup keeps one in `distinct` of them), each taken to meet
-    (other conditions unknown: the most it can cost).
+    step, every partial combination so far probes the next input (PROBE_ROWS each) and looks at
+    its rows within the tightest window the bounds leave it (a hash lookup keeps one in the larger
+    of the two inputs' `distinct`), each taken to meet (other conditions unknown: the most it costs).
 
     >>> reach = time_reach(("a", "b"), (JoinBound("a", "b", 0, 2_000),))
     >>> probe_cost("a", ("b",), (), reach, {"a": InputStats(10.0), "b": InputStats(100.0)})
-    200.0
+    208.0
     >>> probe_cost("a", ("b",), (("a.k", "b.k"),), reach, {"a": InputStats(10.0), "b": InputStats(100.0, 50)})
-    4.0
+    12.0
     """
     linked = _linked(keys)
     chosen, partial, cost = [first], 1.0, 0.0
     for alias in order:
         span_ms = min(_span(reach, c, alias) for c in chosen)
         examined = partial * stats[alias].rows_per_s * span_ms / 1000
-        if any((c, alias) in linked for c in chosen):
-            examined /= max(stats[alias].distinct, 1.0)
-        cost, partial = cost + examined, examined
+        keyed = [stats[c].distinct for c in chosen if (c, alias) in linked]
+        if keyed:
+            examined /= max(stats[alias].distinct, *keyed, 1.0)
+        cost, partial = cost + examined + partial * PROBE_ROWS, examined
         chosen.append(alias)
     return cost
 
@@ -152,6 +155,11 @@ def _span(reach: Reach, known: str, alias: str) -> float:
     """How wide a window of `alias`'s times a row of `known` leaves (inf: unbounded)."""
     ahead, behind = reach[known, alias], reach[alias, known]
     return math.inf if ahead is None or behind is None else float(ahead + behind)
+
+
+def _negated(bound: JoinBound) -> tuple[int | None, int | None]:
+    """The bound on time(left) - time(right), from one on time(right) - time(left)."""
+    return (None if bound.high_ms is None else -bound.high_ms, None if bound.low_ms is None else -bound.low_ms)
 
 
 def _alias(qualified: str) -> str:
@@ -203,16 +211,25 @@ class Buffers:
     keys: tuple[tuple[str, str], ...]
     bounds: tuple[JoinBound, ...]
     rows: dict[str, list[tuple[int, Row]]] = field(default_factory=dict)   # alias -> (time ms, row), as pickled
+    reorder_every: int = REORDER_EVERY   # 0: keep the shape's order (what the order bench compares against)
 
     def __post_init__(self) -> None:
         self.reach = time_reach(self.aliases, self.bounds)
         self.order = probe_order(self.aliases, self.keys, self.reach)
         self.key_columns = {alias: sorted({_column(q) for pair in self.keys for q in pair if _alias(q) == alias})
                             for alias in self.aliases}
+        # alias -> (its column, another input, that input's column) an equal key ties
+        self.links = {alias: [(_column(mine), _alias(theirs), _column(theirs)) for left, right in self.keys
+                              for mine, theirs in ((left, right), (right, left)) if _alias(mine) == alias]
+                      for alias in self.aliases}
+        # alias -> (another input, low, high) of each bound on time(alias) - time(other)
+        self.gaps = {alias: [(b.left, b.low_ms, b.high_ms) if b.right == alias else (b.right, *_negated(b))
+                             for b in self.bounds if alias in (b.left, b.right)] for alias in self.aliases}
         self.held = {alias: Held() for alias in self.aliases}
         self.index: dict[tuple[str, str], dict[Any, Held]] = {
             (alias, key): {} for alias in self.aliases for key in self.key_columns[alias]}
-        self.added = 0
+        self.added = self.stale = 0
+        self.cutoffs = dict.fromkeys(self.aliases, -math.inf)
         for alias, rows in self.rows.items():
             for time_ms, row in sorted(rows, key=lambda entry: entry[0]):
                 self._hold(alias, time_ms, row)
@@ -220,7 +237,8 @@ class Buffers:
 
     def __getstate__(self) -> dict[str, Any]:   # the index is derived: not pickled with a part's state
         rows = {alias: list(zip(held.times, held.rows, strict=True)) for alias, held in self.held.items()}
-        return {"aliases": self.aliases, "keys": self.keys, "bounds": self.bounds, "rows": rows}
+        return {"aliases": self.aliases, "keys": self.keys, "bounds": self.bounds, "rows": rows,
+                "reorder_every": self.reorder_every}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -231,28 +249,35 @@ class Buffers:
         found = self._extend({alias: (time_ms, row)}, self.order[alias])
         self._hold(alias, time_ms, row)
         self.added += 1
-        if self.added % REORDER_EVERY == 0:
+        if self.reorder_every and self.added % self.reorder_every == 0:
             self.order = probe_order(self.aliases, self.keys, self.reach, self.stats())
         return found
 
     def evict(self, bounds: Mapping[str, int | None]) -> int:
         """Drop the rows no input can still meet (every input's progress bound known); how many.
         A row of `alias` at t can meet a future row of `other` only if t + reach[alias, other]
-        reaches that input's bound."""
+        reaches that input's bound. The key index is swept once as many rows went as are held
+        (a probe's window of times never reaches a row gone, so what the index still holds is
+        only memory, and a sweep per batch would cost a pass over every key)."""
         if any(bounds.get(alias) is None for alias in self.aliases):
             return 0
         dropped = 0
         for alias in self.aliases:
-            cutoff = min(bounds[other] - reach if (reach := self.reach[alias, other]) is not None else -math.inf   # type: ignore[operator]
-                         for other in self.aliases if other != alias)
-            dropped += self.held[alias].drop_before(cutoff)
-            for key in self.key_columns[alias]:
-                table = self.index[alias, key]
-                for value, held in list(table.items()):
-                    held.drop_before(cutoff)
-                    if not held:
-                        del table[value]
+            self.cutoffs[alias] = min(bounds[other] - reach if (reach := self.reach[alias, other]) is not None   # type: ignore[operator]
+                                      else -math.inf for other in self.aliases if other != alias)
+            dropped += self.held[alias].drop_before(self.cutoffs[alias])
+        self.stale += dropped
+        if self.index and self.stale > self.count():
+            self._sweep()
         return dropped
+
+    def _sweep(self) -> None:
+        for (alias, _), table in self.index.items():
+            for value, held in list(table.items()):
+                held.drop_before(self.cutoffs[alias])
+                if not held:
+                    del table[value]
+        self.stale = 0
 
     def count(self) -> int:
         """Rows held, all inputs."""
@@ -290,30 +315,24 @@ class Buffers:
             ahead, behind = self.reach[other, alias], self.reach[alias, other]
             high = high if ahead is None else min(high, time_ms + ahead)
             low = low if behind is None else max(low, time_ms - behind)
-        for left, right in self.keys:
-            for mine, theirs in ((left, right), (right, left)):
-                if _alias(mine) == alias and _alias(theirs) in chosen:
-                    value = chosen[_alias(theirs)][1].get(_column(theirs))
-                    held = None if value is None else self.index[alias, _column(mine)].get(value)
-                    return [] if held is None else held.between(low, high)
+        for mine, other, theirs in self.links[alias]:
+            if other in chosen:
+                value = chosen[other][1].get(theirs)
+                held = None if value is None else self.index[alias, mine].get(value)
+                return [] if held is None else held.between(low, high)
         return self.held[alias].between(low, high)
 
     def _meets(self, alias: str, candidate: tuple[int, Row], chosen: Mapping[str, tuple[int, Row]]) -> bool:
-        for left, right in self.keys:
-            for mine, theirs in ((left, right), (right, left)):
-                if _alias(mine) == alias and _alias(theirs) in chosen:
-                    value = candidate[1].get(_column(mine))
-                    if value is None or value != chosen[_alias(theirs)][1].get(_column(theirs)):
-                        return False
-        for bound in self.bounds:
-            if alias not in (bound.left, bound.right):
-                continue
-            other = bound.right if alias == bound.left else bound.left
-            if other not in chosen:
-                continue
-            left_ms = candidate[0] if alias == bound.left else chosen[other][0]
-            right_ms = chosen[other][0] if alias == bound.left else candidate[0]
-            gap = right_ms - left_ms
-            if (bound.low_ms is not None and gap < bound.low_ms) or (bound.high_ms is not None and gap > bound.high_ms):
-                return False
+        """Whether `candidate` has every chosen row's keys and lies within every bound to them
+        (its window of times holds only the bounds along paths: a direct one may be tighter)."""
+        for mine, other, theirs in self.links[alias]:
+            if other in chosen:
+                value = candidate[1].get(mine)
+                if value is None or value != chosen[other][1].get(theirs):
+                    return False
+        for other, low, high in self.gaps[alias]:   # time(alias) - time(other) within [low, high]
+            if other in chosen:
+                gap = candidate[0] - chosen[other][0]
+                if (low is not None and gap < low) or (high is not None and gap > high):
+                    return False
         return True

@@ -219,6 +219,15 @@ def _past(args: argparse.Namespace) -> Outcome:
     return Outcome(past_table(runs), runs)
 
 
+def _joins(args: argparse.Namespace) -> Outcome:
+    from services.bench.joins import algorithms_table, orders_table, run_algorithms, run_orders
+
+    algorithms = run_algorithms(args.rates, progress)
+    orders = run_orders(progress)
+    return Outcome(f"{algorithms_table(algorithms)}\n\n{orders_table(orders)}",
+                   {"algorithms": algorithms, "orders": orders})
+
+
 # ---------------------------------------------------------------- argument types that need a module
 
 def _duration_ms(text: str) -> int:
@@ -329,6 +338,10 @@ BENCHES: tuple[Bench, ...] = (
           "answers agreeing row by row", _past,
           (option("--hour-rates", type=positive(int), nargs="+", default=[200, 2_000],
                   help="readings a second in the archived hour (default 200 2000)"),)),
+    Bench("joins", "the W-join against STEAM's nested-loop W-join at several input rates (rows per CPU-second, "
+          "state), and the probe order from the buffers' statistics against the written order (offline)", _joins,
+          (option("--rates", type=positive(int), nargs="+", default=[50, 200, 800],
+                  help="rows a second of each of the three inputs (default 50 200 800)"),), spark=False),
 )
 
 
