@@ -338,3 +338,21 @@ def test_out_of_order_delivery_within_the_lateness_gives_the_same_joined_rows():
     for name in ("2-way, a mote hotter than another within a second after", "3-way chain, a uniform window"):
         got, want, _ = _sensor_answers(SENSOR_JOINS[name], 5, random.Random(7), batches=30)
         assert want and same_rows(got, want), name
+
+
+def test_the_w_join_finds_what_steams_nested_loop_finds():
+    """The bench's nested loop (services/bench/joins.py, written apart from dsp.window_join) as a
+    second judge of the W-join's combinations: a chain and a star, keyed and not."""
+    from services.bench.joins import NestedLoopJoin, arrivals, chain
+
+    rows = arrivals({"a": 30, "b": 40, "c": 20}, 5, 10.0, seed=3)
+    star = ((("b.k", "c.k"),), (JoinBound("a", "b", -700, 700), JoinBound("a", "c", -300, 900)))
+    for keys, bounds in (chain(("a", "b", "c")), star):
+        fast, slow = Buffers(("a", "b", "c"), keys, bounds), NestedLoopJoin(("a", "b", "c"), keys, bounds)
+        found = [0, 0]
+        for time_ms, alias, row in rows:
+            fast.evict(dict.fromkeys(fast.aliases, time_ms))
+            slow.evict(time_ms)
+            found[0] += len(fast.add(alias, time_ms, row))
+            found[1] += slow.add(alias, time_ms, row)
+        assert found[0] == found[1] > 20, (keys, found)
