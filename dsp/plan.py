@@ -48,7 +48,7 @@ COLUMN_TYPES = ("string", "int", "long", "double", "timestamp", "boolean", "bina
 Column = tuple[str, str]  # (name, type)
 
 # The columns a plan sees of a raw topic's mote samples (one row per sample; see wire.codec).
-SAMPLE_QUANTITIES = ("temperature", "humidity", "light", "sound", "voltage")
+SAMPLE_QUANTITIES = ("temperature", "humidity", "light", "sound", "voltage", "gas")   # gas: ppm
 RAW_SAMPLE_SOURCE_COLUMNS: tuple[Column, ...] = (("receptor_id", "string"),
                                                  *((q, "double") for q in SAMPLE_QUANTITIES), ("ts", "timestamp"))
 # The columns a plan sees of a raw RFID topic (one row per tag read; see wire.codec).

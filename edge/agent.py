@@ -358,6 +358,7 @@ class ReceptorAgent:
             "mote_faults": [{"mote": m.receptor_id, **asdict(m.fault)} for m in s.motes if m.fault is not None],
             "replay_faults": [{"mote": replay_receptor(f.mote_id), **asdict(f)} for f in self._lab_faults],
             "fires": [asdict(f) for f in s.environment.fires],
+            "gas_releases": [asdict(r) for r in s.environment.releases],
         }
 
     def _truth_line(self, t: int, tick: _Tick) -> dict[str, Any]:

@@ -10,13 +10,13 @@ deploy/scenarios/README.md. Errors name the entry and the problem.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
 from edge.intel_lab import INTEL_LAB_DATA
-from edge.motes import Environment, Fire, MoteFault, MoteModel, calibrated_motes
+from edge.motes import GAS, QUANTITIES, Environment, Fire, GasRelease, MoteFault, MoteModel, calibrated_motes
 from edge.rfid import Antenna, ReaderFault, RfidReader
 from edge.supply_chain import CHAIN, ChainConfig
 from wire.errors import HiFiError
@@ -125,6 +125,22 @@ def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
     return [Fire(x, y, start + n * every, end + n * every, location=location) for n in range(count)]
 
 
+def _releases(spec: dict[str, Any], where: str, start_ms: int) -> list[GasRelease]:
+    """A staged gas release, or with `every` and `count` that many, one `every` after another."""
+    try:
+        x, y, count = float(spec["x"]), float(spec["y"]), int(spec.get("count", 1))
+        start, every = _ms(spec["start"], where, start_ms), _ms(spec.get("every", "0 s"), where, 0)
+        release = GasRelease(x, y, start, float(spec.get("speed", 2.0)), float(spec.get("peak", 100.0)),
+                             _ms(spec.get("duration", "10 seconds"), where, 0), float(spec.get("radius", 100.0)))
+    except KeyError as exc:
+        raise ScenarioError(f"{where}: needs {exc}") from None
+    except (HiFiError, TypeError, ValueError) as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    if count < 1 or (count > 1 and every <= 0) or release.speed_m_s <= 0 or release.radius_m <= 0:
+        raise ScenarioError(f"{where}: count, every (with count > 1), speed and radius must be positive")
+    return [replace(release, start_ms=start + n * every) for n in range(count)]
+
+
 def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int, start_ms: int) -> list[MoteModel]:
     by_mote: dict[str, MoteFault] = {}
     for i, fault in enumerate(faults):
@@ -142,12 +158,18 @@ def _motes(groups: list[dict[str, Any]], faults: list[dict[str, Any]], seed: int
             raise ScenarioError(f"{where}: needs the edge node it publishes to")
         period = _ms(group.get("period", "1 second"), where, 0)
         location = _location(group, where)
-        for model, ident in zip(calibrated_motes(len(idents), str(group["node"]), seed + i, period,
+        try:   # where the group's grid begins, and its step (metres)
+            (x0, y0), spacing = (float(v) for v in group.get("origin", (0, 0))), float(group.get("spacing", 3.0))
+        except (TypeError, ValueError):
+            raise ScenarioError(f"{where}: origin is [x, y] and spacing a number of metres") from None
+        quantities = (*QUANTITIES, GAS) if group.get("gas") else QUANTITIES
+        for model, ident in zip(calibrated_motes(len(idents), str(group["node"]), seed + i, period, spacing,
                                                  offset_stddev=float(group.get("offset_stddev", 0.5))),
                                 idents, strict=True):
             fault = by_mote.pop(ident, None)
-            motes.append(MoteModel(ident, model.edge_node, model.x, model.y, model.period_ms, model.noise,
-                                   model.offset, model.drift_per_hour, fault, location=location))
+            motes.append(MoteModel(ident, model.edge_node, x0 + model.x, y0 + model.y, model.period_ms, model.noise,
+                                   model.offset, model.drift_per_hour, fault, location=location,
+                                   quantities=quantities))
     if by_mote:
         raise ScenarioError(f"mote_faults name unknown motes: {', '.join(sorted(by_mote))}")
     return motes
@@ -170,7 +192,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
     if not isinstance(spec, dict):
         raise ScenarioError("a scenario is a mapping (name, seed, cycle, world, readers, motes, ...)")
     unknown = set(spec) - {"name", "seed", "cycle", "world", "readers", "reader_faults", "motes", "mote_faults",
-                           "fires", "replay"}
+                           "fires", "gas_releases", "replay"}
     if unknown:
         raise ScenarioError(f"unknown key(s): {', '.join(sorted(unknown))}")
     seed = int(spec.get("seed", 1))
@@ -186,6 +208,8 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
     except (HiFiError, ValueError) as exc:
         raise ScenarioError(f"world: {exc}") from None
     fires = tuple(f for i, group in enumerate(spec.get("fires") or []) for f in _fires(group, f"fires[{i}]", start_ms))
+    releases = tuple(r for i, group in enumerate(spec.get("gas_releases") or [])
+                     for r in _releases(group, f"gas_releases[{i}]", start_ms))
     replay = None
     if spec.get("replay"):
         r = spec["replay"]
@@ -198,7 +222,7 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
     return Scenario(str(spec.get("name", "scenario")), seed, _ms(spec.get("cycle", "200 ms"), "cycle", 0), world,
                     _readers(list(spec.get("readers") or []), list(spec.get("reader_faults") or []), start_ms),
                     _motes(list(spec.get("motes") or []), list(spec.get("mote_faults") or []), seed, start_ms),
-                    Environment(fires), replay)
+                    Environment(fires, releases), replay)
 
 
 def load_scenario(path: str, start_ms: int = 0, seed: int | None = None) -> Scenario:

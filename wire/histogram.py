@@ -18,7 +18,7 @@ BUCKETS = 64
 # or above them (BUCKETS + 2 counts in all)
 RANGES: dict[str, tuple[float, float]] = {
     "temperature": (-20.0, 108.0), "humidity": (0.0, 128.0), "light": (0.0, 2048.0), "sound": (0.0, 128.0),
-    "voltage": (0.0, 4.0),
+    "voltage": (0.0, 4.0), "gas": (0.0, 256.0),
 }
 RECENT_SAMPLES = 1024   # a histogram whose counts pass this is halved
 
