@@ -18,6 +18,7 @@ from services.paths import (
     DEEP_TOPOLOGY,
     DEFAULT_TOPOLOGY,
     FAN_IN_SCENARIO,
+    HAZMAT_TOPOLOGY,
     SMALL_TOPOLOGY,
     STORE_TOPOLOGY,
     SUPPLY_CHAIN_SCENARIO,
@@ -220,12 +221,19 @@ def _past(args: argparse.Namespace) -> Outcome:
 
 
 def _joins(args: argparse.Namespace) -> Outcome:
+    from glue.topology import load_topology
+    from services.bench import hazmat
     from services.bench.joins import algorithms_table, orders_table, run_algorithms, run_orders
 
     algorithms = run_algorithms(args.rates, progress)
     orders = run_orders(progress)
-    return Outcome(f"{algorithms_table(algorithms)}\n\n{orders_table(orders)}",
-                   {"algorithms": algorithms, "orders": orders})
+    plant = load_topology(HAZMAT_TOPOLOGY)
+    scores = [hazmat.run_offline(plant, 300.0)]
+    progress(f"hazmat offline: precision {scores[0].precision}, recall {scores[0].recall}")
+    if args.hazmat_duration:
+        scores.append(hazmat.run_live(plant, args.hazmat_duration, progress))
+    return Outcome("\n\n".join([algorithms_table(algorithms), orders_table(orders), hazmat.hazmat_table(scores)]),
+                   {"algorithms": algorithms, "orders": orders, "hazmat": scores})
 
 
 # ---------------------------------------------------------------- argument types that need a module
@@ -341,7 +349,10 @@ BENCHES: tuple[Bench, ...] = (
     Bench("joins", "the W-join against STEAM's nested-loop W-join at several input rates (rows per CPU-second, "
           "state), and the probe order from the buffers' statistics against the written order (offline)", _joins,
           (option("--rates", type=positive(int), nargs="+", default=[50, 200, 800],
-                  help="rows a second of each of the three inputs (default 50 200 800)"),), spark=False),
+                  help="rows a second of each of the three inputs (default 50 200 800)"),
+           option("--hazmat-duration", type=float, default=240.0,
+                  help="seconds the hazmat plant runs live for the gas-spread view's alert latency "
+                       "(default 240; 0: offline only)"))),
 )
 
 
