@@ -101,6 +101,17 @@ def test_a_join_that_cannot_run_is_refused_with_its_position_and_reason(name):
         refused.value
 
 
+def test_a_join_over_a_stream_its_principal_may_not_read_is_refused_at_that_input():
+    catalog = replace(SENSOR_CATALOG, stream_readers={"rfid_stream": ("operator",)})
+    sql = ("SELECT a.temperature FROM sensor_stream a\nJOIN rfid_stream b ON b.ts BETWEEN a.ts AND a.ts + "
+           "INTERVAL '1' SECOND")
+    with pytest.raises(SqlError) as refused:
+        analyze(sql, catalog, "analyst")
+    assert (refused.value.line, refused.value.column) == (2, 6) and \
+        "stream 'rfid_stream' is not readable by 'analyst'" in refused.value.message, refused.value
+    assert analyze(sql, catalog, "operator").stream_join is not None
+
+
 # ------------------------------------------------------------------ the operator
 
 ROWS = (("id", "string"), ("v", "long"), (EVENT_TIME, "timestamp"))
