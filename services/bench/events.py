@@ -39,7 +39,7 @@ from glue.catalog import Catalog
 from glue.reference import Reference
 from glue.standing import StandingView, standing_views, topology_catalog
 from glue.topology import Topology
-from services.bench.report import figures_table, percentile
+from services.bench.report import detection_rows, figures_table, percentile
 from services.judge import as_ms
 
 TOLERANCE_MS = 60_000
@@ -264,17 +264,12 @@ def run_live(topology: Topology, duration_s: float, progress: Callable[[str], No
 
 
 def table(scores: list[KindScore], live: bool) -> str:
-    def fraction(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
-
     def seconds(value: float | None) -> str:
         return "n/a" if value is None else f"{value / 1000:.1f} s"
 
     rows = []
     for s in scores:
-        rows += [(f"{s.kind}: staged / detected", f"{s.staged} / {s.detected}"),
-                 (f"{s.kind}: precision", f"{fraction(s.precision)} ({s.right} of {s.detected})"),
-                 (f"{s.kind}: recall", f"{fraction(s.recall)} ({s.found} of {s.staged})")]
+        rows += detection_rows(s.kind, s.staged, s.detected, s.right, s.found)
         if live:
             last = "its WITHIN's end" if s.trailing_not else "its last reading"
             rows += [(f"{s.kind}: alert after {last}, p50", seconds(s.latency_p50_ms)),

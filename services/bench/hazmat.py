@@ -28,7 +28,7 @@ from glue.reference import Reference
 from glue.standing import standing_views
 from glue.topology import Topology
 from services.bench.events import world_catalog
-from services.bench.report import figures_table, percentile
+from services.bench.report import detection_rows, figures_table, percentile
 from services.judge import as_ms
 
 VIEW = "gas_spread"
@@ -147,14 +147,9 @@ def run_live(topology: Topology, duration_s: float, progress: Callable[[str], No
 
 
 def hazmat_table(scores: Sequence[HazmatScore]) -> str:
-    def fraction(value: float | None) -> str:
-        return "n/a" if value is None else f"{value:.3f}"
-
     rows = []
     for s in scores:
-        rows += [(f"gas spread ({s.mode}): staged / rows", f"{s.spreads} / {s.rows}"),
-                 (f"gas spread ({s.mode}): precision", f"{fraction(s.precision)} ({s.right} of {s.rows})"),
-                 (f"gas spread ({s.mode}): recall", f"{fraction(s.recall)} ({s.found} of {s.spreads})")]
+        rows += detection_rows(f"gas spread ({s.mode}, rows)", s.spreads, s.rows, s.right, s.found)
         if s.latency_p50_ms is not None:
             rows.append((f"gas spread ({s.mode}): alert after its zone-c sample, p50 / p95",
                          f"{s.latency_p50_ms / 1000:.1f} / {(s.latency_p95_ms or 0) / 1000:.1f} s"))

@@ -20,6 +20,19 @@ def figures_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"{name.ljust(width)}  {value}" for name, value in rows)
 
 
+def detection_rows(label: str, staged: int, detected: int, right: int, found: int) -> list[tuple[str, str]]:
+    """A detector's staged / detected, precision and recall rows (the event and join benches).
+
+    >>> detection_rows("fire", 4, 5, 4, 3)[1:]
+    [('fire: precision', '0.800 (4 of 5)'), ('fire: recall', '0.750 (3 of 4)')]
+    """
+    def fraction(part: int, whole: int) -> str:
+        return f"{'n/a' if not whole else f'{part / whole:.3f}'} ({part} of {whole})"
+
+    return [(f"{label}: staged / detected", f"{staged} / {detected}"),
+            (f"{label}: precision", fraction(right, detected)), (f"{label}: recall", fraction(found, staged))]
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The q-th percentile (0-100, inclusive method) of `values`; None for none."""
     if not values:
