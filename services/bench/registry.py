@@ -347,7 +347,8 @@ BENCHES: tuple[Bench, ...] = (
           (option("--hour-rates", type=positive(int), nargs="+", default=[200, 2_000],
                   help="readings a second in the archived hour (default 200 2000)"),)),
     Bench("joins", "the W-join against STEAM's nested-loop W-join at several input rates (rows per CPU-second, "
-          "state), and the probe order from the buffers' statistics against the written order (offline)", _joins,
+          "state), the probe order from the buffers' statistics against the written order (both offline), and the "
+          "hazmat plant's gas_spread view against its staged releases: precision, recall, alert latency", _joins,
           (option("--rates", type=positive(int), nargs="+", default=[50, 200, 800],
                   help="rows a second of each of the three inputs (default 50 200 800)"),
            option("--hazmat-duration", type=float, default=240.0,
