@@ -13,6 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from dsp.plan import QUALITY_COLUMNS
 from edge.truth import covered_windows, readings_per_node
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
@@ -138,8 +139,7 @@ def test_the_dock_motes_quality_equals_the_central_judgement_and_finds_the_dying
     positions = {r.id: (r.x, r.y) for r in receptors_for(hierarchy.topology, hierarchy.agent.scenario)
                  if r.kind == "mote"}
     offsets = {m.receptor_id: dict(m.offset) for m in hierarchy.agent.scenario.motes}   # calibration, per the MDR
-    columns = ("receptor_id", "faulty", "reasons", "confidence", "temperature", "humidity", "light", "sound",
-               "voltage")
+    columns = tuple(name for name, _ in QUALITY_COLUMNS[2:])   # receptor_id, faulty, ..., every quantity
     upto = max(_ms(r["window_start"]) for r in rows) - 2000
     got = sorted((_ms(r["window_start"]), *(r[c] for c in columns)) for r in rows if _ms(r["window_start"]) <= upto)
     logged = read_jsonl(hierarchy.readings_path)
