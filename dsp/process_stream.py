@@ -28,7 +28,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from pyspark.sql import SparkSession
 
@@ -39,6 +39,7 @@ from dsp.offset_log import Offsets, batch_end
 
 QUERY_ID = "read:process"
 LANE_THREADS = 4
+LANE_THREAD = "lane"   # the lanes' threads' names begin so
 # A lane's batch: (batch id, the lane's ends, the stream's identity: its checkpoint's id)
 LaneBatch = Callable[[int, Offsets, str], None]
 
@@ -56,7 +57,8 @@ class ProcessStream:
                                   trigger_ms=trigger_ms)
         self._lanes: dict[str, tuple[tuple[str, ...], LaneBatch]] = {}
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix="lane")
+        self._pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix=LANE_THREAD)
+        self._in_flight: dict[str, Future] = {}   # lane -> its part of the batch running now
         self._running = False
 
     @classmethod
@@ -81,13 +83,19 @@ class ProcessStream:
             self.manager.run(QUERY_ID, self._start)
 
     def detach(self, lane: str) -> None:
-        """`lane` no longer read; the query stops with the last lane (its checkpoint kept)."""
+        """`lane` no longer read, once its part of the batch in flight is done; the query stops with
+        the last lane (its checkpoint kept). The wait matters when the lane's node starts again in
+        this process: a batch the old node finished after the new one loaded its state would be
+        sent twice under one identity, the second with other rows (seen in CI: a window lost)."""
         with self._lock:
             if self._lanes.pop(lane, None) is None:
                 return
             self._write_lanes()
             stop = self._running and not self._lanes
             self._running = self._running and not stop
+            in_flight = self._in_flight.get(lane)
+        if in_flight is not None and not threading.current_thread().name.startswith(LANE_THREAD):
+            in_flight.exception()   # done (its failure is the batch's, reported there)
         if stop:
             self.manager.cancel(QUERY_ID, drop_state=False)
 
@@ -139,10 +147,10 @@ class ProcessStream:
         if logged is None:
             raise RuntimeError(f"the offset log of {self.checkpoint} does not say where batch {batch_id} ends")
         by_lane, identity = lanes_of(logged), self.identity
-        with self._lock:
-            lanes = list(self._lanes.items())
-        running = [self._pool.submit(on_batch, batch_id, by_lane.get(lane, {}), identity)
-                   for lane, (_, on_batch) in lanes]
+        with self._lock:   # submitted under the lock: a lane detached after this waits for its part
+            self._in_flight = {lane: self._pool.submit(on_batch, batch_id, by_lane.get(lane, {}), identity)
+                               for lane, (_, on_batch) in self._lanes.items()}
+            running = list(self._in_flight.values())
         errors = [exc for future in running if (exc := future.exception()) is not None]
         if errors:
             raise errors[0]

@@ -6,13 +6,14 @@ change, and a node restarted on its state resumes where it stopped."""
 
 import datetime as dt
 import os
+import threading
 import time
 
 import pytest
 
 from dsp.part_spec import PartSpec
 from dsp.plan import BinOp, Col, Filter, Lit, Source
-from dsp.process_stream import QUERY_ID
+from dsp.process_stream import QUERY_ID, ProcessStream
 from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
 from tests.conftest import topic_rows, wait_for
 from wire import bus
@@ -107,6 +108,37 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         assert len(tags) == len(set(tags)) == len(second) + 8
     finally:
         again.stop_all()
+
+
+def test_a_lane_detached_while_its_part_of_a_batch_runs_lets_go_once_that_part_is_done(servers, spark, tmp_path):
+    """A node stopped and started again in one process (a supervisor's restart, `hifi up`): the new
+    node loads what the old one saved, so the old one's batch must be over before the stop returns."""
+    topic = f"hifi.view.detach{int(time.time() * 1000)}.v"
+    bus.ensure_topics(servers.bootstrap, [topic])
+    stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
+    entered, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def slow(batch_id: int, ends: dict, identity: str) -> None:
+        entered.set()
+        release.wait(30)
+        done.set()
+
+    stream.attach("stopping", [topic], slow)
+    stream.attach("staying", [topic], lambda batch_id, ends, identity: None)
+    try:
+        _send(servers.bootstrap, topic, 0, 1)
+        wait_for(entered.is_set, 90, "the lane's part of a batch")
+        stopping = threading.Thread(target=stream.detach, args=("stopping",))
+        stopping.start()
+        stopping.join(1.0)
+        assert stopping.is_alive() and not done.is_set(), "the detach waits for the lane's part of the batch"
+        release.set()
+        stopping.join(10)
+        assert not stopping.is_alive() and done.is_set()
+    finally:
+        release.set()
+        stream.detach("stopping")
+        stream.detach("staying")
 
 
 @pytest.mark.parametrize("layout", ["a reader per topic", "a reader per form", "one stream per node"])
