@@ -14,10 +14,23 @@ from its topology's standing views, or from a dead node it adopts (`owner`); the
 True
 >>> PartSpec.from_proto(part.to_proto(), "door1") == part
 True
+
+What the placement service signs (services.part_signing) is `signed_bytes`: the part as its node
+runs it, the node and id included, so a part signed for one node or id is no part of another,
+and it is the same bytes whichever form carried it:
+
+>>> from dataclasses import replace
+>>> PartSpec.from_proto(part.to_proto(), "door1").signed_bytes() == part.signed_bytes()
+True
+>>> replace(part, node="door2").signed_bytes() == part.signed_bytes()
+False
+>>> signature_in(part.to_json(signature=b"\\x01\\x02")), signature_in(part.to_json())
+(b'\\x01\\x02', b'')
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 
@@ -51,13 +64,23 @@ class PartSpec:
     def __hash__(self) -> int:   # start_offsets is a dict: a part is known by where and what it is
         return hash((self.node, self.query_id))
 
-    def to_json(self) -> str:
-        """The desired-state form (the MDR's `desired:<node>`); the node is the hash it is kept in."""
-        return json.dumps({"plan": to_json(self.plan), "topic": self.topic, "role": self.role,
-                           "export_as": self.export_as, "readers": list(self.readers),
-                           "definition": self.definition, "start_offsets": self.start_offsets,
-                           "history_from_ms": self.history_from_ms, "priority": self.priority,
-                           "owner": self.owner})
+    def _fields(self) -> dict:
+        return {"plan": to_json(self.plan), "topic": self.topic, "role": self.role, "export_as": self.export_as,
+                "readers": list(self.readers), "definition": self.definition, "start_offsets": self.start_offsets,
+                "history_from_ms": self.history_from_ms, "priority": self.priority, "owner": self.owner}
+
+    def to_json(self, signature: bytes = b"") -> str:
+        """The desired-state form (the MDR's `desired:<node>`), with the placement service's
+        signature when given; the node is the hash it is kept in."""
+        found = self._fields()
+        if signature:
+            found["signature"] = base64.b64encode(signature).decode()
+        return json.dumps(found)
+
+    def signed_bytes(self) -> bytes:
+        """What the placement service signs: every field its node acts on, in one canonical form."""
+        return json.dumps({**self._fields(), "node": self.node, "query_id": self.query_id},
+                          sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, query_id: str, text: str, node: str) -> PartSpec:
@@ -71,12 +94,13 @@ class PartSpec:
                    data.get("definition", ""), dict(data.get("start_offsets") or {}),
                    data.get("history_from_ms"), int(data.get("priority", 0)), data.get("owner", ""))
 
-    def to_proto(self, prepare: bool = False) -> hifi_pb2.DeployRequest:
+    def to_proto(self, prepare: bool = False, signature: bytes = b"") -> hifi_pb2.DeployRequest:
         return hifi_pb2.DeployRequest(
             query_id=self.query_id, plan=hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(self.plan)),
             export_as=self.export_as, output_topic=self.topic, readers=list(self.readers),
             definition=self.definition, start_offsets=self.start_offsets, prepare=prepare,
-            history_from_ms=self.history_from_ms or 0, priority=self.priority, role=self.role)
+            history_from_ms=self.history_from_ms or 0, priority=self.priority, role=self.role,
+            signature=signature)
 
     @classmethod
     def from_proto(cls, request: hifi_pb2.DeployRequest, node: str) -> PartSpec:
@@ -89,6 +113,9 @@ class PartSpec:
                    dict(request.start_offsets), request.history_from_ms or None, request.priority)
 
 
-def desired_parts(entries: dict[str, str], node: str) -> list[PartSpec]:
-    """The parts the MDR's desired state of `node` holds (query id -> JSON), in query id order."""
-    return [PartSpec.from_json(query_id, text, node) for query_id, text in sorted(entries.items())]
+def signature_in(text: str) -> bytes:
+    """The placement service's signature a desired-state entry carries (b"" for none)."""
+    try:
+        return base64.b64decode(json.loads(text).get("signature") or "", validate=True)
+    except (ValueError, AttributeError):
+        return b""

@@ -32,7 +32,8 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    that are not running (failed, with the cause); rewritten each second
   desired:<node>             HASH  query id -> a part as JSON (dsp.part_spec.PartSpec.to_json): the
                                    query parts the placement service deployed on the node, which the
-                                   node runs again after a restart (desired state)
+                                   node runs again after a restart (desired state), each with the
+                                   placement service's signature (a node runs no other: services.part_signing)
   adoptions                  SET   nodes whose parts run at another node (glue.adoption)
   adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
                                    parts (JSON {query id: first window start it emits}), handback_ms

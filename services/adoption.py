@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from dsp.bounds import OutputBounds, bounded_column
-from dsp.part_spec import PartSpec, desired_parts
+from dsp.part_spec import PartSpec
 from dsp.plan import PlanError, output_columns
 from dsp.shared import SharedRuntime
 from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
@@ -22,6 +22,7 @@ from glue.operators import operator_parts
 from glue.standing import StandingView, standing_parts
 from glue.topology import Topology
 from mdr.repository import MDR, Adoption, now_ms
+from services.part_signing import PartVerifier, signed_parts
 from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
 
@@ -42,15 +43,18 @@ class AdoptingNode(Protocol):
     dsp: SharedRuntime
     standing: list[StandingView]
     bootstrap: str
+    verifier: PartVerifier
 
     def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str: ...
 
 
 def parts_of(node: AdoptingNode, owner: str) -> list[PartSpec]:
     """The parts `owner` runs: its standing views' tasks (from the topology, as it plans them) and
-    the query parts the placement service deployed on it (the MDR's desired state)."""
-    return [*standing_parts(node.standing, owner), *operator_parts(node.topology, owner),
-            *desired_parts(node.mdr.desired(owner), owner)]
+    the query parts the placement service deployed on it (the MDR's desired state, as it signed them)."""
+    desired, refused = signed_parts(node.mdr.desired(owner), owner, node.verifier)
+    for reason in refused.values():
+        log.error("node %s: a desired part of %s is not adopted: %s", node.id, owner, reason)
+    return [*standing_parts(node.standing, owner), *operator_parts(node.topology, owner), *desired]
 
 
 def tail_of(bootstrap: str, topic: str, column: str) -> list[TailBatch]:

@@ -29,7 +29,7 @@ from dsp.compiler import Ingest
 from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
 from dsp.part_spec import PartError, PartSpec
-from dsp.plan import from_json, output_columns, to_json, window_of
+from dsp.plan import output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
 from dsp.triage import read_budget_ms
 from glue.limits import check_name
@@ -43,12 +43,12 @@ from services.adoption import Adoptions
 from services.auth import Security
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
+from services.part_signing import PartVerifier, UnsignedPart, signed_parts
 from services.sensor_proxy import SensorProxy
 from wire import bus
 from wire.errors import HiFiError
-from wire.identity import INTERNAL_READERS
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
-from wire.topics import control_topic, dead_topic, part_id_problem, raw_topic, topic_problem, view_topic
+from wire.topics import control_topic, dead_topic, part_id_problem, raw_topic, topic_problem
 from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
@@ -70,6 +70,8 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc.args[0]))
         except QueryExists as exc:
             context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+        except UnsignedPart as exc:
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
         except HiFiError as exc:   # what it was told is not a part it can run; anything else is a bug
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
@@ -85,6 +87,7 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
     def Deploy(self, request, context):  # noqa: N802 - gRPC method names
         self._part(context, request.query_id)
         part = self._guard(context, PartSpec.from_proto, request, self.node.id)
+        self._guard(context, self.node.verifier.check, part, request.signature)   # whoever calls
         if request.prepare:
             self._guard(context, self.node.prepare, part)
             return hifi_pb2.DeployReply(query_id=part.query_id)
@@ -101,13 +104,6 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
 
     def Resume(self, request, context):  # noqa: N802
         self._guard(context, self.node.dsp.resume, self._part(context, request.query_id))
-        return hifi_pb2.Ack(ok=True)
-
-    def ExportView(self, request, context):  # noqa: N802
-        query_id = self._part(context, f"view.{request.view}")
-        self._guard(context, lambda: self.node.deploy(PartSpec(
-            query_id, from_json(request.plan.body), view_topic(self.node.id, request.view), self.node.id,
-            export_as=request.view, readers=tuple(request.readers) or INTERNAL_READERS)))
         return hifi_pb2.Ack(ok=True)
 
     def RevokeView(self, request, context):  # noqa: N802
@@ -147,6 +143,8 @@ class HiFiNode:
         self.id = node_id
         self.topology = topology
         self.security = security or Security.from_env()
+        self.verifier = PartVerifier(self.security.tls_dir)   # what it runs, the placement service signed
+        self._refused: dict[str, str] = {}   # desired parts refused (logged once each)
         self.standing = standing_views(topology)   # the topology's SQL views, planned as queries are
         self.mdr = mdr
         self.bootstrap = bootstrap
@@ -235,14 +233,15 @@ class HiFiNode:
         A part that cannot be deployed is logged and tried again on the next round."""
         running = {q.query_id for q in self.dsp.queries()}
         deployed = []
-        for query_id, text in sorted(self.mdr.desired(self.id).items()):
-            if query_id in running:
-                continue
-            if problem := part_id_problem(query_id):
-                log.error("node %s: desired part refused: %s", self.id, problem)
-                continue
+        parts, refused = signed_parts({query_id: text for query_id, text in self.mdr.desired(self.id).items()
+                                       if query_id not in running}, self.id, self.verifier)
+        for query_id, reason in refused.items():
+            if self._refused.get(query_id) != reason:
+                log.error("node %s: desired part refused: %s", self.id, reason)
+        self._refused = refused
+        for part in parts:
+            query_id = part.query_id
             try:
-                part = PartSpec.from_json(query_id, text, self.id)
                 self.deploy(replace(part, history_from_ms=None))   # no history: it takes its saved state back
                 deployed.append(query_id)
             except QueryExists:

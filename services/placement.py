@@ -32,6 +32,7 @@ from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
 from services.health import query_health
 from services.metrics import ServiceMetrics
+from services.part_signing import PartSigner
 from services.quotas import StreamSlots, over_queries, quota_of, streams_refusal
 from wire import bus
 from wire.codec import readable_batches, to_value
@@ -111,6 +112,7 @@ class QueryPlacer:
         self.mdr = mdr
         self.bootstrap = bootstrap
         self.security = security
+        self.signer = PartSigner(security.tls_dir)   # a node runs only the parts it signed
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
@@ -176,9 +178,10 @@ class QueryPlacer:
                     part = replace(task, definition=sql if exports_view else "", start_offsets=start_offsets or {},
                                    history_from_ms=history_from_ms or None, priority=priority,
                                    readers=view_readers if exports_view else INTERNAL_READERS)
-                    if self._deploy(part):
+                    signature = self.signer.sign(part)
+                    if self._deploy(part, signature):
                         deployed.append((task.node, task.query_id))
-                        desired.setdefault(task.node, {})[task.query_id] = part.to_json()
+                        desired.setdefault(task.node, {})[task.query_id] = part.to_json(signature)
             except PlacementError:
                 for node, query_id in reversed(deployed):
                     self._cancel_on(node, query_id)
@@ -232,14 +235,15 @@ class QueryPlacer:
             if task.reused or not sample_predicates(task.plan):
                 continue
             try:
-                self._stub(task.node).Deploy(task.to_proto(prepare=True), timeout=30)
+                self._stub(task.node).Deploy(task.to_proto(prepare=True, signature=self.signer.sign(task)),
+                                             timeout=30)
             except (grpc.RpcError, PlacementError) as exc:
                 log.warning("preparing the motes of %s for %s: %s", task.node, task.query_id, exc)
 
-    def _deploy(self, part: PartSpec) -> bool:
+    def _deploy(self, part: PartSpec, signature: bytes) -> bool:
         """Deploy `part` on its node; False when the node already runs it (a view another query created)."""
         try:
-            self._stub(part.node).Deploy(part.to_proto(), timeout=60)
+            self._stub(part.node).Deploy(part.to_proto(signature=signature), timeout=60)
             return True
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.ALREADY_EXISTS:

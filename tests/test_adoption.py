@@ -18,7 +18,9 @@ from glue.standing import standing_views
 from glue.topology import load_topology, parse_topology
 from mdr.repository import Adoption
 from services.adoption import adopted_id, parts_of
+from services.certs import make_certificates
 from services.health import moves
+from services.part_signing import PartSigner, PartVerifier
 from services.paths import DEFAULT_TOPOLOGY
 from wire.topics import rqs_topic, view_topic
 
@@ -106,17 +108,21 @@ def test_a_move_names_where_the_children_went_and_where_the_parts_run():
     assert drained == {"w1": ("w2", "taking its parts back from w2")}
 
 
-def test_a_dead_nodes_parts_are_its_standing_tasks_and_its_desired_query_parts_writing_its_topics():
+def test_a_dead_nodes_parts_are_its_standing_tasks_and_its_desired_query_parts_writing_its_topics(tmp_path):
     topology = load_topology(DEFAULT_TOPOLOGY)
     standing = standing_views(topology)
     mine = [task for view in standing for task in view.tasks if task.node == "warehouse"]
     assert mine, "the warehouse runs standing parts"
     query_plan = mine[0].plan
-    desired = {   # as the placement writes a part, and an entry written before parts had one form
-        "q1-final": PartSpec("q1-final", query_plan, rqs_topic("q1-final", "warehouse"),
-                             start_offsets={"t:0": 5}).to_json(),
-        "view.mine": json.dumps({"plan": to_json(query_plan), "export_as": "mine", "output_topic": ""})}
-    node = SimpleNamespace(standing=standing, topology=topology,
+    make_certificates(str(tmp_path))
+    signer = PartSigner(str(tmp_path))
+    final = PartSpec("q1-final", query_plan, rqs_topic("q1-final", "warehouse"), "warehouse",
+                     start_offsets={"t:0": 5})
+    view = PartSpec("view.mine", query_plan, view_topic("warehouse", "mine"), "warehouse", export_as="mine")
+    desired = {   # as the placement writes parts; one written by whoever else could write the MDR is not adopted
+        "q1-final": final.to_json(signer.sign(final)), "view.mine": view.to_json(signer.sign(view)),
+        "q2-final": json.dumps({"plan": to_json(query_plan), "topic": rqs_topic("q2-final", "warehouse")})}
+    node = SimpleNamespace(id="w2", standing=standing, topology=topology, verifier=PartVerifier(str(tmp_path)),
                            mdr=SimpleNamespace(desired=lambda owner: desired if owner == "warehouse" else {}))
     parts = parts_of(node, "warehouse")
     assert [(p.query_id, p.topic) for p in parts[:len(mine)]] == [(t.query_id, t.topic) for t in mine]

@@ -13,14 +13,18 @@ import json
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import grpc
 import pytest
 
-from dsp.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source, to_json
+from dsp.part_spec import PartSpec
+from dsp.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source
 from glue.topology import parse_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
+from services.node import RECONCILE_INTERVAL_S
+from services.part_signing import PartSigner
 from tests.conftest import running_hierarchy, wait_for
 from wire.codec import from_value
 from wire.topics import raw_topic
@@ -90,7 +94,6 @@ def _node_calls(node: str) -> dict[str, tuple]:
             "Cancel": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
             "Suspend": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
             "Resume": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
-            "ExportView": ("unary", hifi_pb2.ExportViewRequest(view="evil", plan=plan)),
             "RevokeView": ("unary", hifi_pb2.ViewRef(view="door_reads")),
             "ListViews": ("unary", hifi_pb2.Empty()), "ListQueries": ("unary", hifi_pb2.Empty()),
             "Status": ("unary", hifi_pb2.Empty())}
@@ -161,22 +164,37 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     assert hierarchy.mdr.queries() == []
 
 
-def test_a_node_refuses_a_part_writing_a_topic_not_its_own_or_named_outside_its_state(hierarchy, tokens):
-    """Even from a caller with every right: a part writes its view's topic or its query's results,
-    never another query's (it would forge that query's answers), and its id names no path."""
-    plan = hifi_pb2.Plan(format=PLAN_FORMAT, body=to_json(
-        Source((raw_topic("tr-a"),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)))
+def test_a_node_runs_only_what_the_placement_service_signed_and_never_a_topic_not_its_own(hierarchy, tokens):
+    """Even from a caller with every right, and from the MDR: a part runs only as the placement
+    service signed it for that node; a signed part still writes its view's topic or its query's
+    results, never another query's (it would forge that query's answers); its id names no path."""
+    source = Source((raw_topic("tr-a"),), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+    signer = PartSigner(hierarchy.security.tls_dir)
     node = hifi_pb2_grpc.NodeStub(open_channel(hierarchy.nodes["tr-a"].address,
                                                hierarchy.security.with_token(tokens["admin"])))
     before = _state(hierarchy)
-    forged = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="q1", plan=plan, output_topic="hifi.results.q2"))
-    assert forged[0] == grpc.StatusCode.INVALID_ARGUMENT and "may not write 'hifi.results.q2'" in forged[1]
-    other_view = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="view.v", plan=plan, export_as="v",
-                                                              output_topic="hifi.view.tr-b.v"))
-    assert other_view[0] == grpc.StatusCode.INVALID_ARGUMENT, other_view
-    outside = _call(node, "Deploy", hifi_pb2.DeployRequest(query_id="..", plan=plan, output_topic="hifi.results.."))
-    assert outside[0] == grpc.StatusCode.INVALID_ARGUMENT and "not a part's name" in outside[1]
-    assert _state(hierarchy) == before
+    own = PartSpec("q1", source, "hifi.results.q1", "tr-a")
+    unsigned = _call(node, "Deploy", own.to_proto())
+    assert unsigned[0] == grpc.StatusCode.PERMISSION_DENIED and "is not signed" in unsigned[1]
+    elsewhere = replace(own, node="tr-b")   # signed for another node
+    moved = _call(node, "Deploy", own.to_proto(signature=signer.sign(elsewhere)))
+    assert moved[0] == grpc.StatusCode.PERMISSION_DENIED and "signed for another node" in moved[1]
+    forged = replace(own, topic="hifi.results.q2")
+    wrong_topic = _call(node, "Deploy", forged.to_proto(signature=signer.sign(forged)))
+    assert wrong_topic[0] == grpc.StatusCode.INVALID_ARGUMENT and "may not write 'hifi.results.q2'" in wrong_topic[1]
+    other_view = replace(own, query_id="view.v", export_as="v", topic="hifi.view.tr-b.v")
+    assert _call(node, "Deploy", other_view.to_proto(signature=signer.sign(other_view)))[0] == \
+        grpc.StatusCode.INVALID_ARGUMENT
+    outside = replace(own, query_id="..", topic="hifi.results..")
+    outside_call = _call(node, "Deploy", outside.to_proto(signature=signer.sign(outside)))
+    assert outside_call[0] == grpc.StatusCode.INVALID_ARGUMENT and "not a part's name" in outside_call[1]
+
+    hierarchy.mdr.put_desired({"tr-a": {"q1": own.to_json()}})   # as whoever could write the MDR
+    try:
+        time.sleep(3 * RECONCILE_INTERVAL_S)
+        assert _state(hierarchy) == before, "an unsigned desired part is not run"
+    finally:
+        hierarchy.mdr.drop_desired("tr-a", ["q1"])
 
 
 def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_views(hierarchy, tokens):
