@@ -34,17 +34,26 @@ def adopt_after_ms(topology: Topology) -> int:
     return duration_ms(str(topology.parameters.get("adopt_after", DEFAULT_ADOPT_AFTER)))
 
 
-def adopter(topology: Topology, dead: str, alive: Iterable[str]) -> str | None:
-    """Who adopts the parts of `dead`: the first live alternate named by its children (in the
-    topology's order), else its nearest live ancestor; None for an edge node (its readings reach
-    only it), a node without children, or when no candidate lives."""
-    live = set(alive)
-    spec = topology.nodes[dead]
+def candidates(topology: Topology, dead: str) -> list[str]:
+    """Who may adopt the parts of `dead`, first choice first: the alternates its children name (in
+    the topology's order), then its ancestors, nearest first; none for an edge node (its readings
+    reach only it) or a node without children."""
     children = topology.children(dead)
-    if spec.tier == "edge" or not children:
-        return None
+    if topology.nodes[dead].tier == "edge" or not children:
+        return []
     named = [a for child in children for a in topology.nodes[child].alternates if a != dead]
-    return next((n for n in (*named, *topology.ancestors(dead)) if n in live and n != dead), None)
+    return list(dict.fromkeys([*named, *topology.ancestors(dead)]))
+
+
+def may_adopt(topology: Topology, node: str, dead: str) -> bool:
+    """Whether `node` could ever adopt `dead` (what its MDR user may write: services.redis_acls)."""
+    return node in candidates(topology, dead)
+
+
+def adopter(topology: Topology, dead: str, alive: Iterable[str]) -> str | None:
+    """Who adopts the parts of `dead`: the first live one of its `candidates`; None when none lives."""
+    live = set(alive)
+    return next((n for n in candidates(topology, dead) if n in live), None)
 
 
 @dataclass(frozen=True)

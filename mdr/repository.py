@@ -448,6 +448,22 @@ class MDR:
                                           int(d.get("until_ms", 0))))
         return result
 
+    # ------------------------------------------------------------ service users (services.redis_acls)
+
+    def set_user(self, user: str, password: str, rules: Sequence[str]) -> bool:
+        """Make (or make again) the Redis user `user` with `password` and ACL `rules`, saved to the
+        server's ACL file when it keeps one (an embedded Redis: services.embedded); False when
+        this connection may not manage users (a Redis given by URL whose user is not its admin)."""
+        try:
+            self.r.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
+        except redis.ResponseError:
+            return False
+        try:
+            self.r.execute_command("ACL", "SAVE")
+        except redis.ResponseError:
+            pass   # a server without an ACL file: the user lasts until it restarts
+        return True
+
     # ------------------------------------------------------------ tokens (services.identity)
 
     def put_token(self, digest: str, record: TokenRecord) -> None:

@@ -21,6 +21,7 @@ import yaml
 from glue.topology import Topology
 from services.deploy_names import node_service, secret_variable
 from services.kafka_acls import password_variable, setup_script, users
+from services.redis_acls import rules_by_user
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "hifi:${HIFI_VERSION:-latest}"
@@ -35,9 +36,7 @@ PLACEMENT_PORT = 50050
 DASHBOARD_PORT = 8470
 # No default passwords: compose refuses to start until they are set (`${VAR:?why}`).
 GRAFANA_PASSWORD = "${HIFI_GRAFANA_PASSWORD:?set HIFI_GRAFANA_PASSWORD (Grafana has no default password)}"
-# A HiFi service's rights in Redis: the MDR's keys and channels, every command but the
-# administrative and dangerous ones (FLUSHALL, KEYS, CONFIG, ACL, DEBUG, SHUTDOWN, ...).
-REDIS_USER_RULES = ("~hifi:*", "&*", "+@all", "-@dangerous")
+REDIS_ACL_FILE = "/data/users.acl"   # written at each start from the passwords in Redis's environment
 KAFKA_INTERNAL = "127.0.0.1:9094"   # the broker's own PLAINTEXT listener, inside its container only
 STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
@@ -82,15 +81,14 @@ def topology_location(source: str) -> tuple[str, list[str]]:
 
 def redis_users(topology: Topology) -> list[str]:
     """A Redis user per service that uses the MDR (the agents do not)."""
-    return ["placement", "dashboard", *(node_service(n) for n in topology.nodes)]
+    return list(rules_by_user(topology))
 
 
-def redis_server_args(users: list[str], password: Callable[[str], str]) -> list[str]:
-    """redis-server options: no default user, and each of `users` with its password and the rules."""
-    args = ["--user", "default", "off"]
-    for user in users:
-        args += ["--user", user, "on", f">{password(user)}", *REDIS_USER_RULES]
-    return args
+def redis_acl_lines(topology: Topology, password: Callable[[str], str]) -> list[str]:
+    """Redis's ACL file: no default user, and each service's user (services.redis_acls: what it
+    may write) with its password."""
+    return ["user default off", *(" ".join(["user", user, "on", f">{password(user)}", *rules])
+                                  for user, rules in rules_by_user(topology).items())]
 
 
 def required(variable: str, what: str) -> str:
@@ -206,15 +204,16 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
         },
         "redis": {
             "image": REDIS_IMAGE,
-            # a user per service (services read and write only the MDR's keys), no default user
-            "command": ["sh", "-c", "exec redis-server --appendonly yes " + " ".join(
-                f'"{arg}"' for arg in redis_server_args(mdr_users, lambda u: f"$${secret_variable('REDIS', u)}"))],
+            # a user per service (each writes only its own keys), no default user; the passwords go
+            # from the environment into the ACL file, never onto a command line
+            "command": ["sh", "-c", "umask 077 && printf '%s\\n' " + " ".join(
+                f'"{line}"' for line in redis_acl_lines(topology, lambda u: f"$${secret_variable('REDIS', u)}"))
+                + f" > {REDIS_ACL_FILE} && exec redis-server --appendonly yes --aclfile {REDIS_ACL_FILE}"],
             "environment": {secret_variable("REDIS", u): required(secret_variable("REDIS", u),
                                                                   f"the MDR password of {u}") for u in mdr_users},
             "volumes": ["redis-data:/data"],
-            "healthcheck": _healthcheck(["CMD-SHELL", 'redis-cli --user placement --pass '
-                                                      '"$$HIFI_REDIS_PASSWORD_PLACEMENT" --no-auth-warning ping '
-                                                      "| grep -q PONG"]),
+            "healthcheck": _healthcheck(["CMD-SHELL", 'REDISCLI_AUTH="$$HIFI_REDIS_PASSWORD_PLACEMENT" '
+                                                      "redis-cli --user placement ping | grep -q PONG"]),
             "restart": "unless-stopped",
         },
         "placement": hifi(

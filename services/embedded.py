@@ -117,6 +117,9 @@ def redacted_url(url: str) -> str:
     return url.replace(f":{parts.password}@", ":***@", 1)
 
 
+USERS_FILE = "users.acl"
+
+
 def start_redis(workdir: str, port: int = 0, password: str = "") -> tuple[str, subprocess.Popen]:
     """A Redis on `port` (a free one by default) keeping an append-only file in `workdir`, so a
     Redis restarted on the same directory comes back with the metadata (fsync once a second:
@@ -128,14 +131,21 @@ def start_redis(workdir: str, port: int = 0, password: str = "") -> tuple[str, s
                             "or set HIFI_REDIS_URL to an existing Redis")
     port = port or free_port()
     password = password or secrets.token_urlsafe(24)
-    # the password goes in on stdin as a config file, not on the command line any local user can read
+    # Users live in an ACL file (the default user, behind `password`, and the services' own users,
+    # services.redis_acls, which `ACL SAVE` writes there): a Redis restarted on the directory
+    # comes back with them. Its path goes in on stdin, not on the command line.
+    users = os.path.join(workdir, USERS_FILE)
+    if not os.path.exists(users):
+        fd = os.open(users, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"user default on >{password} ~* &* +@all\n")
     proc = subprocess.Popen(
         [binary, "-", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
          "--appendfsync", "everysec", "--dir", workdir, "--protected-mode", "yes"],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     assert proc.stdin is not None
-    proc.stdin.write(f'requirepass "{password}"\n'.encode())
+    proc.stdin.write(f'aclfile "{users}"\n'.encode())
     proc.stdin.close()
     _wait_for_port(port, proc, "redis-server")
     return f"redis://:{password}@127.0.0.1:{port}/0", proc

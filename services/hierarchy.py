@@ -9,13 +9,16 @@ each node is still its own gRPC service with its own queries, checkpoints and to
 from __future__ import annotations
 
 import json
+import logging
 import os
+import secrets
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 
@@ -31,13 +34,17 @@ from protos import hifi_pb2_grpc
 from services.auth import Security, mint_token, open_channel
 from services.certs import ensure_certificates
 from services.dashboard import Dashboard
+from services.deploy_names import node_service
 from services.emulation import receptors_for, relation_rows, scenario_of
 from services.node import HiFiNode
 from services.placement import PlacementService, QueryPlacer, start_placement_service
+from services.redis_acls import rules_by_user
 from services.supervisor import Supervisor
 from wire import bus
 from wire.codec import readable_batches
 from wire.topics import view_topic
+
+log = logging.getLogger("hifi.hierarchy")
 
 ADMIN_PRINCIPAL = "admin"   # whom the token `hifi up` writes to its run file belongs to
 ADMIN_TOKEN_S = 7 * 24 * 3600   # how long that token works: a run left going a week logs in anew
@@ -129,13 +136,14 @@ class Hierarchy:
                 if self.only and spec.id not in self.only:
                     continue
                 progress(f"starting node {spec.id} ({spec.tier})")
-                node = HiFiNode(spec.id, self.topology, MDR.connect(self.redis_url), spark, self.bootstrap,
+                node = HiFiNode(spec.id, self.topology, MDR.connect(self.service_url(node_service(spec.id))), spark,
+                                self.bootstrap,
                                 self.state_dir, self.trigger_ms, security=Security(self.tls_dir),
                                 stream_home=os.path.join(self.state_dir, STREAM_HOME))
                 node.start()
                 self.nodes[spec.id] = node
         # its own MDR client: its MDR operations are its own metrics
-        self._placement_service = start_placement_service(MDR.connect(self.redis_url), self.bootstrap,
+        self._placement_service = start_placement_service(MDR.connect(self.service_url("placement")), self.bootstrap,
                                                           Security(self.tls_dir))
         self.placement = self._placement_service.placement
         self.placement_address = self._placement_service.address
@@ -144,7 +152,7 @@ class Hierarchy:
     def _start_processes(self, progress: Callable[[str], None], timeout_s: float = 900.0) -> None:
         """Every node as a process under the supervisor (each waits for its children's exports
         itself); returns once all are alive."""
-        self.supervisor = Supervisor(self.topology.source, self.redis_url, self.bootstrap, self.state_dir, progress,
+        self.supervisor = Supervisor(self.topology.source, self.service_url, self.bootstrap, self.state_dir, progress,
                                      self.trigger_ms, spare=self.spare, tls_dir=self.tls_dir)
         progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
         for spec in self.topology.bottom_up():
@@ -156,9 +164,21 @@ class Hierarchy:
                                    f"(logs in {self.state_dir})")
             time.sleep(0.5)
 
+    def service_url(self, user: str) -> str:
+        """The MDR's URL for the service whose Redis user is `user` (services.redis_acls: what it may
+        write), the user made with a new password; the deployment's own URL when the Redis given
+        does not let this connection make users."""
+        password = secrets.token_urlsafe(24)
+        if not self.mdr.set_user(user, password, rules_by_user(self.topology)[user]):
+            log.warning("the MDR's user may not make users: every service writes with it")
+            return self.redis_url
+        url = urlsplit(self.redis_url)
+        return urlunsplit(url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}"))
+
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
         """Serve the operations dashboard (services.dashboard); returns its URL."""
-        self.dashboard = Dashboard(MDR.connect(self.redis_url), self.bootstrap, Security(self.tls_dir), self.topology)
+        self.dashboard = Dashboard(MDR.connect(self.service_url("dashboard")), self.bootstrap, Security(self.tls_dir),
+                                   self.topology)
         return self.dashboard.serve(listen)
 
     def start_agents(self, out_dir: str | None = None,

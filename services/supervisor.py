@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from services.deploy_names import node_service
+
 log = logging.getLogger("hifi.supervisor")
 
 RESTART_DELAY_S = 0.25
@@ -45,12 +47,13 @@ class NodeProcess:
 class Supervisor:
     """Starts a topology's nodes as processes and restarts those that die until stopped."""
 
-    def __init__(self, topology_path: str, redis_url: str, bootstrap: str, workdir: str,
+    def __init__(self, topology_path: str, redis_url: Callable[[str], str], bootstrap: str, workdir: str,
                  progress: Callable[[str], None] = lambda _: None, trigger_ms: int = 1000,
                  command: list[str] | None = None, spare: bool = False, tls_dir: str = "") -> None:
         """`command`: what runs a node (default `hifi node` on the topology; its id and state
         directory are in its environment); `spare`: keep a warm spare process (the module's doc);
-        `tls_dir`: the deployment's certificates (services.certs), HIFI_TLS_DIR of every node."""
+        `tls_dir`: the deployment's certificates (services.certs), HIFI_TLS_DIR of every node;
+        `redis_url`: the MDR's URL for a Redis user (services.redis_acls), a node's own made once."""
         self.redis_url, self.bootstrap, self.workdir, self.tls_dir = redis_url, bootstrap, workdir, tls_dir
         self.command = command or [HIFI, "node", "--topology", topology_path, "--trigger-ms", str(trigger_ms)]
         self.progress = progress
@@ -66,10 +69,12 @@ class Supervisor:
     def start(self, node_id: str, extra_env: dict[str, str] | None = None) -> NodeProcess:
         state_dir = os.path.join(self.workdir, node_id)
         os.makedirs(state_dir, exist_ok=True)
-        env = self._env({"HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
-                         "HIFI_LISTEN": "127.0.0.1:0", **(extra_env or {})})
         with self._lock:
-            node = self.nodes.get(node_id) or NodeProcess(node_id, env, os.path.join(self.workdir, f"{node_id}.log"))
+            known = self.nodes.get(node_id)
+            url = known.env["HIFI_REDIS_URL"] if known else self.redis_url(node_service(node_id))
+            env = self._env({"HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
+                             "HIFI_LISTEN": "127.0.0.1:0", "HIFI_REDIS_URL": url, **(extra_env or {})})
+            node = known or NodeProcess(node_id, env, os.path.join(self.workdir, f"{node_id}.log"))
             node.env = env
             self.nodes[node_id] = node
             self._launch(node)
@@ -104,9 +109,11 @@ class Supervisor:
         return True
 
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
-        """A node process's environment (a spare's lacks the node's own part, given when it becomes one)."""
-        return {**os.environ, "HIFI_REDIS_URL": self.redis_url, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap,
-                "HIFI_SPARK_DRIVER_MEMORY": "1g", **({"HIFI_TLS_DIR": self.tls_dir} if self.tls_dir else {}), **extra}
+        """A node process's environment (a spare's lacks the node's own part, MDR user included, given
+        when it becomes one)."""
+        inherited = {k: v for k, v in os.environ.items() if k != "HIFI_REDIS_URL"}
+        return {**inherited, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap, "HIFI_SPARK_DRIVER_MEMORY": "1g",
+                **({"HIFI_TLS_DIR": self.tls_dir} if self.tls_dir else {}), **extra}
 
     def _start_spare(self) -> None:
         env = self._env({})

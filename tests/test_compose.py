@@ -19,7 +19,7 @@ import yaml
 from glue.topology import load_topology
 from services.cli import build_parser
 from services.compose import TLS_DIR, compose_model, render_compose, secret_variables
-from services.deploy_names import node_service
+from services.deploy_names import node_service, secret_variable
 from services.kafka_acls import users as kafka_users
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 
@@ -121,7 +121,7 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
             # each service its own MDR user, whose password the redis service knows
             user = env["HIFI_KAFKA_USERNAME"]
             assert env["HIFI_REDIS_URL"].startswith(f"redis://{user}:") and "@redis:6379/" in env["HIFI_REDIS_URL"]
-            assert f'"--user" "{user}" "on"' in services["redis"]["command"][-1]
+            assert f'"user {user} on >$${secret_variable("REDIS", user)} ' in services["redis"]["command"][-1]
 
     # only the dashboard and Grafana are published, on the host's loopback; every volume named
     # and declared (bind mounts only for config files)
@@ -148,7 +148,8 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
 def test_redis_keeps_an_append_only_file_with_a_user_per_service_and_kafka_runs_kraft():
     services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
     redis_command = " ".join(services["redis"]["command"])
-    assert "--appendonly yes" in redis_command and '"--user" "default" "off"' in redis_command
+    assert "--appendonly yes" in redis_command and '"user default off"' in redis_command
+    assert "--aclfile /data/users.acl" in redis_command and "PASSWORD" not in redis_command.split("exec")[-1]
     kafka = services["kafka"]
     assert kafka["image"].startswith("apache/kafka:")
     assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
@@ -218,20 +219,23 @@ def test_grafana_shows_only_metrics_the_services_expose():
     assert sd == "http://dashboard:8470/api/prometheus-targets"
 
 
-def test_a_services_redis_user_runs_the_mdr_and_nothing_else(tmp_path):
-    """compose's Redis users, on a real redis-server started with the same options: a node's user
-    does all the MDR does (scripts, streams, scans) on its keys, and no administrative command;
-    without credentials nothing."""
+def test_a_services_redis_user_runs_the_mdr_on_its_own_keys_and_nothing_else(tmp_path):
+    """compose's Redis users, on a real redis-server started from the ACL file compose writes: a
+    node's user does all the MDR does (scripts, streams, scans) on its own keys, reads every key,
+    and is refused another node's records, a token and every administrative command; without
+    credentials nothing. (What each service may write: tests/test_redis_acls.py.)"""
     import redis
 
     from mdr.repository import MDR, ViewRecord, now_ms
-    from services.compose import redis_server_args
+    from services.compose import redis_acl_lines
     from services.embedded import free_port
+    from wire.identity import TokenRecord
 
     port = free_port()
+    acl = tmp_path / "users.acl"
+    acl.write_text("\n".join(redis_acl_lines(load_topology(DEFAULT_TOPOLOGY), lambda u: f"pw-{u}")) + "\n")
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                               "--dir", str(tmp_path), *redis_server_args(["node-door1"], lambda u: f"pw-{u}")],
-                              stdout=subprocess.DEVNULL)
+                               "--dir", str(tmp_path), "--aclfile", str(acl)], stdout=subprocess.DEVNULL)
     try:
         mdr = MDR.connect(f"redis://node-door1:pw-node-door1@127.0.0.1:{port}/0")
         for _ in range(50):
@@ -244,9 +248,12 @@ def test_a_services_redis_user_runs_the_mdr_and_nothing_else(tmp_path):
         assert mdr.heartbeat("door1", 5000)
         mdr.export_view(ViewRecord("v", "door1", "t", "", "", "", (), ("*",), now_ms()))
         assert mdr.add_counts("door1", "q", 1, {"rows_in": 3}) and mdr.stats("door1")["rows_in"] == 3
-        assert mdr.changes()
-        mdr.clear()
-        assert mdr.nodes() == []
+        assert mdr.changes() and [n.id for n in mdr.nodes()] == ["door1"]
+        for refused in (lambda: mdr.register_node("door2", "edge", "warehouse", [], "127.0.0.1:2"),
+                        lambda: mdr.put_token("x" * 64, TokenRecord("mallory", ("admin",), 0)),
+                        lambda: mdr.put_desired({"door2": {"q": "{}"}})):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                refused()
         for command in (("FLUSHALL",), ("CONFIG", "SET", "requirepass", "x"), ("KEYS", "*"), ("ACL", "LIST"),
                         ("SET", "elsewhere", "1")):
             with pytest.raises(redis.exceptions.NoPermissionError):

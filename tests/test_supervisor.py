@@ -11,7 +11,7 @@ SLEEPER = [sys.executable, "-c", "import os, time; print(os.environ['HIFI_NODE_I
 
 
 def test_a_killed_node_process_is_started_again_and_a_stopped_one_is_not(tmp_path):
-    supervisor = Supervisor("unused.yaml", "redis://unused", "unused:9092", str(tmp_path), command=SLEEPER)
+    supervisor = Supervisor("unused.yaml", lambda user: "redis://unused", "unused:9092", str(tmp_path), command=SLEEPER)
     try:
         node = supervisor.start("edge-1")
         first = node.process
@@ -49,7 +49,7 @@ def test_a_node_that_dies_becomes_the_warm_spare_and_a_new_spare_follows(tmp_pat
     import services.supervisor as supervision
 
     monkeypatch.setattr(supervision, "SPARE_AFTER_S", 0.5)
-    supervisor = Supervisor("unused.yaml", "redis://unused", "unused:9092", str(tmp_path), command=STANDBY,
+    supervisor = Supervisor("unused.yaml", lambda user: "redis://unused", "unused:9092", str(tmp_path), command=STANDBY,
                             spare=True)
     try:
         node = supervisor.start("agg")
