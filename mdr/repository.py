@@ -452,8 +452,9 @@ class MDR:
 
     def set_user(self, user: str, password: str, rules: Sequence[str]) -> bool:
         """Make (or make again) the Redis user `user` with `password` and ACL `rules`, saved to the
-        server's ACL file when it keeps one (an embedded Redis: services.embedded); False when
-        this connection may not manage users (a Redis given by URL whose user is not its admin)."""
+        server's ACL file (an embedded Redis keeps one: services.embedded). False, and no user made,
+        when this connection may not manage users or the server keeps no ACL file (a user it
+        forgot at its next restart would lock its service out)."""
         try:
             self.r.execute_command("ACL", "SETUSER", user, "reset", "on", f">{password}", *rules)
         except redis.ResponseError:
@@ -461,7 +462,8 @@ class MDR:
         try:
             self.r.execute_command("ACL", "SAVE")
         except redis.ResponseError:
-            pass   # a server without an ACL file: the user lasts until it restarts
+            self.r.execute_command("ACL", "DELUSER", user)
+            return False
         return True
 
     # ------------------------------------------------------------ tokens (services.identity)

@@ -112,9 +112,14 @@ def ensure_certificates(directory: str) -> str:
     return directory
 
 
+def service_name(directory: str, service: str) -> str:
+    """Whose files `service` presents: its own, or the default service's when it has none."""
+    return service if os.path.exists(os.path.join(directory, f"{service}.pem")) else DEFAULT_SERVICE
+
+
 def server_files(directory: str, service: str) -> tuple[bytes, bytes]:
     """(key, certificate chain) of `service`, or of the default service when it has none."""
-    name = service if os.path.exists(os.path.join(directory, f"{service}.pem")) else DEFAULT_SERVICE
+    name = service_name(directory, service)
     with open(os.path.join(directory, f"{name}.key"), "rb") as fh:
         key = fh.read()
     with open(os.path.join(directory, f"{name}.pem"), "rb") as fh:

@@ -136,14 +136,14 @@ class Hierarchy:
                 if self.only and spec.id not in self.only:
                     continue
                 progress(f"starting node {spec.id} ({spec.tier})")
-                node = HiFiNode(spec.id, self.topology, MDR.connect(self.service_url(node_service(spec.id))), spark,
-                                self.bootstrap,
+                mdr = MDR.connect(self.mdr_url_for(node_service(spec.id)))
+                node = HiFiNode(spec.id, self.topology, mdr, spark, self.bootstrap,
                                 self.state_dir, self.trigger_ms, security=Security(self.tls_dir),
                                 stream_home=os.path.join(self.state_dir, STREAM_HOME))
                 node.start()
                 self.nodes[spec.id] = node
         # its own MDR client: its MDR operations are its own metrics
-        self._placement_service = start_placement_service(MDR.connect(self.service_url("placement")), self.bootstrap,
+        self._placement_service = start_placement_service(MDR.connect(self.mdr_url_for("placement")), self.bootstrap,
                                                           Security(self.tls_dir))
         self.placement = self._placement_service.placement
         self.placement_address = self._placement_service.address
@@ -152,7 +152,7 @@ class Hierarchy:
     def _start_processes(self, progress: Callable[[str], None], timeout_s: float = 900.0) -> None:
         """Every node as a process under the supervisor (each waits for its children's exports
         itself); returns once all are alive."""
-        self.supervisor = Supervisor(self.topology.source, self.service_url, self.bootstrap, self.state_dir, progress,
+        self.supervisor = Supervisor(self.topology.source, self.mdr_url_for, self.bootstrap, self.state_dir, progress,
                                      self.trigger_ms, spare=self.spare, tls_dir=self.tls_dir)
         progress(f"starting {len(self.topology.nodes)} node processes (their logs: {self.state_dir}/<node>.log)")
         for spec in self.topology.bottom_up():
@@ -164,20 +164,21 @@ class Hierarchy:
                                    f"(logs in {self.state_dir})")
             time.sleep(0.5)
 
-    def service_url(self, user: str) -> str:
+    def mdr_url_for(self, user: str) -> str:
         """The MDR's URL for the service whose Redis user is `user` (services.redis_acls: what it may
         write), the user made with a new password; the deployment's own URL when the Redis given
-        does not let this connection make users."""
+        cannot keep users (its user may not make them, or it has no ACL file)."""
         password = secrets.token_urlsafe(24)
         if not self.mdr.set_user(user, password, rules_by_user(self.topology)[user]):
-            log.warning("the MDR's user may not make users: every service writes with it")
+            log.warning("the MDR cannot keep a user per service (its user may not make users, or it has no ACL "
+                        "file): %s writes with the deployment's own user", user)
             return self.redis_url
         url = urlsplit(self.redis_url)
         return urlunsplit(url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}"))
 
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
         """Serve the operations dashboard (services.dashboard); returns its URL."""
-        self.dashboard = Dashboard(MDR.connect(self.service_url("dashboard")), self.bootstrap, Security(self.tls_dir),
+        self.dashboard = Dashboard(MDR.connect(self.mdr_url_for("dashboard")), self.bootstrap, Security(self.tls_dir),
                                    self.topology)
         return self.dashboard.serve(listen)
 

@@ -39,12 +39,6 @@ class UnsignedPart(HiFiError):
     """A part its node may not run: the placement service did not sign it as given."""
 
 
-def _certificate_path(tls_dir: str) -> str:
-    """The placement service's certificate: its own, else the deployment's default."""
-    own = os.path.join(tls_dir, f"{SIGNER}.pem")
-    return own if os.path.exists(own) else os.path.join(tls_dir, f"{certs.DEFAULT_SERVICE}.pem")
-
-
 class PartSigner:
     """The placement service's side: its TLS key signs each part it sends."""
 
@@ -78,7 +72,7 @@ class PartVerifier:
                                f"on {part.node}: it was changed, or signed for another node") from None
 
     def _public_key(self) -> ec.EllipticCurvePublicKey:
-        path = _certificate_path(self.tls_dir)
+        path = os.path.join(self.tls_dir, f"{certs.service_name(self.tls_dir, SIGNER)}.pem")
         changed = os.stat(path).st_mtime
         if self._loaded is None or self._loaded[0] != changed:
             self._loaded = (changed, _signer_key(path, os.path.join(self.tls_dir, "ca.pem")))

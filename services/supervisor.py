@@ -47,14 +47,14 @@ class NodeProcess:
 class Supervisor:
     """Starts a topology's nodes as processes and restarts those that die until stopped."""
 
-    def __init__(self, topology_path: str, redis_url: Callable[[str], str], bootstrap: str, workdir: str,
+    def __init__(self, topology_path: str, mdr_url_for: Callable[[str], str], bootstrap: str, workdir: str,
                  progress: Callable[[str], None] = lambda _: None, trigger_ms: int = 1000,
                  command: list[str] | None = None, spare: bool = False, tls_dir: str = "") -> None:
         """`command`: what runs a node (default `hifi node` on the topology; its id and state
         directory are in its environment); `spare`: keep a warm spare process (the module's doc);
         `tls_dir`: the deployment's certificates (services.certs), HIFI_TLS_DIR of every node;
-        `redis_url`: the MDR's URL for a Redis user (services.redis_acls), a node's own made once."""
-        self.redis_url, self.bootstrap, self.workdir, self.tls_dir = redis_url, bootstrap, workdir, tls_dir
+        `mdr_url_for`: the MDR's URL for a Redis user (services.redis_acls), a node's own made once."""
+        self.mdr_url_for, self.bootstrap, self.workdir, self.tls_dir = mdr_url_for, bootstrap, workdir, tls_dir
         self.command = command or [HIFI, "node", "--topology", topology_path, "--trigger-ms", str(trigger_ms)]
         self.progress = progress
         self.nodes: dict[str, NodeProcess] = {}
@@ -71,7 +71,7 @@ class Supervisor:
         os.makedirs(state_dir, exist_ok=True)
         with self._lock:
             known = self.nodes.get(node_id)
-            url = known.env["HIFI_REDIS_URL"] if known else self.redis_url(node_service(node_id))
+            url = known.env["HIFI_REDIS_URL"] if known else self.mdr_url_for(node_service(node_id))
             env = self._env({"HIFI_NODE_ID": node_id, "HIFI_STATE_DIR": state_dir, "HIFI_METRICS_PORT": "0",
                              "HIFI_LISTEN": "127.0.0.1:0", "HIFI_REDIS_URL": url, **(extra_env or {})})
             node = known or NodeProcess(node_id, env, os.path.join(self.workdir, f"{node_id}.log"))
