@@ -3,10 +3,10 @@
 The broker (docker-compose.yml's `kafka`) takes clients only over SASL/SCRAM-SHA-512 and denies
 what no ACL allows; its `kafka-setup` service creates the users and applies `acls(topology)`.
 Principals:
-  node-<id>   reads its raw topic and writes its motes' settings (an edge); reads the views and
-              remote-query partials of the nodes below it (a parent reads its children's exports;
-              one adopting a dead child's children reads theirs), writes its own views, partials,
-              results and dead letters
+  node-<id>   reads its raw topic and writes its motes' settings (an edge); reads and writes its own
+              views and partials and those of the nodes below it (a parent reads its children's
+              exports; one adopting a dead child's children reads theirs, and writes a dead child's
+              while it runs its parts), writes its own and those nodes' results and its dead letters
   placement   describes every topic (a query starts from the ends its sources have) and reads
               results; agents write the edges' raw topics and read their control topics; dashboard
               reads views and dead letters (it checks each view's readers before streaming it, as
@@ -15,8 +15,10 @@ Principals:
   <principal> a principal a view's readers name reads that view's topic, and nothing else
   admin       the super user kafka-setup acts as (besides the broker's own loopback listener)
 A role (`role:user`) grants rights through the API only: to read a topic directly a principal
-must be named. Remote-query partials are named `hifi.rqs.<query>.<node>`, so a node's rights on
-them are by the prefix `hifi.rqs.` (whoever reads them must also know a query id).
+must be named. A node's topics are named by the node first (`hifi.view.<node>.`, `hifi.rqs.<node>.`,
+`hifi.results.<node>.`, wire.topics), so every right on them is a prefix ACL fixed by the topology
+(a node writes the topics of every query it runs, and no other node's): the broker needs no ACL
+per query, and the placement service no right to change ACLs.
 """
 
 from __future__ import annotations
@@ -99,14 +101,12 @@ def acls(topology: Topology) -> list[Acl]:
                       Acl(user, "Write", control_topic(node)), Acl(user, "Create", control_topic(node)),
                       Acl("agents", "Read", control_topic(node)), Acl("agents", "Create", control_topic(node))]
         below = _below(topology, node)
-        # its own views, and those of the nodes below it (it runs a dead child's parts meanwhile)
-        views = [f"hifi.view.{n}." for n in (node, *below)]
-        rules += [Acl(user, op, prefix, True) for prefix in views for op in ("Read", "Write", "Create")]
-        rules += [Acl(user, op, prefix, True) for prefix in ("hifi.rqs.", "hifi.results.")
-                  for op in ("Write", "Create")]
+        # its own views, partials and results, and those of the nodes below it (it reads their
+        # exports, and runs a dead child's parts meanwhile): never another branch's or a parent's
+        prefixes = [f"hifi.{kind}.{n}." for n in (node, *below) for kind in ("view", "rqs", "results")]
+        rules += [Acl(user, op, prefix, True) for prefix in prefixes for op in ("Read", "Write", "Create")
+                  if not (op == "Read" and prefix.startswith("hifi.results."))]
         rules += [Acl(user, op, dead_topic(node)) for op in ("Write", "Create")]
-        if below:
-            rules.append(Acl(user, "Read", "hifi.rqs.", True))
     for node in topology.nodes:
         for view in topology.views_at(node):
             if view.materialize:

@@ -27,7 +27,8 @@ def test_a_principal_named_by_one_view_reads_its_topic_and_nothing_else():
     assert allowed(rules, "analyst", "Read", view_topic("region", "location_counts"))
     refused = [raw_topic("door1"), raw_topic("door2"), view_topic("door1", "smoothed_rfid_stream"),
                view_topic("door1", "people_in_danger"), view_topic("warehouse", "product_counts"),
-               view_topic("region", "stock_alerts"), rqs_topic("q1", "door1"), results_topic("q1"), dead_topic("door1")]
+               view_topic("region", "stock_alerts"), rqs_topic("q1", "door1"), results_topic("q1", "region"),
+               dead_topic("door1")]
     assert [t for t in refused if allowed(rules, "analyst", "Read", t)] == []
     assert not allowed(rules, "analyst", "Write", view_topic("region", "location_counts"))
     # a role grants nothing on the broker: someone with only role:user reads no topic
@@ -43,6 +44,12 @@ def test_each_node_reads_what_is_below_it_and_writes_only_its_own():
     assert not allowed(rules, door1, "Read", view_topic("door2", "smoothed_rfid_stream"))
     assert not allowed(rules, door1, "Read", rqs_topic("q1", "door2"))   # an edge reads no partials
     assert allowed(rules, door1, "Write", rqs_topic("q1", "door1"))
+    # one node forges no other node's partials or results (a query's results are its final node's)
+    assert not allowed(rules, door1, "Write", rqs_topic("q1", "door2"))
+    assert allowed(rules, door1, "Write", results_topic("q1", "door1"))
+    assert not allowed(rules, door1, "Write", results_topic("q1", "region"))
+    assert not allowed(rules, warehouse, "Write", rqs_topic("q1", "region"))
+    assert not allowed(rules, warehouse, "Read", results_topic("q1", "warehouse"))
     assert allowed(rules, door1, "Write", dead_topic("door1"))
     assert allowed(rules, warehouse, "Read", view_topic("door1", "smoothed_rfid_stream"))
     assert allowed(rules, warehouse, "Read", rqs_topic("q1", "door2"))
@@ -50,7 +57,7 @@ def test_each_node_reads_what_is_below_it_and_writes_only_its_own():
     assert not allowed(rules, warehouse, "Read", view_topic("region", "location_counts"))   # above it
     # the core may run any dead node's parts meanwhile (re-parenting): it writes their views too
     assert allowed(rules, hq, "Write", view_topic("door1", "smoothed_rfid_stream"))
-    assert allowed(rules, hq, "Write", results_topic("q1"))
+    assert allowed(rules, hq, "Write", results_topic("q1", "region"))
 
 
 def test_the_services_and_the_operator_have_their_own_rights():
@@ -62,7 +69,7 @@ def test_the_services_and_the_operator_have_their_own_rights():
         not allowed(rules, "agents", "Write", control_topic("door1"))
     assert allowed(rules, "node-door1", "Write", control_topic("door1")) and \
         not allowed(rules, "node-door1", "Write", control_topic("door2"))
-    assert allowed(rules, "placement", "Read", results_topic("q1"))
+    assert allowed(rules, "placement", "Read", results_topic("q1", "door1"))
     assert allowed(rules, "placement", "Describe", raw_topic("door1"))
     assert not allowed(rules, "placement", "Read", raw_topic("door1"))
     assert allowed(rules, "dashboard", "Read", view_topic("region", "stock_alerts"))

@@ -103,7 +103,8 @@ def test_producers_emit_pane_partials_and_the_root_assembles_windows():
     assert isinstance(producer, Aggregate) and producer.window == Window(2000, 2000)
     assert producer.child == Source(("hifi.raw.door1",), "rfid", producer.child.columns, "ts", 1000)
     final = plan.tasks[-1]
-    assert final.topic == "hifi.results.q1" and plan.columns == ["window_start", "window_end", "tag_id", "n"]
+    assert final.topic == f"hifi.results.{final.node}.q1"
+    assert plan.columns == ["window_start", "window_end", "tag_id", "n"]
     windowed = final.plan.child.child
     assert windowed.window == Window(6000, 4000) and windowed.aggregates == (AggSpec("count", "sum", "count"),)
     assert windowed.child.markers and windowed.child.topics == tuple(t.topic for t in plan.tasks[:2])

@@ -173,19 +173,20 @@ def test_a_node_runs_only_what_the_placement_service_signed_and_never_a_topic_no
     node = hifi_pb2_grpc.NodeStub(open_channel(hierarchy.nodes["tr-a"].address,
                                                hierarchy.security.with_token(tokens["admin"])))
     before = _state(hierarchy)
-    own = PartSpec("q1", source, "hifi.results.q1", "tr-a")
+    own = PartSpec("q1", source, "hifi.results.tr-a.q1", "tr-a")
     unsigned = _call(node, "Deploy", own.to_proto())
     assert unsigned[0] == grpc.StatusCode.PERMISSION_DENIED and "is not signed" in unsigned[1]
     elsewhere = replace(own, node="tr-b")   # signed for another node
     moved = _call(node, "Deploy", own.to_proto(signature=signer.sign(elsewhere)))
     assert moved[0] == grpc.StatusCode.PERMISSION_DENIED and "signed for another node" in moved[1]
-    forged = replace(own, topic="hifi.results.q2")
+    forged = replace(own, topic="hifi.results.tr-a.q2")
     wrong_topic = _call(node, "Deploy", forged.to_proto(signature=signer.sign(forged)))
-    assert wrong_topic[0] == grpc.StatusCode.INVALID_ARGUMENT and "may not write 'hifi.results.q2'" in wrong_topic[1]
+    assert wrong_topic[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert "may not write 'hifi.results.tr-a.q2'" in wrong_topic[1]
     other_view = replace(own, query_id="view.v", export_as="v", topic="hifi.view.tr-b.v")
     assert _call(node, "Deploy", other_view.to_proto(signature=signer.sign(other_view)))[0] == \
         grpc.StatusCode.INVALID_ARGUMENT
-    outside = replace(own, query_id="..", topic="hifi.results..")
+    outside = replace(own, query_id="..", topic="hifi.results.tr-a..")
     outside_call = _call(node, "Deploy", outside.to_proto(signature=signer.sign(outside)))
     assert outside_call[0] == grpc.StatusCode.INVALID_ARGUMENT and "not a part's name" in outside_call[1]
 

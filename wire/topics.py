@@ -14,7 +14,9 @@ def view_topic(node: str, view: str) -> str:
 
 
 def rqs_topic(query_id: str, node: str) -> str:
-    return f"hifi.rqs.{query_id}.{node}"
+    """A remote query's partials on `node`: named by the node first, so the broker's ACLs give a
+    node (by prefix) the partials it writes and its parent those it reads (services.kafka_acls)."""
+    return f"hifi.rqs.{node}.{query_id}"
 
 
 def part_topic(node: str, query_id: str, export_as: str = "", output_topic: str = "") -> str:
@@ -29,19 +31,20 @@ def topic_problem(node: str, query_id: str, export_as: str, topic: str) -> str |
 
     >>> topic_problem("door1", "view.v", "v", "hifi.view.door1.v") is None
     True
-    >>> topic_problem("door1", "q1", "", "hifi.results.q1") is None
+    >>> topic_problem("door1", "q1", "", "hifi.results.door1.q1") is None
     True
-    >>> topic_problem("door1", "q1", "", "hifi.results.q2")
-    "part q1 on door1 may not write 'hifi.results.q2' (its topic is 'hifi.results.q1')"
+    >>> topic_problem("door1", "q1", "", "hifi.results.door2.q2")
+    "part q1 on door1 may not write 'hifi.results.door2.q2' (its topic is 'hifi.results.door1.q1')"
     """
-    own = view_topic(node, export_as) if export_as else results_topic(query_id)
+    own = view_topic(node, export_as) if export_as else results_topic(query_id, node)
     if topic == own or (not export_as and topic == rqs_topic(query_id, node)):
         return None
     return f"part {query_id} on {node} may not write {topic[:120]!r} (its topic is {own!r})"
 
 
-def results_topic(query_id: str) -> str:
-    return f"hifi.results.{query_id}"
+def results_topic(query_id: str, node: str) -> str:
+    """A query's results, written by its final part on `node` (by the node first, as `rqs_topic`)."""
+    return f"hifi.results.{node}.{query_id}"
 
 
 def dead_topic(node: str) -> str:

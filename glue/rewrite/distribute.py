@@ -318,7 +318,7 @@ class _Builder:
             if self.q.view_name:
                 return PartSpec(f"view.{self.q.view_name}", plan, view_topic(node, self.q.view_name), node, role,
                                 self.q.view_name)
-            return PartSpec(self.query_id, plan, results_topic(self.query_id), node, role)
+            return PartSpec(self.query_id, plan, results_topic(self.query_id, node), node, role)
         name = _view_name(role, plan)
         # the same name and the same plan: a view of another name-alike is never read as this part
         reused = any(v.node == node and v.name == name and v.plan == plan for v in self.catalog.views)
