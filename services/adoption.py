@@ -22,7 +22,7 @@ from glue.operators import operator_parts
 from glue.standing import StandingView, standing_parts
 from glue.topology import Topology
 from mdr.repository import MDR, Adoption, now_ms
-from services.part_signing import PartVerifier, signed_parts
+from services.part_signing import PartVerifier, Refusals, signed_parts
 from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
 
@@ -44,6 +44,7 @@ class AdoptingNode(Protocol):
     standing: list[StandingView]
     bootstrap: str
     verifier: PartVerifier
+    refusals: Refusals
 
     def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str: ...
 
@@ -52,8 +53,7 @@ def parts_of(node: AdoptingNode, owner: str) -> list[PartSpec]:
     """The parts `owner` runs: its standing views' tasks (from the topology, as it plans them) and
     the query parts the placement service deployed on it (the MDR's desired state, as it signed them)."""
     desired, refused = signed_parts(node.mdr.desired(owner), owner, node.verifier)
-    for reason in refused.values():
-        log.error("node %s: a desired part of %s is not adopted: %s", node.id, owner, reason)
+    node.refusals.report(owner, refused)
     return [*standing_parts(node.standing, owner), *operator_parts(node.topology, owner), *desired]
 
 

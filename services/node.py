@@ -43,7 +43,7 @@ from services.adoption import Adoptions
 from services.auth import Security
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
-from services.part_signing import PartVerifier, UnsignedPart, signed_parts
+from services.part_signing import PartVerifier, Refusals, UnsignedPart, signed_parts
 from services.sensor_proxy import SensorProxy
 from wire import bus
 from wire.errors import HiFiError
@@ -95,7 +95,10 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
         return hifi_pb2.DeployReply(query_id=part.query_id, output_topic=topic)
 
     def Cancel(self, request, context):  # noqa: N802
-        self._guard(context, self.node.cancel, self._part(context, request.query_id))
+        query_id = self._part(context, request.query_id)
+        self._guard(context, self.node.verifier.check_cancel, self.node.id, query_id, request.issued_ms,
+                    request.signature, now_ms())   # whoever calls
+        self._guard(context, self.node.cancel, query_id)
         return hifi_pb2.Ack(ok=True)
 
     def Suspend(self, request, context):  # noqa: N802
@@ -105,10 +108,6 @@ class NodeServicer(hifi_pb2_grpc.NodeServicer):
     def Resume(self, request, context):  # noqa: N802
         self._guard(context, self.node.dsp.resume, self._part(context, request.query_id))
         return hifi_pb2.Ack(ok=True)
-
-    def RevokeView(self, request, context):  # noqa: N802
-        revoked = self.node.revoke(request.view)
-        return hifi_pb2.Ack(ok=revoked, message="" if revoked else f"no view {request.view!r}")
 
     def ListViews(self, request, context):  # noqa: N802
         return hifi_pb2.ViewList(views=[
@@ -144,7 +143,7 @@ class HiFiNode:
         self.topology = topology
         self.security = security or Security.from_env()
         self.verifier = PartVerifier(self.security.tls_dir)   # what it runs, the placement service signed
-        self._refused: dict[str, str] = {}   # desired parts refused (logged once each)
+        self.refusals = Refusals(self.id)   # desired parts refused (logged once each)
         self.standing = standing_views(topology)   # the topology's SQL views, planned as queries are
         self.mdr = mdr
         self.bootstrap = bootstrap
@@ -235,10 +234,7 @@ class HiFiNode:
         deployed = []
         parts, refused = signed_parts({query_id: text for query_id, text in self.mdr.desired(self.id).items()
                                        if query_id not in running}, self.id, self.verifier)
-        for query_id, reason in refused.items():
-            if self._refused.get(query_id) != reason:
-                log.error("node %s: desired part refused: %s", self.id, reason)
-        self._refused = refused
+        self.refusals.report(self.id, refused)
         for part in parts:
             query_id = part.query_id
             try:
@@ -375,7 +371,12 @@ class HiFiNode:
                      time.monotonic() - started)
 
     def cancel(self, query_id: str) -> None:
+        """Stop part `query_id` (KeyError if none runs); a view's part takes its export with it."""
         self.dsp.cancel(query_id)
+        if query_id.startswith("view."):
+            view = query_id.removeprefix("view.")
+            self._exports.pop(view, None)
+            self.mdr.revoke_view(self.id, view)
         if self.proxy is not None:
             self.proxy.forget(query_id)
         self.tell_motes()
@@ -418,9 +419,3 @@ class HiFiNode:
         self._exports[name] = view
         self.mdr.export_view(view)
 
-    def revoke(self, view: str) -> bool:
-        query_id = f"view.{view}"
-        if any(q.query_id == query_id for q in self.dsp.queries()):
-            self.dsp.cancel(query_id)
-        self._exports.pop(view, None)
-        return self.mdr.revoke_view(self.id, view)

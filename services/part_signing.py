@@ -12,10 +12,16 @@ it, node and id included) with the placement service's TLS key (services.certs: 
 or the deployment's default `hifi.key` where services share one, as in `hifi up`). A node checks it
 with the placement certificate, itself checked against the deployment's CA: a node needs no
 secret to check, and none it holds can sign. ~0.1 ms to sign, ~0.2 ms to check (one part).
+
+A node stops a part on the placement service's word too (`cancel_bytes`: the node, the part and
+when it was said, refused once older than CANCEL_VALID_MS), so a compromised container cannot stop
+what runs elsewhere either.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -30,9 +36,22 @@ from services import certs
 from wire.errors import HiFiError
 from wire.topics import part_id_problem
 
+log = logging.getLogger("hifi.signing")
+
 SIGNER = "placement"
 SIGNERS = (SIGNER, certs.DEFAULT_SERVICE)   # the certificate names a signing key may have
 SIGNATURE = ec.ECDSA(hashes.SHA256())
+CANCEL_VALID_MS = 300_000   # a word to cancel outlives any retry of it, and a clock's skew
+
+
+def cancel_bytes(node: str, query_id: str, issued_ms: int) -> bytes:
+    """What the placement service signs to stop part `query_id` on `node`, said at `issued_ms`.
+
+    >>> cancel_bytes("door1", "q1", 5)
+    b'{"cancel":"q1","issued_ms":5,"node":"door1"}'
+    """
+    return json.dumps({"cancel": query_id, "issued_ms": issued_ms, "node": node},
+                      sort_keys=True, separators=(",", ":")).encode()
 
 
 class UnsignedPart(HiFiError):
@@ -51,6 +70,9 @@ class PartSigner:
     def sign(self, part: PartSpec) -> bytes:
         return self._key.sign(part.signed_bytes(), SIGNATURE)
 
+    def sign_cancel(self, node: str, query_id: str, issued_ms: int) -> bytes:
+        return self._key.sign(cancel_bytes(node, query_id, issued_ms), SIGNATURE)
+
 
 class PartVerifier:
     """A node's side: the placement certificate's key, read again when the file changes (a
@@ -65,11 +87,27 @@ class PartVerifier:
         if not signature:
             raise UnsignedPart(f"part {part.query_id} is not signed: a node runs only what the placement "
                                "service signed")
-        try:
-            self._public_key().verify(signature, part.signed_bytes(), SIGNATURE)
-        except InvalidSignature:
+        if not self._signed(part.signed_bytes(), signature):
             raise UnsignedPart(f"part {part.query_id}'s signature is not the placement service's over this part "
-                               f"on {part.node}: it was changed, or signed for another node") from None
+                               f"on {part.node}: it was changed, or signed for another node")
+
+    def check_cancel(self, node: str, query_id: str, issued_ms: int, signature: bytes, now_ms: int) -> None:
+        """Raise UnsignedPart unless the placement service said lately to stop `query_id` on `node`."""
+        if not signature:
+            raise UnsignedPart(f"the cancel of {query_id} is not signed: a node stops a part only on the "
+                               "placement service's word")
+        if abs(now_ms - issued_ms) > CANCEL_VALID_MS:
+            raise UnsignedPart(f"the cancel of {query_id} was said {(now_ms - issued_ms) / 1000:.0f} s ago: "
+                               f"it holds for {CANCEL_VALID_MS // 1000} s")
+        if not self._signed(cancel_bytes(node, query_id, issued_ms), signature):
+            raise UnsignedPart(f"the cancel of {query_id} is not the placement service's word for {node}")
+
+    def _signed(self, data: bytes, signature: bytes) -> bool:
+        try:
+            self._public_key().verify(signature, data, SIGNATURE)
+            return True
+        except InvalidSignature:
+            return False
 
     def _public_key(self) -> ec.EllipticCurvePublicKey:
         path = os.path.join(self.tls_dir, f"{certs.service_name(self.tls_dir, SIGNER)}.pem")
@@ -111,3 +149,20 @@ def signed_parts(entries: Mapping[str, str], node: str,
         except (HiFiError, ValueError, KeyError, TypeError) as exc:   # a malformed entry is refused alike
             refused[query_id] = str(exc) if isinstance(exc, HiFiError) else f"part {query_id} is malformed: {exc!r}"
     return parts, refused
+
+
+class Refusals:
+    """The desired parts a node refused, each logged once while it stays refused (a node reads the
+    MDR's desired state every round: its own, and that of each dead node it adopts)."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self._reasons: dict[str, dict[str, str]] = {}   # whose desired state -> query id -> reason
+
+    def report(self, owner: str, refused: Mapping[str, str]) -> None:
+        seen = self._reasons.get(owner, {})
+        for query_id, reason in refused.items():
+            if seen.get(query_id) != reason:
+                whose = "" if owner == self.node else f" of {owner}"
+                log.error("node %s: a desired part%s is refused: %s", self.node, whose, reason)
+        self._reasons[owner] = dict(refused)

@@ -251,11 +251,11 @@ class QueryPlacer:
             raise PlacementError(f"node {part.node} refused {part.query_id}: {exc.details()}") from None
 
     def _cancel_on(self, node: str, query_id: str) -> None:
+        issued = now_ms()
         try:
-            stub = self._stub(node)
-            stub.Cancel(hifi_pb2.QueryRef(query_id=query_id), timeout=30)
-            if query_id.startswith("view."):
-                stub.RevokeView(hifi_pb2.ViewRef(view=query_id.removeprefix("view.")), timeout=10)
+            self._stub(node).Cancel(hifi_pb2.CancelRequest(
+                query_id=query_id, issued_ms=issued, signature=self.signer.sign_cancel(node, query_id, issued)),
+                timeout=30)
         except (grpc.RpcError, PlacementError) as exc:
             log.warning("cancel %s on %s: %s", query_id, node, exc)
 

@@ -20,7 +20,7 @@ from mdr.repository import Adoption
 from services.adoption import adopted_id, parts_of
 from services.certs import make_certificates
 from services.health import moves
-from services.part_signing import PartSigner, PartVerifier
+from services.part_signing import PartSigner, PartVerifier, Refusals
 from services.paths import DEFAULT_TOPOLOGY
 from wire.topics import rqs_topic, view_topic
 
@@ -123,6 +123,7 @@ def test_a_dead_nodes_parts_are_its_standing_tasks_and_its_desired_query_parts_w
         "q1-final": final.to_json(signer.sign(final)), "view.mine": view.to_json(signer.sign(view)),
         "q2-final": json.dumps({"plan": to_json(query_plan), "topic": rqs_topic("q2-final", "warehouse")})}
     node = SimpleNamespace(id="w2", standing=standing, topology=topology, verifier=PartVerifier(str(tmp_path)),
+                           refusals=Refusals("w2"),
                            mdr=SimpleNamespace(desired=lambda owner: desired if owner == "warehouse" else {}))
     parts = parts_of(node, "warehouse")
     assert [(p.query_id, p.topic) for p in parts[:len(mine)]] == [(t.query_id, t.topic) for t in mine]

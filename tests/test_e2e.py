@@ -18,6 +18,7 @@ from edge.truth import covered_windows, readings_per_node
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import open_channel
+from services.part_signing import PartSigner
 from services.paths import DEFAULT_TOPOLOGY
 from tests.conftest import running_hierarchy, topic_rows, wait_for
 from wire.codec import datetime_ms as _ms
@@ -206,7 +207,9 @@ def test_node_grpc_api_health_and_reflection(hierarchy):
             (query_id, "running") for query_id in ["view.mote_quality", *parts])
         assert "view.smoothed_rfid_stream" in parts and any(p.startswith("view.producer_") for p in parts)
         with pytest.raises(grpc.RpcError) as missing:
-            node.Cancel(hifi_pb2.QueryRef(query_id="no-such-query"))
+            issued = int(time.time() * 1000)
+            signature = PartSigner(hierarchy.security.tls_dir).sign_cancel("door1", "no-such-query", issued)
+            node.Cancel(hifi_pb2.CancelRequest(query_id="no-such-query", issued_ms=issued, signature=signature))
         assert missing.value.code() == grpc.StatusCode.NOT_FOUND
         with pytest.raises(grpc.RpcError) as bad:
             node.Deploy(hifi_pb2.DeployRequest(query_id="x", plan=hifi_pb2.Plan(format="hifi-plan/1", body="{")))

@@ -91,10 +91,9 @@ def _node_calls(node: str) -> dict[str, tuple]:
     plan = hifi_pb2.Plan(format=PLAN_FORMAT, body="{}")
     view_part = "view.door_reads"
     return {"Deploy": ("unary", hifi_pb2.DeployRequest(query_id="evil", plan=plan, output_topic="hifi.results.evil")),
-            "Cancel": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
+            "Cancel": ("unary", hifi_pb2.CancelRequest(query_id=view_part)),
             "Suspend": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
             "Resume": ("unary", hifi_pb2.QueryRef(query_id=view_part)),
-            "RevokeView": ("unary", hifi_pb2.ViewRef(view="door_reads")),
             "ListViews": ("unary", hifi_pb2.Empty()), "ListQueries": ("unary", hifi_pb2.Empty()),
             "Status": ("unary", hifi_pb2.Empty())}
 
@@ -189,6 +188,17 @@ def test_a_node_runs_only_what_the_placement_service_signed_and_never_a_topic_no
     outside = replace(own, query_id="..", topic="hifi.results.tr-a..")
     outside_call = _call(node, "Deploy", outside.to_proto(signature=signer.sign(outside)))
     assert outside_call[0] == grpc.StatusCode.INVALID_ARGUMENT and "not a part's name" in outside_call[1]
+
+    # nor stops one but on the placement service's word, said lately, for this node and part
+    now = int(time.time() * 1000)
+    for request in (hifi_pb2.CancelRequest(query_id="view.door_reads"),
+                    hifi_pb2.CancelRequest(query_id="view.door_reads", issued_ms=now,
+                                           signature=signer.sign_cancel("tr-b", "view.door_reads", now)),
+                    hifi_pb2.CancelRequest(query_id="view.door_reads", issued_ms=now - 600_000,
+                                           signature=signer.sign_cancel("tr-a", "view.door_reads", now - 600_000))):
+        code, details = _call(node, "Cancel", request)
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "the cancel of view.door_reads" in details, details
+    assert _state(hierarchy) == before
 
     hierarchy.mdr.put_desired({"tr-a": {"q1": own.to_json()}})   # as whoever could write the MDR
     try:

@@ -35,7 +35,6 @@ METHOD_ROLES = {
     "/hifi.Placement/Results": "user",      # only its own query, but for an operator
     "/hifi.Node/Deploy": "service",
     "/hifi.Node/Cancel": "service",
-    "/hifi.Node/RevokeView": "service",
     "/hifi.Node/Suspend": "operator",
     "/hifi.Node/Resume": "operator",
     "/hifi.Node/ListViews": "operator",
