@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import ssl
 from collections.abc import Sequence
 
 from cryptography import x509
@@ -117,14 +118,33 @@ def service_name(directory: str, service: str) -> str:
     return service if os.path.exists(os.path.join(directory, f"{service}.pem")) else DEFAULT_SERVICE
 
 
+def server_paths(directory: str, service: str) -> tuple[str, str]:
+    """The paths of (key, certificate chain) of `service`, or of the default service when it has none."""
+    name = service_name(directory, service)
+    return os.path.join(directory, f"{name}.key"), os.path.join(directory, f"{name}.pem")
+
+
 def server_files(directory: str, service: str) -> tuple[bytes, bytes]:
     """(key, certificate chain) of `service`, or of the default service when it has none."""
-    name = service_name(directory, service)
-    with open(os.path.join(directory, f"{name}.key"), "rb") as fh:
-        key = fh.read()
-    with open(os.path.join(directory, f"{name}.pem"), "rb") as fh:
-        chain = fh.read()
-    return key, chain
+    contents = []
+    for path in server_paths(directory, service):
+        with open(path, "rb") as fh:
+            contents.append(fh.read())
+    return contents[0], contents[1]
+
+
+def server_context(directory: str, service: str) -> ssl.SSLContext:
+    """A TLS server context presenting `service`'s certificate (TLS 1.2 at least)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    key, chain = server_paths(directory, service)
+    context.load_cert_chain(chain, key)
+    return context
+
+
+def client_context(directory: str) -> ssl.SSLContext:
+    """A TLS client context trusting the deployment's CA only."""
+    return ssl.create_default_context(cafile=os.path.join(directory, "ca.pem"))
 
 
 def ca_bytes(directory: str) -> bytes:

@@ -283,7 +283,7 @@ def health_problem(args: argparse.Namespace) -> str | None:
             return f"{args.grpc}: {health_pb2.HealthCheckResponse.ServingStatus.Name(status)}"
     if args.http:
         try:
-            with urllib.request.urlopen(args.http, timeout=5) as answer:
+            with urllib.request.urlopen(args.http, timeout=5, context=_https_context(args.http)) as answer:
                 if answer.status != 200:
                     return f"{args.http}: HTTP {answer.status}"
         except OSError as exc:
@@ -296,6 +296,15 @@ def health_problem(args: argparse.Namespace) -> str | None:
         if age > args.max_age:
             return f"{args.fresh} was last written {age:.0f} s ago"
     return None
+
+
+def _https_context(url: str):
+    """For an https URL, a TLS context trusting the deployment's CA (HIFI_TLS_DIR) only."""
+    if not url.startswith("https:"):
+        return None
+    from services import certs
+
+    return certs.client_context(_security().tls_dir)
 
 
 def cmd_health(args: argparse.Namespace) -> int:

@@ -44,6 +44,7 @@ import logging
 import os
 import queue
 import secrets
+import ssl
 import threading
 import time
 import urllib.request
@@ -62,6 +63,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services import certs
 from services.auth import Authenticator, Security, open_channel
 from services.health import CountsSample, RateWindow, moves, node_health, tier_series
 from services.metrics import ServiceMetrics
@@ -197,14 +199,21 @@ class Dashboard:
         host, _, port = listen.rpartition(":")
         dashboard = self
 
+        tls = not loopback(host)   # beyond loopback a session cookie must never cross the wire in clear
+
         class Handler(_Handler):
             owner = dashboard
             hosts = allowed_hosts(host, advertise_host, os.environ.get("HIFI_DASHBOARD_HOSTS", ""))
+            secure = tls
 
-        self._server = ThreadingHTTPServer((host, int(port)), Handler)
+        if tls:
+            self._server = _TLSServer((host, int(port)), Handler)
+            self._server.context = certs.server_context(self.security.tls_dir, "dashboard")
+        else:
+            self._server = ThreadingHTTPServer((host, int(port)), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="dashboard-http", daemon=True).start()
-        self.url = f"http://{advertise_host or host}:{self._server.server_port}/"
+        self.url = f"{'https' if tls else 'http'}://{advertise_host or host}:{self._server.server_port}/"
         self.events.start()
         self.mdr.put_endpoints("dashboard", {"http": self.url, "metrics": f"{self.url}metrics"})
         return self.url
@@ -292,7 +301,7 @@ class Dashboard:
             url = urlsplit(endpoints.get("metrics", ""))
             if not url.netloc:
                 continue
-            labels = {"service": service, "__metrics_path__": url.path or "/metrics"}
+            labels = {"service": service, "__metrics_path__": url.path or "/metrics", "__scheme__": url.scheme}
             if service.startswith("node:"):
                 node = service.removeprefix("node:")
                 labels.update(node=node, tier=tiers.get(node, ""))
@@ -424,6 +433,34 @@ SECURITY_HEADERS = {
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
+def loopback(host: str) -> bool:
+    """Whether listening on `host` keeps the dashboard on this machine.
+
+    >>> [loopback(h) for h in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "", "dashboard")]
+    [True, True, True, False, False, False]
+    """
+    return host in LOCAL_HOSTS
+
+
+class _TLSServer(ThreadingHTTPServer):
+    """The dashboard over TLS: each connection's handshake in its own thread (a client that never
+    finishes one holds only that thread, for _Handler.timeout at most)."""
+
+    context: ssl.SSLContext
+
+    def finish_request(self, request, client_address) -> None:
+        request.settimeout(_Handler.timeout)
+        try:
+            tls = self.context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:   # plain HTTP, or no handshake: nothing to answer
+            log.debug("dashboard: no TLS from %s: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
+
+
 def allowed_hosts(listen_host: str, advertise_host: str = "", extra: str = "") -> frozenset[str]:
     """The host names a request may ask for (its `Host`, the port aside): the advertised and listened
     names, the loopback names, and `extra` (comma-separated, HIFI_DASHBOARD_HOSTS). A name outside
@@ -464,6 +501,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60   # seconds a socket may stall (a body promised and never sent must not hold a thread)
     owner: Dashboard
     hosts: frozenset[str] = frozenset(LOCAL_HOSTS)
+    secure = False   # served over TLS: the session cookie is `Secure`
     protocol_version = "HTTP/1.1"
 
     def end_headers(self) -> None:
@@ -673,7 +711,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body_bytes)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("Set-Cookie", f"{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict; "
-                                       f"Max-Age={SESSION_S}")
+                                       f"Max-Age={SESSION_S}" + ("; Secure" if self.secure else ""))
         self.end_headers()
         self.wfile.write(body_bytes)
 

@@ -104,6 +104,46 @@ def test_every_answer_forbids_framing_sniffing_and_foreign_scripts_and_a_foreign
     assert not hierarchy.mdr.queries()
 
 
+def test_beyond_loopback_the_dashboard_speaks_only_tls_and_its_session_cookie_is_secure(hierarchy):
+    """Listening on every interface (as in a container), the dashboard serves HTTPS with the
+    deployment's certificates; plain HTTP gets no answer; a session cookie is `Secure`."""
+    import http.client
+    import json
+    import ssl
+
+    from mdr.repository import MDR
+    from services import certs
+    from services.auth import Security
+    from services.dashboard import SESSION_COOKIE, Dashboard
+
+    tls_dir = hierarchy.security.tls_dir
+    dashboard = Dashboard(MDR.connect(hierarchy.mdr_url_for("dashboard")), hierarchy.bootstrap, Security(tls_dir),
+                          hierarchy.topology)
+    url = dashboard.serve("0.0.0.0:0")
+    port = int(url.rstrip("/").rpartition(":")[2])
+    try:
+        assert url.startswith("https://")
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        with pytest.raises((ConnectionError, http.client.HTTPException, OSError)):
+            plain.request("GET", "/")
+            plain.getresponse()
+        untrusted = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=ssl.create_default_context())
+        with pytest.raises(ssl.SSLCertVerificationError):
+            untrusted.request("GET", "/")
+        secure = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=certs.client_context(tls_dir))
+        secure.request("GET", "/")
+        page = secure.getresponse()
+        assert page.status == 200 and b"<html" in page.read().lower()
+        secure.request("POST", "/api/login", json.dumps({"token": hierarchy.admin_token}),
+                       {"Content-Type": "application/json", "Origin": f"https://127.0.0.1:{port}"})
+        answer = secure.getresponse()
+        answer.read()
+        cookie = answer.headers["Set-Cookie"]
+        assert answer.status == 200 and cookie.startswith(f"{SESSION_COOKIE}=") and "; Secure" in cookie, cookie
+    finally:
+        dashboard.close()
+
+
 def _js(browser, script: str):
     return browser.execute_script(script)
 
