@@ -15,12 +15,14 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import secrets
 import ssl
 from collections.abc import Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_DAYS = 3650
@@ -104,6 +106,24 @@ def make_certificates(directory: str, services: Sequence[str] = (DEFAULT_SERVICE
     for service in services:
         written.append(issue(directory, service, hosts))
     return written
+
+
+def write_keystore(directory: str, service: str) -> str:
+    """`service`'s key and certificate chain as a PKCS#12 keystore, `<service>.p12` (for a JVM
+    service: the broker), locked with a new random password written beside it (`.p12.password`,
+    0600; the file's mode is what protects it, the password is the JVM's requirement); its path."""
+    with open(os.path.join(directory, f"{service}.key"), "rb") as fh:
+        key = serialization.load_pem_private_key(fh.read(), None)
+    with open(os.path.join(directory, f"{service}.pem"), "rb") as fh:
+        cert = x509.load_pem_x509_certificate(fh.read())
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    password = secrets.token_urlsafe(24)
+    path = os.path.join(directory, f"{service}.p12")
+    _write(path, pkcs12.serialize_key_and_certificates(
+        service.encode(), key, cert, [_load_ca(directory)[0]],
+        serialization.BestAvailableEncryption(password.encode())), private=True)
+    _write(f"{path}.password", password.encode(), private=True)
+    return path
 
 
 def ensure_certificates(directory: str) -> str:

@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a name or address the certificates are valid for besides the service name, "
                             "localhost and 127.0.0.1 (repeat)")
     certs.add_argument("--deployment", default="hifi", help="the CA's name (default hifi)")
+    certs.add_argument("--keystore", action="append", default=[], metavar="SERVICE",
+                       help="also write SERVICE's key and certificate as a PKCS#12 keystore, SERVICE.p12, locked "
+                            "with a random password in SERVICE.p12.password (a JVM service: the Kafka broker)")
     certs.set_defaults(func=cmd_certs)
 
     users = sub.add_parser("users", help="users' tokens: add (prints a new token once), remove, list")

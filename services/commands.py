@@ -603,15 +603,18 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
-    from services.certs import expiry, make_certificates
+    from services.certs import expiry, make_certificates, write_keystore
 
     services = args.service or ["hifi"]
     try:
         written = make_certificates(args.directory, services, args.host, args.deployment)
+        keystores = [write_keystore(args.directory, service) for service in args.keystore]
     except (OSError, ValueError) as exc:
         raise CLIError(f"cannot make certificates in {args.directory}: {exc}") from None
     for path in written:
         _say(f"{path}  valid until {expiry(path):%Y-%m-%d}")
+    for path in keystores:
+        _say(f"{path}  (its password in {path}.password)")
     _progress(f"give services HIFI_TLS_DIR={os.path.abspath(args.directory)}; clients need only its ca.pem "
               f"(keep ca.key off the hosts)")
     return 0

@@ -13,6 +13,7 @@ agents; each service has a health check, a restart policy and named volumes for 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,8 @@ from glue.topology import Topology
 from services.deploy_names import node_service, secret_variable
 from services.kafka_acls import password_variable, setup_script, users
 from services.redis_acls import rules_by_user
+from services.tls_bundles import KEYSTORE, bundles, certified_services, copy_script
+from services.tls_bundles import volume as tls_volume
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "hifi:${HIFI_VERSION:-latest}"
@@ -40,7 +43,9 @@ REDIS_ACL_FILE = "/data/users.acl"   # written at each start from the passwords 
 KAFKA_INTERNAL = "127.0.0.1:9094"   # the broker's own PLAINTEXT listener, inside its container only
 STATE_DIR = "/var/lib/hifi/state"
 ARCHIVE_DIR = "/var/lib/hifi/archive"
-TLS_DIR = "/var/lib/hifi/tls"   # the deployment's CA and certificates (the certs service makes them)
+TLS_DIR = "/var/lib/hifi/tls"   # where a container finds its own TLS bundle (services.tls_bundles)
+CA_DIR = "/var/lib/hifi/ca"     # the certs service's: the CA and every certificate, in no other container
+BUNDLES_DIR = "/var/lib/hifi/bundles"   # the certs service's view of every container's bundle volume
 MOUNTED_TOPOLOGY_DIR = "/etc/hifi/topology"
 HEADER = """\
 # HiFi on docker compose: Apache Kafka (KRaft), Redis, the nodes of topology {name!r}, the
@@ -130,7 +135,8 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     HIFI_SPARK_CORES_MAX cores of it."""
     from services.kafka_acls import password_variable, users
     topology_path, mounts = topology_location(source)
-    common_env = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path, "HIFI_TLS_DIR": TLS_DIR}
+    common_env = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path, "HIFI_TLS_DIR": TLS_DIR,
+                  "HIFI_KAFKA_CA": f"{TLS_DIR}/ca.pem"}
     mdr_users = redis_users(topology)
 
     def redis_url(user: str) -> dict[str, str]:
@@ -150,44 +156,56 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
             "depends_on": {**certified, "kafka-setup": {"condition": "service_completed_successfully"},
                            **depends_on},
             "healthcheck": healthcheck, "restart": "unless-stopped"}
-        service["volumes"] = [*volumes, f"hifi-tls:{TLS_DIR}:ro", *mounts]   # only the certs service writes it
+        # its own TLS bundle only (services.tls_bundles), which only the certs service writes
+        service["volumes"] = [*volumes, f"{tls_volume(kafka_user)}:{TLS_DIR}:ro", *mounts]
         if ports:
             service["ports"] = list(ports)
         return service
 
-    hosts = ["placement", *(node_service(n) for n in topology.nodes)]
+    hosts = ["placement", *(node_service(n) for n in topology.nodes), "dashboard", "kafka"]
+    certify = " ".join(["hifi certs", CA_DIR, "--deployment", shlex.quote(topology.name),
+                        *(f"--service {s}" for s in certified_services(topology)),
+                        *(f"--host {h}" for h in hosts), "--keystore kafka"])
     services: dict[str, Any] = {
-        # the CA (made once, kept in its volume) and every gRPC service's certificate, issued anew
-        # at each `docker compose up` (a rotation: clients trust the same CA)
+        # the CA (made once, kept in its own volume) and every service's certificate, issued anew at
+        # each `docker compose up` (a rotation: clients trust the same CA); then each container's
+        # bundle into its own volume (services.tls_bundles). As root: each bundle is owned by the
+        # user its container runs as.
         "certs": {
             "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
-            "command": ["certs", TLS_DIR, "--deployment", topology.name,
-                        *(a for s in ["placement", *topology.nodes] for a in ("--service", s)),
-                        *(a for h in hosts for a in ("--host", h))],
-            "volumes": [f"hifi-tls:{TLS_DIR}"],
+            "user": "0",
+            "entrypoint": ["sh", "-c", "\n".join(["set -eu", f"{certify} > /dev/null",
+                                                   *copy_script(topology, CA_DIR, BUNDLES_DIR)])],
+            "volumes": [f"hifi-ca:{CA_DIR}", *(f"{tls_volume(name)}:{BUNDLES_DIR}/{name}"
+                                               for name in bundles(topology))],
             "restart": "no",
         },
         "kafka": {
             "image": KAFKA_IMAGE,
             "environment": {
                 "CLUSTER_ID": KAFKA_CLUSTER_ID, "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
-                # clients: SASL/SCRAM only, every right by ACL (services.kafka_acls); the broker's
-                # own traffic and kafka-setup's: PLAINTEXT on the container's loopback
-                "KAFKA_LISTENERS": f"SASL_PLAINTEXT://:9092,INTERNAL://{KAFKA_INTERNAL},CONTROLLER://127.0.0.1:9093",
-                "KAFKA_ADVERTISED_LISTENERS": f"SASL_PLAINTEXT://kafka:9092,INTERNAL://{KAFKA_INTERNAL}",
-                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":
-                    "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+                # clients: SASL/SCRAM over TLS only, every right by ACL (services.kafka_acls); the
+                # broker's own traffic and kafka-setup's: PLAINTEXT on the container's loopback
+                "KAFKA_LISTENERS": f"SASL_SSL://:9092,INTERNAL://{KAFKA_INTERNAL},CONTROLLER://127.0.0.1:9093",
+                "KAFKA_ADVERTISED_LISTENERS": f"SASL_SSL://kafka:9092,INTERNAL://{KAFKA_INTERNAL}",
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL",
+                # the image reads its keystore and the files holding its password from /etc/kafka/secrets
+                "KAFKA_SSL_KEYSTORE_TYPE": "PKCS12", "KAFKA_SSL_KEYSTORE_FILENAME": KEYSTORE,
+                "KAFKA_SSL_KEYSTORE_CREDENTIALS": f"{KEYSTORE}.password",
+                "KAFKA_SSL_KEY_CREDENTIALS": f"{KEYSTORE}.password",
+                "KAFKA_OPTS": "-Dhifi.kafka.listener=sasl_ssl",   # the image wants it set with a SASL listener
                 "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093",
                 "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
                 "KAFKA_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
-                "KAFKA_LISTENER_NAME_SASL__PLAINTEXT_SCRAM___SHA___512_SASL_JAAS_CONFIG":
+                "KAFKA_LISTENER_NAME_SASL__SSL_SCRAM___SHA___512_SASL_JAAS_CONFIG":
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;",
                 "KAFKA_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                 "KAFKA_SUPER_USERS": "User:ANONYMOUS;User:admin", "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
                 "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
                 "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
                 "KAFKA_NUM_PARTITIONS": "1", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true"},
-            "volumes": ["kafka-data:/var/lib/kafka/data"],
+            "volumes": ["kafka-data:/var/lib/kafka/data", f"{tls_volume('kafka')}:/etc/kafka/secrets:ro"],
+            "depends_on": certified,
             "healthcheck": _healthcheck(["CMD-SHELL", "/opt/kafka/bin/kafka-broker-api-versions.sh "
                                          f"--bootstrap-server {KAFKA_INTERNAL} > /dev/null 2>&1"]),
             "restart": "unless-stopped",
@@ -247,13 +265,13 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     services["dashboard"] = hifi(
         ["dashboard"], "dashboard", {"HIFI_LISTEN": f"0.0.0.0:{DASHBOARD_PORT}", "HIFI_ADVERTISE_HOST": "dashboard"},
         _healthy("kafka", "redis", "placement"),
-        _healthcheck(["CMD", "hifi", "health", "--http", f"http://127.0.0.1:{DASHBOARD_PORT}/metrics"]),
+        _healthcheck(["CMD", "hifi", "health", "--http", f"https://127.0.0.1:{DASHBOARD_PORT}/metrics"]),
         ports=[f"127.0.0.1:${{HIFI_DASHBOARD_PORT:-{DASHBOARD_PORT}}}:{DASHBOARD_PORT}"])
     services["prometheus"] = {
         "image": PROMETHEUS_IMAGE,
         "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"],
         "volumes": ["./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro",
-                    "prometheus-data:/prometheus"],
+                    "prometheus-data:/prometheus", f"{tls_volume('prometheus')}:/etc/prometheus/tls:ro"],
         "depends_on": _healthy("dashboard"),
         "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:9090/-/healthy"]),
         "restart": "unless-stopped",
@@ -269,7 +287,8 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
         "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:3000/api/health"]),
         "restart": "unless-stopped",
     }
-    volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-tls", "prometheus-data", "grafana-data",
+    volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-ca", *(tls_volume(name) for name in bundles(topology)),
+               "prometheus-data", "grafana-data",
                *(f"{node_service(spec.id)}-state" for spec in topology.bottom_up())]
     return {"services": services, "volumes": {name: {} for name in volumes}}
 

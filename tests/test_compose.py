@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -18,10 +19,12 @@ import yaml
 
 from glue.topology import load_topology
 from services.cli import build_parser
-from services.compose import TLS_DIR, compose_model, render_compose, secret_variables
+from services.compose import CA_DIR, TLS_DIR, compose_model, render_compose, secret_variables
 from services.deploy_names import node_service, secret_variable
 from services.kafka_acls import users as kafka_users
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
+from services.tls_bundles import bundles as tls_bundles
+from services.tls_bundles import volume as tls_volume
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPOLOGY_FILES = sorted(os.path.join(TOPOLOGIES, f) for f in os.listdir(TOPOLOGIES) if f.endswith(".yaml"))
@@ -90,18 +93,26 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     assert len([s for s in services if s.startswith("node-")]) == len(topology.nodes)
     assert {"kafka", "redis", "prometheus", "grafana", *HIFI_SERVICES} <= set(services)
 
-    # the certificates: made once per `up` before any HiFi service, which all wait for it to end
+    # the certificates: made once per `up` before any HiFi service, which all wait for it to end;
+    # the CA's volume is the certs service's alone, each container mounts only its own bundle
     certs = services.pop("certs")
-    assert certs["command"][:2] == ["certs", TLS_DIR] and certs["restart"] == "no"
-    issued = {certs["command"][i + 1] for i, a in enumerate(certs["command"]) if a == "--service"}
-    assert issued == {"placement", *topology.nodes}
+    made = _certs_command(certs)
+    assert made.directory == CA_DIR and certs["restart"] == "no" and certs["user"] == "0"
+    assert set(made.service) == {"placement", *topology.nodes, "dashboard", "kafka"} and made.keystore == ["kafka"]
+    assert _copied(certs) == {name: set(bundle.files) for name, bundle in tls_bundles(topology).items()}
+    for name, service in services.items():
+        mounted = [v for v in service.get("volumes", []) if _volume_source(v).startswith(("tls-", "hifi-ca"))]
+        expected = [tls_volume(name)] if name in tls_bundles(topology) else []
+        assert [_volume_source(v) for v in mounted] == expected, name
+        assert all(_read_only(v) for v in mounted), name
     # the Kafka users and ACLs: made on the broker's own loopback listener, before any HiFi service
     setup = services.pop("kafka-setup")
     assert setup["network_mode"] == "service:kafka" and setup["restart"] == "no"
     script = setup["entrypoint"][-1]
     assert all(f"--entity-name {user} " in script for user in kafka_users(topology))
     assert "--bootstrap-server 127.0.0.1:9094" in script and "kafka:9092" not in script
-    assert "SASL_PLAINTEXT://:9092" in services["kafka"]["environment"]["KAFKA_LISTENERS"]
+    assert "SASL_SSL://:9092" in services["kafka"]["environment"]["KAFKA_LISTENERS"]
+    assert "PLAINTEXT://:" not in services["kafka"]["environment"]["KAFKA_LISTENERS"].replace("SASL_SSL", "")
     assert services["kafka"]["environment"]["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
     for name, service in services.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no health check"
@@ -112,9 +123,8 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
             assert waits["certs"] == waits["kafka-setup"] == "service_completed_successfully"
             assert service["environment"]["HIFI_KAFKA_USERNAME"] in kafka_users(topology)
             assert service["environment"]["HIFI_TLS_DIR"] == TLS_DIR
-            assert f"hifi-tls:{TLS_DIR}:ro" in service["volumes"]
             env = service["environment"]
-            assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092"
+            assert env["HIFI_KAFKA_BOOTSTRAP"] == "kafka:9092" and env["HIFI_KAFKA_CA"] == f"{TLS_DIR}/ca.pem"
             if name == "agents":   # it publishes readings only: no MDR user
                 assert "HIFI_REDIS_URL" not in env
                 continue
@@ -145,6 +155,50 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     assert {"kafka-data", "redis-data", "hifi-archive"} <= declared
 
 
+def _certs_command(certs: dict):
+    """The `hifi certs` line of the certs service's script, as the CLI parses it."""
+    line = next(line for line in certs["entrypoint"][-1].splitlines() if line.startswith("hifi certs "))
+    return build_parser().parse_args(shlex.split(line.removesuffix("> /dev/null"))[1:])
+
+
+def _copied(certs: dict) -> dict[str, set[str]]:
+    """What the certs service's script copies into each container's bundle: container -> file names."""
+    found: dict[str, set[str]] = {}
+    for line in certs["entrypoint"][-1].splitlines():
+        if " && cp " in line:
+            *sources, target = line.split(" && cp ")[1].split()
+            found[target.rstrip("/").rpartition("/")[2]] = {os.path.basename(f) for f in sources}
+    return found
+
+
+def _volume_source(volume) -> str:
+    return volume["source"] if isinstance(volume, dict) else str(volume).split(":")[0]
+
+
+def _read_only(volume) -> bool:
+    return volume.get("read_only", False) if isinstance(volume, dict) else str(volume).endswith(":ro")
+
+
+def test_each_container_holds_what_the_security_page_says_and_no_more():
+    """docs/security.md's table of what each container holds, against the rendered compose file:
+    its TLS files (the certs service's copies into its own volume), its Redis user, its Kafka user."""
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    services = compose_model(topology, DEFAULT_TOPOLOGY)["services"]
+    with open(os.path.join(REPO, "docs", "security.md")) as fh:
+        rows = [line.strip().split("|")[1:-1] for line in fh if line.strip().startswith("| `")]
+    table = {cells[0].strip().strip("`"): [c.strip() for c in cells[1:]] for cells in rows if len(cells) == 4}
+    copied = _copied(services["certs"])
+    assert set(table) == {"placement", "node-<id>", "dashboard", "agents", "kafka", "prometheus"}
+    for name, (files, redis_user, _) in table.items():
+        said = set(re.findall(r"`([^`]+)`", files))
+        for node in topology.nodes if name == "node-<id>" else [None]:
+            service = name.replace("<id>", node) if node else name
+            assert copied[service] == {f.replace("<id>", node) if node else f for f in said}, service
+            env = services[service].get("environment", {})
+            has_user = "HIFI_REDIS_URL" in env if isinstance(env, dict) else False
+            assert has_user == (redis_user != "none"), service
+
+
 def test_redis_keeps_an_append_only_file_with_a_user_per_service_and_kafka_runs_kraft():
     services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
     redis_command = " ".join(services["redis"]["command"])
@@ -159,14 +213,12 @@ def test_every_hifi_service_runs_a_hifi_command_the_cli_accepts():
     """The image's entrypoint is `hifi`; commands and health checks must be its subcommands."""
     services = compose_model(load_topology(DEFAULT_TOPOLOGY), DEFAULT_TOPOLOGY)["services"]
     parser = build_parser()
-    commands = set()
+    commands = {_certs_command(services["certs"]).command}
     for name, service in services.items():
-        if not service["image"].startswith("hifi:"):
+        if not service["image"].startswith("hifi:") or name == "certs":   # certs: a script (above)
             continue
         args = parser.parse_args(service["command"])
         commands.add(args.command)
-        if name == "certs":   # a one-shot: it ends, it is not watched
-            continue
         check = service["healthcheck"]["test"]
         assert check[:2] == ["CMD", "hifi"], name
         assert parser.parse_args(check[2:]).command == "health"
@@ -216,7 +268,8 @@ def test_grafana_shows_only_metrics_the_services_expose():
     with open(os.path.join(REPO, "deploy", "prometheus", "prometheus.yml")) as fh:
         prometheus = yaml.safe_load(fh)
     sd = prometheus["scrape_configs"][0]["http_sd_configs"][0]["url"]
-    assert sd == "http://dashboard:8470/api/prometheus-targets"
+    assert sd == "https://dashboard:8470/api/prometheus-targets"
+    assert prometheus["scrape_configs"][0]["tls_config"]["ca_file"] == "/etc/prometheus/tls/ca.pem"
 
 
 def test_a_services_redis_user_runs_the_mdr_on_its_own_keys_and_nothing_else(tmp_path):

@@ -21,7 +21,8 @@ import pytest
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import Security, open_channel
-from services.compose import TLS_DIR, compose_model
+from services.certs import client_context
+from services.compose import BUNDLES_DIR, CA_DIR, TLS_DIR, compose_model
 from services.deploy_names import node_service
 from services.embedded import free_port
 from services.paths import SMALL_TOPOLOGY
@@ -47,13 +48,18 @@ class Deployment:
         self.envs: dict[str, dict[str, str]] = {}
 
     def local(self, value: str, service: str) -> str:
-        """A compose value with this machine's addresses."""
-        value = value.replace("/app/", REPO + "/").replace(TLS_DIR, str(self.workdir / "tls"))
+        """A compose value with this machine's addresses and paths (each container's TLS bundle,
+        the certs service's CA and bundles: directories of the work directory). The dashboard
+        listens on every interface, as in its container (so it speaks TLS); the rest on loopback."""
+        value = (value.replace("/app/", REPO + "/").replace(TLS_DIR, str(self.workdir / "bundles" / service))
+                 .replace(CA_DIR, str(self.workdir / "ca")).replace(BUNDLES_DIR, str(self.workdir / "bundles")))
         for port in ("50050", "50051", "8470", "9464"):
             if value.endswith(f":{port}") or f":{port}/" in value:
                 key = f"{service}:{port}"
                 self.ports.setdefault(key, free_port())
-                value = value.replace(f":{port}", f":{self.ports[key]}").replace("0.0.0.0", "127.0.0.1")
+                value = value.replace(f":{port}", f":{self.ports[key]}")
+                if service != "dashboard":
+                    value = value.replace("0.0.0.0", "127.0.0.1")
         return value
 
     def start(self, service: str) -> None:
@@ -61,7 +67,7 @@ class Deployment:
         env = {name: self.local(str(value), service) for name, value in spec.get("environment", {}).items()}
         env.update(HIFI_REDIS_URL=self.servers.redis_url, HIFI_KAFKA_BOOTSTRAP=self.servers.bootstrap,
                    HIFI_HOME=str(self.workdir / "home"))
-        for name in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD"):   # the embedded broker has no SASL
+        for name in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA"):   # the embedded broker: PLAINTEXT
             env.pop(name, None)
         if "HIFI_ADVERTISE_HOST" in env:
             env["HIFI_ADVERTISE_HOST"] = "127.0.0.1"
@@ -76,10 +82,17 @@ class Deployment:
         self.processes[service] = subprocess.Popen([HIFI, *command], env=self.envs[service], stdout=log,
                                                    stderr=subprocess.STDOUT, cwd=self.workdir)
 
-    def run_once(self, service: str, timeout_s: float) -> None:
-        """A one-shot service (the certificates), to its successful end."""
-        self.start(service)
-        assert self.processes[service].wait(timeout=timeout_s) == 0, self.log(service)
+    def make_certificates(self, timeout_s: float) -> None:
+        """The certs service's script, to its successful end: the CA and every container's bundle
+        (each bundle's directory made first, as compose makes its volume; no `chown`: one user here)."""
+        for volume in self.model["certs"]["volumes"]:
+            os.makedirs(self.local(volume.split(":")[1], "certs"), exist_ok=True)
+        script = "\n".join(line for line in self.model["certs"]["entrypoint"][-1].splitlines()
+                           if not line.startswith("chown "))
+        script = self.local(script, "certs").replace("hifi certs ", f"{HIFI} certs ")
+        with open(self.workdir / "certs.log", "wb") as log:
+            done = subprocess.run(["sh", "-c", script], stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
+        assert done.returncode == 0, self.log("certs")
 
     def healthy(self, service: str) -> bool:
         process = self.processes[service]
@@ -136,7 +149,7 @@ def window_rows(deployment, topic: str) -> list[tuple[int, str, int]]:
 
 def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, mdr):
     topology = load_topology(SMALL)
-    deployment.run_once("certs", 60)
+    deployment.make_certificates(60)
     deployment.start_healthy("placement")
     assert mdr.streams() and mdr.receptors(), "placement loads the topology's metadata"
     started: set[str] = set()
@@ -196,8 +209,9 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     assert not missing and not extra, f"across dock-a's restart: missing {list(missing)}, not in the log {list(extra)}"
 
     # Prometheus finds every service through the dashboard, labelled with its tier
-    dashboard = f"http://127.0.0.1:{deployment.ports['dashboard:8470']}"
-    with urllib.request.urlopen(f"{dashboard}/api/prometheus-targets", timeout=10) as answer:
+    dashboard = f"https://127.0.0.1:{deployment.ports['dashboard:8470']}"
+    with urllib.request.urlopen(f"{dashboard}/api/prometheus-targets", timeout=10,
+                                context=client_context(env["HIFI_TLS_DIR"])) as answer:
         targets = json.load(answer)
     labels = {t["labels"]["service"]: t["labels"] for t in targets}
     assert set(labels) == {"node:core", "node:dock-a", "node:dock-b", "placement", "dashboard"}

@@ -17,15 +17,26 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 
-def client_security() -> dict[str, str]:
+def client_security(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """SASL/SCRAM settings of every client of this process, from HIFI_KAFKA_USERNAME and
     HIFI_KAFKA_PASSWORD (compose's broker takes no other client; services.kafka_acls says what each
-    user may do); none without them (the embedded broker speaks PLAINTEXT on loopback only)."""
-    user = os.environ.get("HIFI_KAFKA_USERNAME", "")
+    user may do), over TLS checked against the CA file HIFI_KAFKA_CA names, if any (as compose
+    does); none without a user (the embedded broker speaks PLAINTEXT on loopback only).
+
+    >>> client_security({"HIFI_KAFKA_USERNAME": "agents", "HIFI_KAFKA_PASSWORD": "p", "HIFI_KAFKA_CA": "/t/ca.pem"})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'security_protocol': 'SASL_SSL', 'sasl_mechanism': 'SCRAM-SHA-512', 'sasl_plain_username': 'agents',
+     'sasl_plain_password': 'p', 'ssl_cafile': '/t/ca.pem'}
+    >>> client_security({"HIFI_KAFKA_USERNAME": "agents"})["security_protocol"], client_security({})
+    ('SASL_PLAINTEXT', {})
+    """
+    environ = os.environ if environ is None else environ
+    user, ca = environ.get("HIFI_KAFKA_USERNAME", ""), environ.get("HIFI_KAFKA_CA", "")
     if not user:
         return {}
-    return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": user,
-            "sasl_plain_password": os.environ.get("HIFI_KAFKA_PASSWORD", "")}
+    return {"security_protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_plain_username": user, "sasl_plain_password": environ.get("HIFI_KAFKA_PASSWORD", ""),
+            **({"ssl_cafile": ca} if ca else {})}
 
 
 def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) -> None:

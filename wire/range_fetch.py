@@ -38,7 +38,8 @@ class Record(NamedTuple):
 
 
 _LIBRDKAFKA_SECURITY = {"security_protocol": "security.protocol", "sasl_mechanism": "sasl.mechanism",
-                        "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password"}
+                        "sasl_plain_username": "sasl.username", "sasl_plain_password": "sasl.password",
+                        "ssl_cafile": "ssl.ca.location"}
 
 
 def librdkafka_client(bootstrap: str) -> dict[str, Any]:
