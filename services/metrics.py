@@ -19,6 +19,7 @@ Metric names (all labelled by `node` or `service`):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 
@@ -151,6 +152,12 @@ class NodeMetrics(ServiceMetrics):
                                         "event time (window start for windowed views)", ["node", "query"],
                                         buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_NodeStatistics(node_id, mdr))
+
+    def forget(self, query_id: str) -> None:
+        """Drop a cancelled part's series (a label per query would otherwise pile up for ever)."""
+        for metric in (self.view_rows, self.batch_seconds, self.result_latency):
+            with contextlib.suppress(KeyError):
+                metric.remove(self.node_id, query_id)
 
     def observe_batch(self, query_id: str, report: BatchReport) -> None:
         self.view_rows.labels(self.node_id, query_id).inc(report.rows_out)

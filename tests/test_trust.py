@@ -159,8 +159,26 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     results = admin.Results(hifi_pb2.QueryRef(query_id=running.query_id), timeout=120)
     assert next(results).query_id == running.query_id
     results.cancel()
+    parts_topics = [PartSpec.from_json(part, text, node).topic for node in hierarchy.nodes
+                    for part, text in hierarchy.mdr.desired(node).items()]
+    assert running.result_topic in _topics(hierarchy) and parts_topics
     assert admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60).ok
     assert hierarchy.mdr.queries() == []
+    # what the cancel ended leaves no topic and no metric series behind
+    assert not {running.result_topic, *parts_topics} & _topics(hierarchy)
+    series = [m for node in hierarchy.nodes.values() for m in node.metrics.registry.collect()
+              for sample in m.samples if sample.labels.get("query") == running.query_id]
+    assert series == []
+
+
+def _topics(hierarchy) -> set[str]:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=hierarchy.bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
 
 
 def test_a_node_runs_only_what_the_placement_service_signed_and_never_a_topic_not_its_own(hierarchy, tokens):
