@@ -26,8 +26,11 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    result_topic, explain, columns (JSON), tasks (JSON: the placement)
   stats:<node>               HASH  rows_in, cycles_in, samples_in, duplicates, rows_out, dead, late_rows,
                                    input_rate, lag_ms, max_event_ms, updated_ms
-  stats:<node>:dead          SET   "<topic>:<partition>:<offset>" of each refused record of a child's
-                                   view already dead-lettered and counted (every reader refuses it)
+  stats:<node>:dead:<hour>   SET   "<topic>:<partition>:<offset>" of each refused record of a child's
+                                   view already dead-lettered and counted (every reader refuses it),
+                                   by the hour it was counted in; gone two hours on (bounded however
+                                   many records are refused: the node's readers meet a record within
+                                   seconds of each other)
   parts:<node>               HASH  query id -> JSON {status, error, restarts}: the node's query parts
                                    that are not running (failed, with the cause); rewritten each second
   desired:<node>             HASH  query id -> a part as JSON (dsp.part_spec.PartSpec.to_json): the
@@ -110,9 +113,14 @@ return 1
 _COUNT_NEW = """
 local added = {}
 for i = 1, #ARGV do
-  if redis.call('SADD', KEYS[2], ARGV[i]) == 1 then table.insert(added, ARGV[i]) end
+  if redis.call('SISMEMBER', KEYS[3], ARGV[i]) == 0 and redis.call('SADD', KEYS[2], ARGV[i]) == 1 then
+    table.insert(added, ARGV[i])
+  end
 end
-if #added > 0 then redis.call('HINCRBY', KEYS[1], 'dead', #added) end
+if #added > 0 then
+  redis.call('HINCRBY', KEYS[1], 'dead', #added)
+  redis.call('PEXPIRE', KEYS[2], 2 * 3600000)
+end
 return added
 """
 
@@ -624,12 +632,14 @@ class MDR:
             found = pipe.execute()
         return {node: float(rate) for node, rate in zip(node_ids, found, strict=True) if rate is not None}
 
-    def count_dead_letters(self, node_id: str, keys: Sequence[str]) -> list[str]:
-        """Count the refused records `keys` into the node's `dead`, each once ever; returns those
-        not counted before (the ones still to dead-letter)."""
+    def count_dead_letters(self, node_id: str, keys: Sequence[str], at_ms: int | None = None) -> list[str]:
+        """Count the refused records `keys` into the node's `dead`, each once (within this hour and
+        the one before); returns those not counted before (the ones still to dead-letter)."""
         if not keys:
             return []
-        return list(self._count_new(keys=[self.k("stats", node_id), self.k("stats", node_id, "dead")], args=keys))
+        hour = (now_ms() if at_ms is None else at_ms) // 3_600_000
+        return list(self._count_new(keys=[self.k("stats", node_id), self.k("stats", node_id, "dead", str(hour)),
+                                          self.k("stats", node_id, "dead", str(hour - 1))], args=keys))
 
     def put_part_states(self, node_id: str, states: dict[str, dict[str, Any]]) -> None:
         """The node's query parts that are not running, with why (replaces what was there)."""

@@ -53,6 +53,18 @@ def test_views_export_list_and_revoke(mdr):
     assert not mdr.revoke_view("door1", "smoothed")
 
 
+def test_a_refused_record_counts_once_and_what_is_remembered_of_it_goes_two_hours_on(mdr):
+    hour = 3_600_000
+    at = 500 * hour + 10
+    assert mdr.count_dead_letters("d1", ["t:0:1", "t:0:2"], at) == ["t:0:1", "t:0:2"]
+    assert mdr.count_dead_letters("d1", ["t:0:2", "t:0:3"], at + 1) == ["t:0:3"]   # another reader met t:0:2
+    assert mdr.count_dead_letters("d1", ["t:0:1"], at + hour) == []                # the next hour still knows it
+    assert mdr.stats("d1")["dead"] == 3
+    remembered = mdr.k("stats", "d1", "dead", "500")
+    assert 0 < mdr.r.pttl(remembered) <= 2 * hour   # bounded: no set outlives two hours
+    assert mdr.count_dead_letters("d1", ["t:0:1"], at + 2 * hour) == ["t:0:1"]
+
+
 def test_every_change_is_announced_on_the_change_stream(mdr):
     mdr.register_node("hq", "core", "", [], "x")
     mdr.define_stream("rfid_stream", [("tag_id", "string")])
