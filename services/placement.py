@@ -272,7 +272,7 @@ class QueryPlacer:
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
             ending: dict[str, list[str]] = {}
-            topics = [] if keep_results else [record.result_topic]
+            topics = [record.result_topic]
             for node, tasks in record.remote.items():
                 # only what a query deployed (the node's desired state): a standing view's part
                 # that a query reused runs on after it
@@ -285,7 +285,8 @@ class QueryPlacer:
                 list(pool.map(lambda node: [self._cancel_on(node, task) for task in ending[node]], ending))
             self.mdr.drop_query(query_id)
             # what the cancel ended writes and is read no more: a topic per query would pile up
-            bus.delete_topics(self.bootstrap, [t for t in topics if t])
+            kept = {record.result_topic} if keep_results else set()
+            bus.delete_topics(self.bootstrap, [t for t in topics if t and t not in kept])
             return record
 
     def end_finished(self, now: int) -> list[str]:
