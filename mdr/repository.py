@@ -42,7 +42,7 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    parts (JSON {query id: first window start it emits}), handback_ms
                                    (where the node takes its parts back), drained_ms (when the
                                    adopter had emitted everything before it)
-  stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once)
+  stats:<node>:fence         HASH  "<query>" -> last micro-batch id counted (replays count once; gone on cancel)
   stats:<node>:offsets       HASH  "<topic>:<partition>" -> end of the last raw offset range counted
   stats:<node>:receptors     HASH  "<receptor>:<reads|cycles|weak>" -> readings, read cycles and weak
                                    reads (below the cleaning threshold) the node's data listener took in
@@ -573,6 +573,11 @@ class MDR:
             args += [name, int(value)]
         return bool(self._fenced_incr(keys=[self.k("stats", node_id), self.k("stats", node_id, "fence")],
                                       args=args))
+
+    def forget_part(self, node_id: str, query_id: str) -> None:
+        """Drop a cancelled part's fence (a field per part ever run would pile up; a part deployed
+        again under the same id counts from its first batch)."""
+        self.r.hdel(self.k("stats", node_id, "fence"), query_id)
 
     def add_range_counts(self, node_id: str, topic: str, partition: int, start: int, end: int,
                          max_event_ms: int, counts: dict[str, int],

@@ -374,6 +374,7 @@ class HiFiNode:
         """Stop part `query_id` (KeyError if none runs); a view's part takes its export with it."""
         self.dsp.cancel(query_id)
         self.metrics.forget(query_id)
+        self.mdr.forget_part(self.id, query_id)
         if query_id.startswith("view."):
             view = query_id.removeprefix("view.")
             self._exports.pop(view, None)

@@ -259,11 +259,9 @@ class QueryPlacer:
         except (grpc.RpcError, PlacementError) as exc:
             log.warning("cancel %s on %s: %s", query_id, node, exc)
 
-    def cancel(self, query_id: str, keep_results: bool = False) -> QueryRecord:
+    def cancel(self, query_id: str) -> QueryRecord:
         """Tear down the query's remote queries, keeping those another running query uses and
-        those no query deployed (a standing view's parts, which a query may reuse), and delete the
-        topics of what it tore down and its results' (kept with `keep_results`: a query that
-        ended at its `--until` may still be read)."""
+        those no query deployed (a standing view's parts, which a query may reuse)."""
         with self._lock:
             queries = {q.id: q for q in self.mdr.queries()}
             record = queries.get(query_id)
@@ -272,21 +270,16 @@ class QueryPlacer:
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
             ending: dict[str, list[str]] = {}
-            topics = [record.result_topic]
             for node, tasks in record.remote.items():
                 # only what a query deployed (the node's desired state): a standing view's part
                 # that a query reused runs on after it
                 made = self.mdr.desired(node)
                 ending[node] = [task for task in reversed(tasks) if (node, task) not in in_use and task in made]
-                topics += [PartSpec.from_json(task, made[task], node).topic for task in ending[node]]
                 self.mdr.drop_desired(node, ending[node])   # first: the node must not deploy them again
             # the nodes at once: each cancel waits for its node's batch in flight (~1 s on a busy node)
             with ThreadPoolExecutor(max_workers=max(1, len(ending)), thread_name_prefix="cancel") as pool:
                 list(pool.map(lambda node: [self._cancel_on(node, task) for task in ending[node]], ending))
             self.mdr.drop_query(query_id)
-            # what the cancel ended writes and is read no more: a topic per query would pile up
-            kept = {record.result_topic} if keep_results else set()
-            bus.delete_topics(self.bootstrap, [t for t in topics if t and t not in kept])
             return record
 
     def end_finished(self, now: int) -> list[str]:
@@ -295,7 +288,7 @@ class QueryPlacer:
         for query in self.mdr.queries():
             if query.until_ms and now >= query.until_ms + UNTIL_GRACE_MS:
                 try:
-                    self.cancel(query.id, keep_results=True)
+                    self.cancel(query.id)
                 except KeyError:
                     continue   # cancelled meanwhile
                 log.info("query %s ended: its --until passed", query.id)

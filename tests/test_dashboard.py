@@ -117,6 +117,7 @@ def test_beyond_loopback_the_dashboard_speaks_only_tls_and_its_session_cookie_is
     from services.dashboard import SESSION_COOKIE, Dashboard
 
     tls_dir = hierarchy.security.tls_dir
+    registered = hierarchy.mdr.endpoints()["dashboard"]   # the module's dashboard's, given back after
     dashboard = Dashboard(MDR.connect(hierarchy.mdr_url_for("dashboard")), hierarchy.bootstrap, Security(tls_dir),
                           hierarchy.topology)
     url = dashboard.serve("0.0.0.0:0")
@@ -142,6 +143,7 @@ def test_beyond_loopback_the_dashboard_speaks_only_tls_and_its_session_cookie_is
         assert answer.status == 200 and cookie.startswith(f"{SESSION_COOKIE}=") and "; Secure" in cookie, cookie
     finally:
         dashboard.close()
+        hierarchy.mdr.put_endpoints("dashboard", registered)
 
 
 def _js(browser, script: str):

@@ -6,7 +6,6 @@ Topic names are built by wire.topics (DESIGN §3), never by hand.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -16,8 +15,6 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-log = logging.getLogger("hifi.bus")
 
 
 def client_security(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -51,26 +48,6 @@ def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) ->
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics([NewTopic(t, partitions, 1) for t in missing])
-    finally:
-        admin.close()
-
-
-def delete_topics(bootstrap: str, topics: Sequence[str]) -> list[str]:
-    """Delete those of `topics` that exist; the ones deleted (none, with the reason logged, when
-    the broker refuses: a topic left behind is only space)."""
-    try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="hifi-admin", **client_security())
-    except KafkaError as exc:
-        log.warning("topics %s stay: %s", ", ".join(topics), exc)
-        return []
-    try:
-        gone = [t for t in dict.fromkeys(topics) if t in set(admin.list_topics())]
-        if gone:
-            admin.delete_topics(gone)
-        return gone
-    except KafkaError as exc:
-        log.warning("topics %s stay: %s", ", ".join(topics), exc)
-        return []
     finally:
         admin.close()
 
