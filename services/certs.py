@@ -146,11 +146,9 @@ def server_paths(directory: str, service: str) -> tuple[str, str]:
 
 def server_files(directory: str, service: str) -> tuple[bytes, bytes]:
     """(key, certificate chain) of `service`, or of the default service when it has none."""
-    contents = []
-    for path in server_paths(directory, service):
-        with open(path, "rb") as fh:
-            contents.append(fh.read())
-    return contents[0], contents[1]
+    key_path, chain_path = server_paths(directory, service)
+    with open(key_path, "rb") as key, open(chain_path, "rb") as chain:
+        return key.read(), chain.read()
 
 
 def server_context(directory: str, service: str) -> ssl.SSLContext:

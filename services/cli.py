@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard = sub.add_parser("dashboard", help="serve the operations dashboard for a running hierarchy "
                                                  "(`hifi up` starts one already)")
     dashboard.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:8470"),
-                           help="host:port to serve on (default $HIFI_LISTEN, else 127.0.0.1:8470)")
+                           help="host:port to serve on (default $HIFI_LISTEN, else 127.0.0.1:8470); beyond "
+                                "loopback it serves HTTPS only, with the deployment's certificate (HIFI_TLS_DIR)")
     _advertise_option(dashboard)
     dashboard.add_argument("--topology", default=os.environ.get("HIFI_TOPOLOGY"),
                            help="the topology file (default $HIFI_TOPOLOGY, else the running hierarchy's); "
