@@ -37,6 +37,8 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    query parts the placement service deployed on the node, which the
                                    node runs again after a restart (desired state), each with the
                                    placement service's signature (a node runs no other: services.part_signing)
+  retired_topics             ZSET  topic -> when a cancel ended what wrote it (epoch ms): the placement
+                                   service deletes it from the broker a grace later (services.placement)
   adoptions                  SET   nodes whose parts run at another node (glue.adoption)
   adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
                                    parts (JSON {query id: first window start it emits}), handback_ms
@@ -514,6 +516,19 @@ class MDR:
     def desired(self, node_id: str) -> dict[str, str]:
         """The query parts that should run on the node: query id -> the part as JSON."""
         return self.r.hgetall(self.k("desired", node_id))
+
+    def retire_topics(self, topics: Sequence[str], at_ms: int) -> None:
+        """Note `topics` as written no more since `at_ms` (deleted later: services.placement)."""
+        if topics:
+            self.r.zadd(self.k("retired_topics"), dict.fromkeys(topics, at_ms))
+
+    def retired_topics(self, before_ms: int) -> list[str]:
+        """The topics retired before `before_ms`."""
+        return list(self.r.zrangebyscore(self.k("retired_topics"), "-inf", f"({before_ms}"))
+
+    def forget_retired(self, topics: Sequence[str]) -> None:
+        if topics:
+            self.r.zrem(self.k("retired_topics"), *topics)
 
     # ------------------------------------------------------------ adoption (re-parenting)
 

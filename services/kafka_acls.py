@@ -7,10 +7,11 @@ Principals:
               views and partials and those of the nodes below it (a parent reads its children's
               exports; one adopting a dead child's children reads theirs, and writes a dead child's
               while it runs its parts), writes its own and those nodes' results and its dead letters
-  placement   describes every topic (a query starts from the ends its sources have) and reads
-              results; agents write the edges' raw topics and read their control topics; dashboard
-              reads views and dead letters (it checks each view's readers before streaming it, as
-              the placement API does)
+  placement   describes every topic (a query starts from the ends its sources have), reads
+              results and deletes the views', partials' and results' topics of what a cancel
+              ended (services.placement, a minute on); agents write the edges' raw topics and
+              read their control topics; dashboard reads views and dead letters (it checks each
+              view's readers before streaming it, as the placement API does)
   operator    reads every topic (for an operator's own tools)
   <principal> a principal a view's readers name reads that view's topic, and nothing else
   admin       the super user kafka-setup acts as (besides the broker's own loopback listener)
@@ -90,6 +91,7 @@ def _below(topology: Topology, node: str) -> list[str]:
 
 def acls(topology: Topology) -> list[Acl]:
     rules = [Acl("placement", "Describe", "hifi.", True), Acl("placement", "Read", "hifi.results.", True),
+             *(Acl("placement", "Delete", f"hifi.{kind}.", True) for kind in ("results", "rqs", "view")),
              Acl("dashboard", "Read", "hifi.view.", True), Acl("dashboard", "Read", "hifi.dead.", True),
              Acl(OPERATOR_USER, "Read", "hifi.", True)]
     for node, spec in topology.nodes.items():

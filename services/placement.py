@@ -101,6 +101,12 @@ FAILURE_CHECK_S = 2.0
 # looked for every ENDING_CHECK_S.
 UNTIL_GRACE_MS = 60_000
 ENDING_CHECK_S = 10.0
+# A cancelled query's topics (its parts' and its results') are deleted this long after the cancel:
+# a node's one streaming query reads the topics its lanes list at its next poll (within a second of
+# the cancel), and a topic deleted while a poll still lists it failed that query, every part of the
+# node with it (seen in the suite). Deleting them at all keeps a user's stream of queries from
+# piling topics up on the broker.
+TOPIC_GRACE_MS = 60_000
 
 
 class QueryPlacer:
@@ -259,9 +265,11 @@ class QueryPlacer:
         except (grpc.RpcError, PlacementError) as exc:
             log.warning("cancel %s on %s: %s", query_id, node, exc)
 
-    def cancel(self, query_id: str) -> QueryRecord:
+    def cancel(self, query_id: str, keep_results: bool = False) -> QueryRecord:
         """Tear down the query's remote queries, keeping those another running query uses and
-        those no query deployed (a standing view's parts, which a query may reuse)."""
+        those no query deployed (a standing view's parts, which a query may reuse), and retire the
+        topics of what it tore down and of its results (kept with `keep_results`: a query its
+        `--until` ended may still be read); they are deleted TOPIC_GRACE_MS on."""
         with self._lock:
             queries = {q.id: q for q in self.mdr.queries()}
             record = queries.get(query_id)
@@ -270,17 +278,37 @@ class QueryPlacer:
             in_use = {(node, task) for q in queries.values() if q.id != query_id for node, tasks in q.remote.items()
                       for task in tasks}
             ending: dict[str, list[str]] = {}
+            topics: list[str] = []   # its results' among them when its final part ends (not a view's it reused)
             for node, tasks in record.remote.items():
                 # only what a query deployed (the node's desired state): a standing view's part
                 # that a query reused runs on after it
                 made = self.mdr.desired(node)
                 ending[node] = [task for task in reversed(tasks) if (node, task) not in in_use and task in made]
+                topics += [PartSpec.from_json(task, made[task], node).topic for task in ending[node]]
                 self.mdr.drop_desired(node, ending[node])   # first: the node must not deploy them again
             # the nodes at once: each cancel waits for its node's batch in flight (~1 s on a busy node)
             with ThreadPoolExecutor(max_workers=max(1, len(ending)), thread_name_prefix="cancel") as pool:
                 list(pool.map(lambda node: [self._cancel_on(node, task) for task in ending[node]], ending))
             self.mdr.drop_query(query_id)
+            kept = {record.result_topic} if keep_results else set()
+            self.mdr.retire_topics([t for t in topics if t and t not in kept], now_ms())
             return record
+
+    def delete_retired_topics(self, now: int) -> list[str]:
+        """Delete the topics cancels retired TOPIC_GRACE_MS or more before `now`, but an exported
+        view's, a running query's results' and any a running part writes again (a view dropped and
+        made anew, a shared partial deployed again); the topics deleted."""
+        with self._lock:   # no submission in between: a topic it starts writing is in use
+            due = self.mdr.retired_topics(now - TOPIC_GRACE_MS)
+            if not due:
+                return []
+            # a query answered by a standing view's part has that view's topic for its results
+            in_use = {q.result_topic for q in self.mdr.queries()} | {view.topic for view in self.mdr.views()}
+            in_use |= {PartSpec.from_json(task, text, node.id).topic for node in self.mdr.nodes()
+                       for task, text in self.mdr.desired(node.id).items()}
+            gone = bus.delete_topics(self.bootstrap, [t for t in due if t not in in_use])
+            self.mdr.forget_retired(due)
+            return gone
 
     def end_finished(self, now: int) -> list[str]:
         """Cancel the queries whose `--until` is UNTIL_GRACE_MS past; their ids."""
@@ -288,7 +316,7 @@ class QueryPlacer:
         for query in self.mdr.queries():
             if query.until_ms and now >= query.until_ms + UNTIL_GRACE_MS:
                 try:
-                    self.cancel(query.id)
+                    self.cancel(query.id, keep_results=True)
                 except KeyError:
                     continue   # cancelled meanwhile
                 log.info("query %s ended: its --until passed", query.id)
@@ -439,14 +467,19 @@ class PlacementService:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._end_finished, daemon=True, name="placement-until").start()
+        threading.Thread(target=self._housekeeping, daemon=True, name="placement-until").start()
 
-    def _end_finished(self) -> None:
+    def _housekeeping(self) -> None:
+        """End the queries whose --until passed and delete the topics cancels retired, each round."""
         while not self.stop.wait(ENDING_CHECK_S):
             try:
                 self.placement.end_finished(now_ms())
             except Exception:  # noqa: BLE001 - the MDR or a node unreachable: next round
                 log.exception("ending the queries whose --until passed failed")
+            try:
+                self.placement.delete_retired_topics(now_ms())
+            except Exception as exc:  # noqa: BLE001 - the broker or the MDR unreachable: next round
+                log.warning("retired topics stay for now: %s", exc)
 
     def close(self) -> None:
         self.stop.set()

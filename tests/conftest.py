@@ -169,3 +169,14 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 # the tests read topics with the judge's helpers
 from services.judge import topic_records, topic_rows  # noqa: E402,F401
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    """The topics the broker has now (asked afresh: no client's cached metadata)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()

@@ -72,6 +72,11 @@ def test_the_services_and_the_operator_have_their_own_rights():
     assert allowed(rules, "placement", "Read", results_topic("q1", "door1"))
     assert allowed(rules, "placement", "Describe", raw_topic("door1"))
     assert not allowed(rules, "placement", "Read", raw_topic("door1"))
+    # a cancel's topics, deleted later: what queries made, never a raw, control or dead-letter topic
+    assert all(allowed(rules, "placement", "Delete", topic) for topic in (
+        results_topic("q1", "door1"), rqs_topic("q1", "door1"), view_topic("region", "stock_alerts")))
+    assert not any(allowed(rules, "placement", "Delete", topic) for topic in (
+        raw_topic("door1"), control_topic("door1"), dead_topic("door1")))
     assert allowed(rules, "dashboard", "Read", view_topic("region", "stock_alerts"))
     assert allowed(rules, "dashboard", "Read", dead_topic("door1"))
     assert not allowed(rules, "dashboard", "Read", raw_topic("door1"))

@@ -23,7 +23,7 @@ from protos import hifi_pb2
 from services.judge import as_ms
 from services.paths import DEFAULT_TOPOLOGY
 from tests import independent
-from tests.conftest import running_hierarchy, topic_rows, wait_for
+from tests.conftest import running_hierarchy, topic_names, topic_rows, wait_for
 from tests.judge import assert_equal_to_reference
 
 
@@ -289,8 +289,9 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
     what their nodes archived and then the live stream, equals window by window the same query
     started a minute earlier — across the edges (whose archives hold the raw input) and the
     warehouse (whose archive holds the edges' partials, which the later query reuses)."""
+    from mdr.repository import now_ms
     from services.judge import same_rows
-    from services.placement import UNTIL_GRACE_MS
+    from services.placement import TOPIC_GRACE_MS, UNTIL_GRACE_MS
 
     across = ("SELECT location, count(*) AS reads, max(read_strength) AS best FROM rfid_stream [range by '4 seconds', "
               "slide by '2 seconds'] JOIN receptor_locations USING (receptor_id) GROUP BY location")
@@ -335,6 +336,9 @@ def test_a_query_over_the_past_equals_window_by_window_the_same_query_started_th
         assert hierarchy.placement.end_finished(asked + 2000 + UNTIL_GRACE_MS - 1) == []
         assert hierarchy.placement.end_finished(asked + 2000 + UNTIL_GRACE_MS) == [bounded.query_id]
         assert bounded.query_id not in {q.id for q in hierarchy.mdr.queries()}
+        # its results may still be read: their topic is not retired with its parts'
+        assert bounded.result_topic not in hierarchy.mdr.retired_topics(now_ms() + TOPIC_GRACE_MS)
+        assert bounded.result_topic in topic_names(hierarchy.bootstrap)
     finally:
         for plan in live + past:
             hierarchy.placement.cancel(plan.query_id)

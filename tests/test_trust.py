@@ -21,13 +21,16 @@ import pytest
 from dsp.part_spec import PartSpec
 from dsp.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source
 from glue.topology import parse_topology
+from mdr.repository import now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
 from services.node import RECONCILE_INTERVAL_S
 from services.part_signing import PartSigner
-from tests.conftest import running_hierarchy, wait_for
+from services.placement import TOPIC_GRACE_MS
+from tests.conftest import running_hierarchy, topic_names, wait_for
+from wire import bus
 from wire.codec import from_value
-from wire.topics import raw_topic
+from wire.topics import raw_topic, view_topic
 
 TOPOLOGY = """
 name: trust
@@ -159,8 +162,23 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     results = admin.Results(hifi_pb2.QueryRef(query_id=running.query_id), timeout=120)
     assert next(results).query_id == running.query_id
     results.cancel()
+    (record,) = hierarchy.mdr.queries()
+    parts_topics = {PartSpec.from_json(part, hierarchy.mdr.desired(node)[part], node).topic
+                    for node, parts in record.remote.items() for part in parts if part in hierarchy.mdr.desired(node)}
+    ended = {running.result_topic, *parts_topics}
+    assert parts_topics and ended <= topic_names(hierarchy.bootstrap)
     assert admin.Cancel(hifi_pb2.QueryRef(query_id=running.query_id), timeout=60).ok
     assert hierarchy.mdr.queries() == []
+    # its topics go a grace later (the nodes' streams no longer list them), the views' stay
+    cancelled = now_ms()
+    assert hierarchy.placement.delete_retired_topics(cancelled) == []
+    assert ended <= topic_names(hierarchy.bootstrap)
+    assert set(hierarchy.placement.delete_retired_topics(cancelled + TOPIC_GRACE_MS + 1)) == ended
+    assert hierarchy.mdr.retired_topics(cancelled + TOPIC_GRACE_MS + 1) == []
+    # their records are gone (a reader still asking about one may have the embedded broker make it
+    # again, empty), the standing views' topics are not
+    assert all(bus.topic_bytes(hierarchy.bootstrap, [t]) == 0 for t in ended & topic_names(hierarchy.bootstrap))
+    assert view_topic("tr-a", "door_reads") in topic_names(hierarchy.bootstrap)
     # what the cancel ended leaves no metric series and no delivery fence behind
     series = [m for node in hierarchy.nodes.values() for m in node.metrics.registry.collect()
               for sample in m.samples if sample.labels.get("query") == running.query_id]

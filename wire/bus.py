@@ -52,6 +52,20 @@ def ensure_topics(bootstrap: str, topics: Sequence[str], partitions: int = 1) ->
         admin.close()
 
 
+def delete_topics(bootstrap: str, topics: Sequence[str]) -> list[str]:
+    """Delete those of `topics` that exist; those of `topics` gone now (deleted, or there was none).
+    Raises KafkaError when the broker refuses or cannot be reached."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="hifi-admin", **client_security())
+    try:
+        existing = set(admin.list_topics())
+        present = [t for t in dict.fromkeys(topics) if t in existing]
+        if present:
+            admin.delete_topics(present)
+        return list(dict.fromkeys(topics))
+    finally:
+        admin.close()
+
+
 def make_producer(bootstrap: str, **overrides) -> KafkaProducer:
     # kafka-python 3 turns idempotence on by default; its producer-id and sequence gates stop a
     # producer's every partition while one waits, and in CI records sat 120 s and expired against
