@@ -30,7 +30,7 @@ Column types are those of COLUMN_TYPES or "array<T>" (partial distinct sets). Pu
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Union
 
@@ -387,96 +387,115 @@ def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
 
 def output_columns(plan: Plan) -> tuple[Column, ...]:
     """The (name, type) columns a plan produces, checking every column reference on the way."""
-    if isinstance(plan, Source):
-        if plan.format not in ("rfid", "samples", "rows"):
-            raise PlanError(f"source {plan.topics}: unknown format {plan.format!r}")
-        if plan.event_time not in dict(plan.columns):
-            raise PlanError(f"source {plan.topics}: event time column {plan.event_time!r} is not a column")
-        if plan.sample_ms and (plan.format != "samples" or plan.sample_ms < 0):
-            raise PlanError(f"source {plan.topics}: sample_ms {plan.sample_ms} (a positive period of raw samples)")
-        return plan.columns
-    if isinstance(plan, Filter):
-        cols = output_columns(plan.child)
-        if expr_type(plan.predicate, dict(cols)) != "boolean":
-            raise PlanError("filter predicate is not a condition")
-        return cols
-    if isinstance(plan, Project):
-        schema = dict(output_columns(plan.child))
-        return tuple((name, expr_type(expr, schema)) for name, expr in plan.outputs)
-    if isinstance(plan, Aggregate):
-        schema = dict(output_columns(plan.child))
-        for key in plan.keys:
-            if key not in schema:
-                raise PlanError(f"GROUP BY: unknown column {key!r}")
-        out: list[Column] = []
-        if plan.window is not None:
-            out += [("window_start", "timestamp"), ("window_end", "timestamp")]
-        out += [(key, schema[key]) for key in plan.keys]
-        out += [(spec.name, _agg_type(spec, schema)) for spec in plan.aggregates]
-        if plan.annotate:
-            if not plan.aggregates or plan.aggregates[0].fn not in ("count", "sum"):
-                raise PlanError("an approximate aggregate's first aggregate is a count or a sum (its error bound "
-                                "is on it)")
-            out += list(TRIAGE_COLUMNS)
-        if plan.having is not None and expr_type(plan.having, dict(out)) != "boolean":
-            raise PlanError("HAVING is not a condition")
-        return tuple(out)
-    if isinstance(plan, LookupJoin):
-        cols = output_columns(plan.child)
-        if plan.on not in dict(cols):
-            raise PlanError(f"join with {plan.relation}: unknown column {plan.on!r}")
-        return cols + tuple(plan.columns)
-    if isinstance(plan, Smooth):
-        schema = dict(output_columns(plan.child))
-        for name in ("receptor_id", "tag_id"):
-            if schema.get(name) != "string":
-                raise PlanError(f"adaptive smoothing needs a string column {name!r} (have {', '.join(schema)})")
-        if event_time_column(plan.child) is None:
-            raise PlanError("adaptive smoothing over an input without event time")
-        if plan.epoch_ms <= 0 or not 0 < plan.delta < 1 or plan.max_window < 1:
-            raise PlanError(f"adaptive smoothing: epoch {plan.epoch_ms} ms, delta {plan.delta}, "
-                            f"max window {plan.max_window} (need a positive epoch, 0 < delta < 1, a window >= 1)")
-        return SMOOTH_COLUMNS
-    if isinstance(plan, Qualify):
-        schema = dict(output_columns(plan.child))
-        needed = {"receptor_id": "string", "x": "double", "y": "double", **dict.fromkeys(SAMPLE_QUANTITIES, "double")}
-        wrong = [name for name, kind in needed.items() if schema.get(name) != kind]
-        if wrong:
-            raise PlanError(f"mote quality needs {', '.join(f'{n} {needed[n]}' for n in wrong)} "
-                            f"(have {', '.join(schema)})")
-        if event_time_column(plan.child) is None or plan.period_ms <= 0:
-            raise PlanError("mote quality needs an input with event time and a positive sampling period")
-        return QUALITY_COLUMNS
-    if isinstance(plan, Match):
-        schema = dict(output_columns(plan.child))
-        if event_time_column(plan.child) is None:
-            raise PlanError("event patterns need an input with event time")
-        for key in plan.partition:
-            if key not in schema:
-                raise PlanError(f"PARTITION BY: unknown column {key!r}")
-        if not plan.steps or plan.steps[0].negated:
-            raise PlanError("an event pattern begins with a step that is not negated")
-        named = {name for step in plan.steps for name in step.names}
-        for step in plan.steps:
-            if len(step.names) != len(step.conditions) or (step.negated and len(step.names) != 1):
-                raise PlanError(f"pattern step {step.names}: one condition per name, one name when negated")
-            for condition in step.conditions:
-                if expr_type(condition, schema) != "boolean":
-                    raise PlanError(f"pattern step {step.names}: its condition is not a condition")
-        out: list[Column] = []
-        for name, step, column in plan.outputs:
-            if step and step not in named or column not in schema or (not step and column not in plan.partition):
-                raise PlanError(f"pattern output {name!r}: no column {column!r} of step {step!r}")
-            out.append((name, schema[column]))
-        return (*out, (EVENT_TIME, "timestamp"))
-    if isinstance(plan, WindowJoin):
-        return _join_columns(plan)
-    if isinstance(plan, Union_):
-        shapes = {output_columns(child) for child in plan.children}
-        if len(shapes) != 1:
-            raise PlanError("union inputs have different columns")
-        return shapes.pop()
-    raise PlanError(f"not a plan operator: {type(plan).__name__}")
+    columns_of = _COLUMNS_OF.get(type(plan))
+    if columns_of is None:
+        raise PlanError(f"not a plan operator: {type(plan).__name__}")
+    return columns_of(plan)
+
+
+def _source_columns(plan: Source) -> tuple[Column, ...]:
+    if plan.format not in ("rfid", "samples", "rows"):
+        raise PlanError(f"source {plan.topics}: unknown format {plan.format!r}")
+    if plan.event_time not in dict(plan.columns):
+        raise PlanError(f"source {plan.topics}: event time column {plan.event_time!r} is not a column")
+    if plan.sample_ms and (plan.format != "samples" or plan.sample_ms < 0):
+        raise PlanError(f"source {plan.topics}: sample_ms {plan.sample_ms} (a positive period of raw samples)")
+    return plan.columns
+
+
+def _filter_columns(plan: Filter) -> tuple[Column, ...]:
+    cols = output_columns(plan.child)
+    if expr_type(plan.predicate, dict(cols)) != "boolean":
+        raise PlanError("filter predicate is not a condition")
+    return cols
+
+
+def _project_columns(plan: Project) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    return tuple((name, expr_type(expr, schema)) for name, expr in plan.outputs)
+
+
+def _aggregate_columns(plan: Aggregate) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    for key in plan.keys:
+        if key not in schema:
+            raise PlanError(f"GROUP BY: unknown column {key!r}")
+    out: list[Column] = []
+    if plan.window is not None:
+        out += [("window_start", "timestamp"), ("window_end", "timestamp")]
+    out += [(key, schema[key]) for key in plan.keys]
+    out += [(spec.name, _agg_type(spec, schema)) for spec in plan.aggregates]
+    if plan.annotate:
+        if not plan.aggregates or plan.aggregates[0].fn not in ("count", "sum"):
+            raise PlanError("an approximate aggregate's first aggregate is a count or a sum (its error bound "
+                            "is on it)")
+        out += list(TRIAGE_COLUMNS)
+    if plan.having is not None and expr_type(plan.having, dict(out)) != "boolean":
+        raise PlanError("HAVING is not a condition")
+    return tuple(out)
+
+
+def _lookup_join_columns(plan: LookupJoin) -> tuple[Column, ...]:
+    cols = output_columns(plan.child)
+    if plan.on not in dict(cols):
+        raise PlanError(f"join with {plan.relation}: unknown column {plan.on!r}")
+    return cols + tuple(plan.columns)
+
+
+def _smooth_columns(plan: Smooth) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    for name in ("receptor_id", "tag_id"):
+        if schema.get(name) != "string":
+            raise PlanError(f"adaptive smoothing needs a string column {name!r} (have {', '.join(schema)})")
+    if event_time_column(plan.child) is None:
+        raise PlanError("adaptive smoothing over an input without event time")
+    if plan.epoch_ms <= 0 or not 0 < plan.delta < 1 or plan.max_window < 1:
+        raise PlanError(f"adaptive smoothing: epoch {plan.epoch_ms} ms, delta {plan.delta}, "
+                        f"max window {plan.max_window} (need a positive epoch, 0 < delta < 1, a window >= 1)")
+    return SMOOTH_COLUMNS
+
+
+def _qualify_columns(plan: Qualify) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    needed = {"receptor_id": "string", "x": "double", "y": "double", **dict.fromkeys(SAMPLE_QUANTITIES, "double")}
+    wrong = [name for name, kind in needed.items() if schema.get(name) != kind]
+    if wrong:
+        raise PlanError(f"mote quality needs {', '.join(f'{n} {needed[n]}' for n in wrong)} "
+                        f"(have {', '.join(schema)})")
+    if event_time_column(plan.child) is None or plan.period_ms <= 0:
+        raise PlanError("mote quality needs an input with event time and a positive sampling period")
+    return QUALITY_COLUMNS
+
+
+def _match_columns(plan: Match) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    if event_time_column(plan.child) is None:
+        raise PlanError("event patterns need an input with event time")
+    for key in plan.partition:
+        if key not in schema:
+            raise PlanError(f"PARTITION BY: unknown column {key!r}")
+    if not plan.steps or plan.steps[0].negated:
+        raise PlanError("an event pattern begins with a step that is not negated")
+    named = {name for step in plan.steps for name in step.names}
+    for step in plan.steps:
+        if len(step.names) != len(step.conditions) or (step.negated and len(step.names) != 1):
+            raise PlanError(f"pattern step {step.names}: one condition per name, one name when negated")
+        for condition in step.conditions:
+            if expr_type(condition, schema) != "boolean":
+                raise PlanError(f"pattern step {step.names}: its condition is not a condition")
+    out: list[Column] = []
+    for name, step, column in plan.outputs:
+        if step and step not in named or column not in schema or (not step and column not in plan.partition):
+            raise PlanError(f"pattern output {name!r}: no column {column!r} of step {step!r}")
+        out.append((name, schema[column]))
+    return (*out, (EVENT_TIME, "timestamp"))
+
+
+def _union_columns(plan: Union_) -> tuple[Column, ...]:
+    shapes = {output_columns(child) for child in plan.children}
+    if len(shapes) != 1:
+        raise PlanError("union inputs have different columns")
+    return shapes.pop()
 
 
 def _join_columns(plan: WindowJoin) -> tuple[Column, ...]:
@@ -496,6 +515,14 @@ def _join_columns(plan: WindowJoin) -> tuple[Column, ...]:
         if {bound.left, bound.right} - set(plan.aliases) or bound.left == bound.right:
             raise PlanError(f"window join: a bound between {bound.left!r} and {bound.right!r}, not two inputs")
     return (*out, (JOIN_TIME, "timestamp"))
+
+
+# each operator's columns, checked (output_columns)
+_COLUMNS_OF: dict[type, Callable[[Any], tuple[Column, ...]]] = {
+    Source: _source_columns, Filter: _filter_columns, Project: _project_columns, Aggregate: _aggregate_columns,
+    LookupJoin: _lookup_join_columns, Smooth: _smooth_columns, Qualify: _qualify_columns, Match: _match_columns,
+    WindowJoin: _join_columns, Union_: _union_columns,
+}
 
 
 def event_time_column(plan: Plan) -> str | None:

@@ -361,6 +361,13 @@ class MDR:
         return {name: [tuple(a) for a in json.loads(attrs)]
                 for name, attrs in self.r.hgetall(self.k("streams")).items()}
 
+    def set_placement_address(self, address: str) -> None:
+        self.r.set(self.k("placement"), address)
+
+    def placement_address(self) -> str:
+        """The placement service's gRPC address ("" when none registered)."""
+        return self.r.get(self.k("placement")) or ""
+
     def put_relation(self, name: str, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]],
                      replicas: Sequence[str]) -> None:
         with self.r.pipeline(transaction=True) as pipe:
@@ -379,10 +386,13 @@ class MDR:
         return ([tuple(c) for c in json.loads(data["columns"])], [tuple(r) for r in json.loads(data["rows"])],
                 json.loads(data["replicas"]))
 
+    def relation_names(self) -> list[str]:
+        return sorted(self.r.smembers(self.k("relations")))
+
     def relations_at(self, node_id: str) -> dict[str, list[tuple]]:
         """Rows of every static relation replicated at `node_id`."""
         result = {}
-        for name in self.r.smembers(self.k("relations")):
+        for name in self.relation_names():
             found = self.relation(name)
             if found and ("*" in found[2] or node_id in found[2]):
                 result[name] = found[1]

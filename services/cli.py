@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from services.bench.registry import BENCHES
 from services.commands import (
@@ -60,9 +60,7 @@ def _advertise_option(parser: argparse.ArgumentParser) -> None:
                              "$HIFI_ADVERTISE_HOST, else the listen host; set it when listening on 0.0.0.0)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _up_command(sub: argparse._SubParsersAction) -> None:
 
     up = sub.add_parser("up", help="run a whole topology (nodes + agents) and print the results at the ends of its "
                                    "CSAVA chain (alerts, trends)")
@@ -80,18 +78,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where the operations dashboard listens (default 127.0.0.1:8470; a free port if taken)")
     up.set_defaults(func=cmd_up)
 
+
+def _nodes_command(sub: argparse._SubParsersAction) -> None:
     nodes = sub.add_parser("nodes", help="nodes in the MDR with tier, parent, address, liveness")
     nodes.set_defaults(func=cmd_nodes)
 
+
+def _views_command(sub: argparse._SubParsersAction) -> None:
     views = sub.add_parser("views", help="exported views with node, window and topic")
     views.add_argument("--node", default=None, help="only this node's views")
     views.set_defaults(func=cmd_views)
 
+
+def _motes_command(sub: argparse._SubParsersAction) -> None:
     motes = sub.add_parser("motes", help="what each edge node's sensor proxy told its motes to send (always, "
                                          "never, or thresholds) and the settings version")
     motes.add_argument("--node", default=None, help="only this edge node's motes")
     motes.set_defaults(func=cmd_motes)
 
+
+def _status_command(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="health per node (alive, lagging, dead), input rate, lag, dead letters, "
                                            "receptor telemetry, running queries")
     status.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C, "
@@ -99,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
     status.set_defaults(func=cmd_status)
 
+
+def _dashboard_command(sub: argparse._SubParsersAction) -> None:
     dashboard = sub.add_parser("dashboard", help="serve the operations dashboard for a running hierarchy "
                                                  "(`hifi up` starts one already)")
     dashboard.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:8470"),
@@ -110,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "names the alert views")
     dashboard.set_defaults(func=cmd_dashboard)
 
+
+def _node_command(sub: argparse._SubParsersAction) -> None:
     node = sub.add_parser("node", help="run one node of a topology in this process, against the MDR and broker "
                                        "of HIFI_REDIS_URL and HIFI_KAFKA_BOOTSTRAP (what a node container runs)")
     node.add_argument("--id", default=os.environ.get("HIFI_NODE_ID", ""), help="the node (default $HIFI_NODE_ID)")
@@ -129,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                            '{"env": {...}, "log": FILE}): the warm spare of a supervisor (hifi up --processes)')
     node.set_defaults(func=cmd_node)
 
+
+def _placement_command(sub: argparse._SubParsersAction) -> None:
     placement = sub.add_parser("placement", help="run the placement service alone (loads the topology's schema, "
                                                  "receptors and relations into the MDR first)")
     _topology_option(placement)
@@ -139,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="/metrics port (default $HIFI_METRICS_PORT, else a free port)")
     placement.set_defaults(func=cmd_placement)
 
+
+def _health_command(sub: argparse._SubParsersAction) -> None:
     health = sub.add_parser("health", help="check a service, print healthy/unhealthy and exit 0/1 (the "
                                            "containers' health checks)")
     health.add_argument("--node", default=None, help="this node is alive in the MDR and exports all its views")
@@ -149,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("--max-age", type=float, default=30.0, help="seconds, for --fresh (default 30)")
     health.set_defaults(func=cmd_health)
 
+
+def _deploy_command(sub: argparse._SubParsersAction) -> None:
     deploy = sub.add_parser("deploy", help="render deployment files for a topology")
     deploy.add_argument("what", choices=["compose", "secrets"],
                         help="compose: a docker-compose.yml (Apache Kafka, Redis, every node, placement, dashboard, "
@@ -162,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "with secrets: HIFI_SPARK_SECRET too")
     deploy.set_defaults(func=cmd_deploy)
 
+
+def _query_command(sub: argparse._SubParsersAction) -> None:
     query = sub.add_parser("query", help="submit a HiFi SQL query (or CREATE VIEW) and stream its results")
     query.add_argument("sql", nargs="?", default=None,
                        help="the statement, e.g. \"SELECT tag_id, count(*) AS n FROM rfid_stream "
@@ -194,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "first (default 0; the topology's views may set theirs)")
     query.set_defaults(func=cmd_query)
 
+
+def _certs_command(sub: argparse._SubParsersAction) -> None:
     certs = sub.add_parser("certs", help="make a deployment's CA (once) and TLS certificates for its services")
     certs.add_argument("directory", help="where (ca.pem, ca.key, <service>.pem/.key); give services HIFI_TLS_DIR")
     certs.add_argument("--service", action="append", default=[],
@@ -208,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "with a random password in SERVICE.p12.password (a JVM service: the Kafka broker)")
     certs.set_defaults(func=cmd_certs)
 
+
+def _users_command(sub: argparse._SubParsersAction) -> None:
     users = sub.add_parser("users", help="users' tokens: add (prints a new token once), remove, list")
     users.add_argument("action", choices=["add", "remove", "list"])
     users.add_argument("name", nargs="?", default="", help="the principal (add, remove)")
@@ -219,13 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the token expires after this long, e.g. '30 days' or '12 hours' (default: never)")
     users.set_defaults(func=cmd_users)
 
+
+def _queries_command(sub: argparse._SubParsersAction) -> None:
     queries = sub.add_parser("queries", help="running queries with their root node and result topic")
     queries.set_defaults(func=cmd_queries)
 
+
+def _cancel_command(sub: argparse._SubParsersAction) -> None:
     cancel = sub.add_parser("cancel", help="cancel a query: its remote queries and the views only it used")
     cancel.add_argument("query_id")
     cancel.set_defaults(func=cmd_cancel)
 
+
+def _agents_command(sub: argparse._SubParsersAction) -> None:
     agents = sub.add_parser("agents", help="run receptor agents alone, against the broker in HIFI_KAFKA_BOOTSTRAP")
     agents.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
                         help="run this topology's scenario (default $HIFI_TOPOLOGY, else supply-chain)")
@@ -247,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "duration 60 s; the embedded broker unless HIFI_KAFKA_BOOTSTRAP is set)")
     agents.set_defaults(func=cmd_agents)
 
+
+def _bench_command(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks that print figures (and write them with --json)")
     benches = bench.add_subparsers(dest="which", required=True, metavar="BENCH")
     for entry in BENCHES:
@@ -262,6 +292,36 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("folder", help="the result files (*.json)")
     report.add_argument("--out", default="docs/benchmarks.md", help="the page to write (default docs/benchmarks.md)")
     report.set_defaults(func=cmd_bench_report)
+
+
+# every command's parser, in the order `hifi --help` lists them
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _up_command,
+    _nodes_command,
+    _views_command,
+    _motes_command,
+    _status_command,
+    _dashboard_command,
+    _node_command,
+    _placement_command,
+    _health_command,
+    _deploy_command,
+    _query_command,
+    _certs_command,
+    _users_command,
+    _queries_command,
+    _cancel_command,
+    _agents_command,
+    _bench_command,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """`hifi`'s parser: each command's own from COMMANDS, in the order `hifi --help` lists them."""
+    parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in COMMANDS:
+        add(sub)
     return parser
 
 

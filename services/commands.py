@@ -457,7 +457,7 @@ def _placement_stub():
     from protos import hifi_pb2_grpc
     from services.auth import open_channel
 
-    address = os.environ.get("HIFI_PLACEMENT") or _mdr().r.get(_mdr().k("placement"))
+    address = os.environ.get("HIFI_PLACEMENT") or _mdr().placement_address()
     if not address:
         raise CLIError("no placement service found: start the hierarchy with `hifi up`, or set HIFI_PLACEMENT")
     security = _security()

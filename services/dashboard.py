@@ -316,7 +316,7 @@ class Dashboard:
     # ------------------------------------------------------------ queries, through the placement service
 
     def placement(self) -> hifi_pb2_grpc.PlacementStub:
-        address = self.mdr.r.get(self.mdr.k("placement"))
+        address = self.mdr.placement_address()
         if not address:
             raise LookupError("no placement service is registered in the MDR")
         if self._placement_channel is None:

@@ -68,7 +68,7 @@ def load_catalog(mdr: MDR) -> Catalog:
         views.append(ExportedView(v.name, v.node, v.topic, v.columns, window_of(plan) if plan else None, v.definition,
                                   v.readers, plan))
     relations = {}
-    for name in mdr.r.smembers(mdr.k("relations")):
+    for name in mdr.relation_names():
         found = mdr.relation(name)
         if found:
             relations[name] = Relation(name, tuple(found[0]), tuple(found[1]), tuple(found[2]))
@@ -502,6 +502,6 @@ def start_placement_service(mdr: MDR, bootstrap: str, security: Security, listen
         "Placement", listen, security, mdr, "placement", workers=32, interceptors=[metrics.interceptor()])
     host, _, port = address.rpartition(":")
     address = f"{advertise_host or host}:{port}"
-    mdr.r.set(mdr.k("placement"), address)
+    mdr.set_placement_address(address)
     mdr.put_endpoints("placement", {"grpc": address, "metrics": metrics.serve(host, metrics_port, advertise_host)})
     return PlacementService(placement, server, address, metrics)
