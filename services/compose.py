@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -129,125 +130,86 @@ def spark_cluster_services(workers: int = SPARK_WORKERS) -> dict[str, Any]:
     return services
 
 
-def compose_model(topology: Topology, source: str, spark_cluster: bool = False) -> dict[str, Any]:
-    """The compose file as plain data; with `spark_cluster`, the nodes run on a Spark standalone
-    cluster of its own services (spark_cluster_services), each node's application holding
-    HIFI_SPARK_CORES_MAX cores of it."""
-    from services.kafka_acls import password_variable, users
-    topology_path, mounts = topology_location(source)
-    common_env = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": topology_path, "HIFI_TLS_DIR": TLS_DIR,
-                  "HIFI_KAFKA_CA": f"{TLS_DIR}/ca.pem"}
-    mdr_users = redis_users(topology)
+@dataclass(frozen=True)
+class _HiFiContainers:
+    """How every container of HiFi's own image is made: the topology it reads, its MDR user's and
+    Kafka user's credentials and its own TLS bundle."""
 
-    def redis_url(user: str) -> dict[str, str]:
-        if user not in mdr_users:
+    topology_path: str
+    mounts: tuple[str, ...]
+    mdr_users: frozenset[str]
+
+    def redis_url(self, user: str) -> dict[str, str]:
+        if user not in self.mdr_users:
             return {}
         password = required(secret_variable("REDIS", user), f"the MDR password of {user}")
         return {"HIFI_REDIS_URL": f"redis://{user}:{password}@redis:6379/0"}
-    certified = {"certs": {"condition": "service_completed_successfully"}}
 
-    def hifi(command: list[str], kafka_user: str, environment: dict[str, str], depends_on: dict, healthcheck: dict,
-             volumes: list[str] = (), ports: list[str] = ()) -> dict[str, Any]:
+    def service(self, command: list[str], kafka_user: str, environment: dict[str, str], depends_on: dict,
+                healthcheck: dict, volumes: Sequence[str] = (), ports: Sequence[str] = ()) -> dict[str, Any]:
+        common = {"HIFI_KAFKA_BOOTSTRAP": "kafka:9092", "HIFI_TOPOLOGY": self.topology_path, "HIFI_TLS_DIR": TLS_DIR,
+                  "HIFI_KAFKA_CA": f"{TLS_DIR}/ca.pem"}
         kafka = {"HIFI_KAFKA_USERNAME": kafka_user,
                  "HIFI_KAFKA_PASSWORD": required(password_variable(kafka_user), f"the Kafka password of {kafka_user}")}
         service: dict[str, Any] = {
             "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"}, "command": command,
-            "environment": {**common_env, **redis_url(kafka_user), **kafka, **environment},
-            "depends_on": {**certified, "kafka-setup": {"condition": "service_completed_successfully"},
+            "environment": {**common, **self.redis_url(kafka_user), **kafka, **environment},
+            "depends_on": {**_CERTIFIED, "kafka-setup": {"condition": "service_completed_successfully"},
                            **depends_on},
             "healthcheck": healthcheck, "restart": "unless-stopped"}
         # its own TLS bundle only (services.tls_bundles), which only the certs service writes
-        service["volumes"] = [*volumes, f"{tls_volume(kafka_user)}:{TLS_DIR}:ro", *mounts]
+        service["volumes"] = [*volumes, f"{tls_volume(kafka_user)}:{TLS_DIR}:ro", *self.mounts]
         if ports:
             service["ports"] = list(ports)
         return service
 
-    hosts = ["placement", *(node_service(n) for n in topology.nodes), "dashboard", "kafka"]
-    certify = " ".join(["hifi certs", CA_DIR, "--deployment", shlex.quote(topology.name),
-                        *(f"--service {s}" for s in certified_services(topology)),
-                        *(f"--host {h}" for h in hosts), "--keystore kafka"])
-    services: dict[str, Any] = {
-        # the CA (made once, kept in its own volume) and every service's certificate, issued anew at
-        # each `docker compose up` (a rotation: clients trust the same CA); then each container's
-        # bundle into its own volume (services.tls_bundles). As root: each bundle is owned by the
-        # user its container runs as.
-        "certs": {
-            "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
-            "user": "0",
-            "entrypoint": ["sh", "-c", "\n".join(["set -eu", f"{certify} > /dev/null",
-                                                   *copy_script(topology, CA_DIR, BUNDLES_DIR)])],
-            "volumes": [f"hifi-ca:{CA_DIR}", *(f"{tls_volume(name)}:{BUNDLES_DIR}/{name}"
-                                               for name in bundles(topology))],
-            "restart": "no",
-        },
-        "kafka": {
-            "image": KAFKA_IMAGE,
-            "environment": {
-                "CLUSTER_ID": KAFKA_CLUSTER_ID, "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
-                # clients: SASL/SCRAM over TLS only, every right by ACL (services.kafka_acls); the
-                # broker's own traffic and kafka-setup's: PLAINTEXT on the container's loopback
-                "KAFKA_LISTENERS": f"SASL_SSL://:9092,INTERNAL://{KAFKA_INTERNAL},CONTROLLER://127.0.0.1:9093",
-                "KAFKA_ADVERTISED_LISTENERS": f"SASL_SSL://kafka:9092,INTERNAL://{KAFKA_INTERNAL}",
-                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL",
-                # the image reads its keystore and the files holding its password from /etc/kafka/secrets
-                "KAFKA_SSL_KEYSTORE_TYPE": "PKCS12", "KAFKA_SSL_KEYSTORE_FILENAME": KEYSTORE,
-                "KAFKA_SSL_KEYSTORE_CREDENTIALS": f"{KEYSTORE}.password",
-                "KAFKA_SSL_KEY_CREDENTIALS": f"{KEYSTORE}.password",
-                "KAFKA_OPTS": "-Dhifi.kafka.listener=sasl_ssl",   # the image wants it set with a SASL listener
-                "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093",
-                "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
-                "KAFKA_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
-                "KAFKA_LISTENER_NAME_SASL__SSL_SCRAM___SHA___512_SASL_JAAS_CONFIG":
-                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-                "KAFKA_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "KAFKA_SUPER_USERS": "User:ANONYMOUS;User:admin", "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
-                "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-                "KAFKA_NUM_PARTITIONS": "1", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true"},
-            "volumes": ["kafka-data:/var/lib/kafka/data", f"{tls_volume('kafka')}:/etc/kafka/secrets:ro"],
-            "depends_on": certified,
-            "healthcheck": _healthcheck(["CMD-SHELL", "/opt/kafka/bin/kafka-broker-api-versions.sh "
-                                         f"--bootstrap-server {KAFKA_INTERNAL} > /dev/null 2>&1"]),
-            "restart": "unless-stopped",
-        },
-        # the SCRAM users and their ACLs, made on the broker's loopback listener (its network)
-        "kafka-setup": {
-            "image": KAFKA_IMAGE,
-            "network_mode": "service:kafka",
-            "entrypoint": ["sh", "-c", setup_script(topology, KAFKA_INTERNAL)],
-            "environment": {password_variable(u): required(password_variable(u), f"the Kafka password of {u}")
-                            for u in users(topology)},
-            "depends_on": _healthy("kafka"),
-            "restart": "no",
-        },
-        "redis": {
-            "image": REDIS_IMAGE,
-            # a user per service (each writes only its own keys), no default user; the passwords go
-            # from the environment into the ACL file, never onto a command line
-            "command": ["sh", "-c", "umask 077 && printf '%s\\n' " + " ".join(
-                f'"{line}"' for line in redis_acl_lines(topology, lambda u: f"$${secret_variable('REDIS', u)}"))
-                + f" > {REDIS_ACL_FILE} && exec redis-server --appendonly yes --aclfile {REDIS_ACL_FILE}"],
-            "environment": {secret_variable("REDIS", u): required(secret_variable("REDIS", u),
-                                                                  f"the MDR password of {u}") for u in mdr_users},
-            "volumes": ["redis-data:/data"],
-            "healthcheck": _healthcheck(["CMD-SHELL", 'REDISCLI_AUTH="$$HIFI_REDIS_PASSWORD_PLACEMENT" '
-                                                      "redis-cli --user placement ping | grep -q PONG"]),
-            "restart": "unless-stopped",
-        },
-        "placement": hifi(
-            ["placement"], "placement",
-            {"HIFI_LISTEN": f"0.0.0.0:{PLACEMENT_PORT}", "HIFI_ADVERTISE_HOST": "placement",
-             "HIFI_METRICS_PORT": str(METRICS_PORT)},
-            _healthy("kafka", "redis"),
-            _healthcheck(["CMD", "hifi", "health", "--grpc", f"127.0.0.1:{PLACEMENT_PORT}"])),
-    }
-    spark = ({"SPARK_MASTER": "spark://spark-master:7077", "HIFI_SPARK_SECRET": SPARK_SECRET,
-              "HIFI_SPARK_CORES_MAX": "1"} if spark_cluster else {"HIFI_SPARK_CORES": "2"})
+
+_CERTIFIED = {"certs": {"condition": "service_completed_successfully"}}
+
+
+def compose_model(topology: Topology, source: str, spark_cluster: bool = False) -> dict[str, Any]:
+    """The compose file as plain data; with `spark_cluster`, the nodes run on a Spark standalone
+    cluster of its own services (spark_cluster_services), each node's application holding
+    HIFI_SPARK_CORES_MAX cores of it."""
+    topology_path, mounts = topology_location(source)
+    hifi = _HiFiContainers(topology_path, tuple(mounts), frozenset(redis_users(topology)))
+    services: dict[str, Any] = {"certs": _certs_service(topology), "kafka": _kafka_service(),
+                                "kafka-setup": _kafka_setup_service(topology), "redis": _redis_service(topology),
+                                "placement": hifi.service(
+                                    ["placement"], "placement",
+                                    {"HIFI_LISTEN": f"0.0.0.0:{PLACEMENT_PORT}", "HIFI_ADVERTISE_HOST": "placement",
+                                     "HIFI_METRICS_PORT": str(METRICS_PORT)},
+                                    _healthy("kafka", "redis"),
+                                    _healthcheck(["CMD", "hifi", "health", "--grpc", f"127.0.0.1:{PLACEMENT_PORT}"]))}
     if spark_cluster:
         services.update(spark_cluster_services())
+    services.update(_node_services(topology, hifi, spark_cluster))
+    edges = sorted(n for n, spec in topology.nodes.items() if spec.tier == "edge")
+    services["agents"] = hifi.service(
+        ["agents"], "agents", {"HIFI_RECEPTOR_DIR": ARCHIVE_DIR},
+        _healthy("kafka", *(node_service(e) for e in edges)),
+        _healthcheck(["CMD", "hifi", "health", "--fresh", f"{ARCHIVE_DIR}/readings.jsonl", "--max-age", "30"]),
+        volumes=[f"hifi-archive:{ARCHIVE_DIR}"])
+    services["dashboard"] = hifi.service(
+        ["dashboard"], "dashboard", {"HIFI_LISTEN": f"0.0.0.0:{DASHBOARD_PORT}", "HIFI_ADVERTISE_HOST": "dashboard"},
+        _healthy("kafka", "redis", "placement"),
+        _healthcheck(["CMD", "hifi", "health", "--http", f"https://127.0.0.1:{DASHBOARD_PORT}/metrics"]),
+        ports=[f"127.0.0.1:${{HIFI_DASHBOARD_PORT:-{DASHBOARD_PORT}}}:{DASHBOARD_PORT}"])
+    services.update(_monitoring_services())
+    volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-ca", *(tls_volume(name) for name in bundles(topology)),
+               "prometheus-data", "grafana-data",
+               *(f"{node_service(spec.id)}-state" for spec in topology.bottom_up())]
+    return {"services": services, "volumes": {name: {} for name in volumes}}
+
+
+def _node_services(topology: Topology, hifi: _HiFiContainers, spark_cluster: bool) -> dict[str, Any]:
+    """A container per node, each after its children are healthy."""
+    spark = ({"SPARK_MASTER": "spark://spark-master:7077", "HIFI_SPARK_SECRET": SPARK_SECRET,
+              "HIFI_SPARK_CORES_MAX": "1"} if spark_cluster else {"HIFI_SPARK_CORES": "2"})
+    services: dict[str, Any] = {}
     for spec in topology.bottom_up():
         name = node_service(spec.id)
-        services[name] = hifi(
+        services[name] = hifi.service(
             ["node"], name,
             {"HIFI_NODE_ID": spec.id, "HIFI_LISTEN": f"0.0.0.0:{NODE_PORT}", "HIFI_ADVERTISE_HOST": name,
              "HIFI_METRICS_PORT": str(METRICS_PORT), "HIFI_STATE_DIR": STATE_DIR,
@@ -256,41 +218,118 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
              **({"spark-master": {"condition": "service_started"}} if spark_cluster else {})},
             _healthcheck(["CMD", "hifi", "health", "--node", spec.id], start_period="120s", retries=30),
             volumes=[f"{name}-state:{STATE_DIR}"])
-    edges = sorted(n for n, spec in topology.nodes.items() if spec.tier == "edge")
-    services["agents"] = hifi(
-        ["agents"], "agents", {"HIFI_RECEPTOR_DIR": ARCHIVE_DIR},
-        _healthy("kafka", *(node_service(e) for e in edges)),
-        _healthcheck(["CMD", "hifi", "health", "--fresh", f"{ARCHIVE_DIR}/readings.jsonl", "--max-age", "30"]),
-        volumes=[f"hifi-archive:{ARCHIVE_DIR}"])
-    services["dashboard"] = hifi(
-        ["dashboard"], "dashboard", {"HIFI_LISTEN": f"0.0.0.0:{DASHBOARD_PORT}", "HIFI_ADVERTISE_HOST": "dashboard"},
-        _healthy("kafka", "redis", "placement"),
-        _healthcheck(["CMD", "hifi", "health", "--http", f"https://127.0.0.1:{DASHBOARD_PORT}/metrics"]),
-        ports=[f"127.0.0.1:${{HIFI_DASHBOARD_PORT:-{DASHBOARD_PORT}}}:{DASHBOARD_PORT}"])
-    services["prometheus"] = {
-        "image": PROMETHEUS_IMAGE,
-        "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"],
-        "volumes": ["./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro",
-                    "prometheus-data:/prometheus", f"{tls_volume('prometheus')}:/etc/prometheus/tls:ro"],
-        "depends_on": _healthy("dashboard"),
-        "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:9090/-/healthy"]),
+    return services
+
+
+def _certs_service(topology: Topology) -> dict[str, Any]:
+    """The CA (made once, kept in its own volume) and every service's certificate, issued anew at
+    each `docker compose up` (a rotation: clients trust the same CA); then each container's bundle
+    into its own volume (services.tls_bundles). As root: each bundle is owned by the user its
+    container runs as."""
+    hosts = ["placement", *(node_service(n) for n in topology.nodes), "dashboard", "kafka"]
+    certify = " ".join(["hifi certs", CA_DIR, "--deployment", shlex.quote(topology.name),
+                        *(f"--service {s}" for s in certified_services(topology)),
+                        *(f"--host {h}" for h in hosts), "--keystore kafka"])
+    return {
+        "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
+        "user": "0",
+        "entrypoint": ["sh", "-c", "\n".join(["set -eu", f"{certify} > /dev/null",
+                                               *copy_script(topology, CA_DIR, BUNDLES_DIR)])],
+        "volumes": [f"hifi-ca:{CA_DIR}", *(f"{tls_volume(name)}:{BUNDLES_DIR}/{name}" for name in bundles(topology))],
+        "restart": "no",
+    }
+
+
+def _kafka_service() -> dict[str, Any]:
+    return {
+        "image": KAFKA_IMAGE,
+        "environment": {
+            "CLUSTER_ID": KAFKA_CLUSTER_ID, "KAFKA_NODE_ID": "1", "KAFKA_PROCESS_ROLES": "broker,controller",
+            # clients: SASL/SCRAM over TLS only, every right by ACL (services.kafka_acls); the
+            # broker's own traffic and kafka-setup's: PLAINTEXT on the container's loopback
+            "KAFKA_LISTENERS": f"SASL_SSL://:9092,INTERNAL://{KAFKA_INTERNAL},CONTROLLER://127.0.0.1:9093",
+            "KAFKA_ADVERTISED_LISTENERS": f"SASL_SSL://kafka:9092,INTERNAL://{KAFKA_INTERNAL}",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,INTERNAL:PLAINTEXT,SASL_SSL:SASL_SSL",
+            # the image reads its keystore and the files holding its password from /etc/kafka/secrets
+            "KAFKA_SSL_KEYSTORE_TYPE": "PKCS12", "KAFKA_SSL_KEYSTORE_FILENAME": KEYSTORE,
+            "KAFKA_SSL_KEYSTORE_CREDENTIALS": f"{KEYSTORE}.password",
+            "KAFKA_SSL_KEY_CREDENTIALS": f"{KEYSTORE}.password",
+            "KAFKA_OPTS": "-Dhifi.kafka.listener=sasl_ssl",   # the image wants it set with a SASL listener
+            "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER", "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@127.0.0.1:9093",
+            "KAFKA_INTER_BROKER_LISTENER_NAME": "INTERNAL", "KAFKA_LOG_DIRS": "/var/lib/kafka/data",
+            "KAFKA_SASL_ENABLED_MECHANISMS": "SCRAM-SHA-512",
+            "KAFKA_LISTENER_NAME_SASL__SSL_SCRAM___SHA___512_SASL_JAAS_CONFIG":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "KAFKA_AUTHORIZER_CLASS_NAME": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "KAFKA_SUPER_USERS": "User:ANONYMOUS;User:admin", "KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND": "false",
+            "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+            "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1", "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "KAFKA_NUM_PARTITIONS": "1", "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true"},
+        "volumes": ["kafka-data:/var/lib/kafka/data", f"{tls_volume('kafka')}:/etc/kafka/secrets:ro"],
+        "depends_on": _CERTIFIED,
+        "healthcheck": _healthcheck(["CMD-SHELL", "/opt/kafka/bin/kafka-broker-api-versions.sh "
+                                     f"--bootstrap-server {KAFKA_INTERNAL} > /dev/null 2>&1"]),
         "restart": "unless-stopped",
     }
-    services["grafana"] = {
-        "image": GRAFANA_IMAGE,
-        "environment": {"GF_SECURITY_ADMIN_PASSWORD": GRAFANA_PASSWORD,
-                        "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/grafana/dashboards/hifi.json"},
-        "volumes": ["./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
-                    "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro", "grafana-data:/var/lib/grafana"],
-        "ports": ["127.0.0.1:${HIFI_GRAFANA_PORT:-3000}:3000"],
-        "depends_on": _healthy("prometheus"),
-        "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:3000/api/health"]),
+
+
+def _kafka_setup_service(topology: Topology) -> dict[str, Any]:
+    """The SCRAM users and their ACLs, made on the broker's loopback listener (its network)."""
+    return {
+        "image": KAFKA_IMAGE,
+        "network_mode": "service:kafka",
+        "entrypoint": ["sh", "-c", setup_script(topology, KAFKA_INTERNAL)],
+        "environment": {password_variable(u): required(password_variable(u), f"the Kafka password of {u}")
+                        for u in users(topology)},
+        "depends_on": _healthy("kafka"),
+        "restart": "no",
+    }
+
+
+def _redis_service(topology: Topology) -> dict[str, Any]:
+    """A user per service (each writes only its own keys), no default user; the passwords go from
+    the environment into the ACL file, never onto a command line."""
+    mdr_users = redis_users(topology)
+    return {
+        "image": REDIS_IMAGE,
+        # a user per service (each writes only its own keys), no default user; the passwords go
+        # from the environment into the ACL file, never onto a command line
+        "command": ["sh", "-c", "umask 077 && printf '%s\\n' " + " ".join(
+            f'"{line}"' for line in redis_acl_lines(topology, lambda u: f"$${secret_variable('REDIS', u)}"))
+            + f" > {REDIS_ACL_FILE} && exec redis-server --appendonly yes --aclfile {REDIS_ACL_FILE}"],
+        "environment": {secret_variable("REDIS", u): required(secret_variable("REDIS", u),
+                                                              f"the MDR password of {u}") for u in mdr_users},
+        "volumes": ["redis-data:/data"],
+        "healthcheck": _healthcheck(["CMD-SHELL", 'REDISCLI_AUTH="$$HIFI_REDIS_PASSWORD_PLACEMENT" '
+                                                  "redis-cli --user placement ping | grep -q PONG"]),
         "restart": "unless-stopped",
     }
-    volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-ca", *(tls_volume(name) for name in bundles(topology)),
-               "prometheus-data", "grafana-data",
-               *(f"{node_service(spec.id)}-state" for spec in topology.bottom_up())]
-    return {"services": services, "volumes": {name: {} for name in volumes}}
+
+
+def _monitoring_services() -> dict[str, Any]:
+    """Prometheus scraping every service, Grafana drawing it."""
+    return {
+        "prometheus": {
+            "image": PROMETHEUS_IMAGE,
+            "command": ["--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"],
+            "volumes": ["./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro",
+                        "prometheus-data:/prometheus", f"{tls_volume('prometheus')}:/etc/prometheus/tls:ro"],
+            "depends_on": _healthy("dashboard"),
+            "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:9090/-/healthy"]),
+            "restart": "unless-stopped",
+        },
+        "grafana": {
+            "image": GRAFANA_IMAGE,
+            "environment": {"GF_SECURITY_ADMIN_PASSWORD": GRAFANA_PASSWORD,
+                            "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/grafana/dashboards/hifi.json"},
+            "volumes": ["./deploy/grafana/provisioning:/etc/grafana/provisioning:ro",
+                        "./deploy/grafana/dashboards:/var/lib/grafana/dashboards:ro", "grafana-data:/var/lib/grafana"],
+            "ports": ["127.0.0.1:${HIFI_GRAFANA_PORT:-3000}:3000"],
+            "depends_on": _healthy("prometheus"),
+            "healthcheck": _healthcheck(["CMD", "wget", "-qO-", "http://127.0.0.1:3000/api/health"]),
+            "restart": "unless-stopped",
+        },
+    }
 
 
 def render_compose(topology: Topology, source: str, spark_cluster: bool = False) -> str:
