@@ -98,10 +98,11 @@ def _counting(name: str, method):
 
 def _count_operations(cls: type) -> type:
     """Count every call of a public method per instance (`operations`): the services' MDR metrics."""
-    for part in reversed(cls.__mro__[:-1]):   # its own methods and those of the parts it is made of
-        for name, member in list(vars(part).items()):
-            if not name.startswith("_") and name != "k" and inspect.isfunction(member):
-                setattr(cls, name, _counting(name, member))
+    # its own methods and those of the parts it is made of, each wrapped once
+    methods = {name: member for part in reversed(cls.__mro__[:-1]) for name, member in vars(part).items()
+               if not name.startswith("_") and name != "k" and inspect.isfunction(member)}
+    for name, member in methods.items():
+        setattr(cls, name, _counting(name, member))
     return cls
 
 
