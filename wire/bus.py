@@ -183,7 +183,12 @@ def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[
     """
     if not tps:
         return {}
-    reported = consumer.end_offsets(list(tps))
+    try:
+        reported = consumer.end_offsets(list(tps))
+    except KeyError:   # a partition the broker no longer answers for: its topic deleted (services.placement)
+        consumer.topics()   # the broker's topics afresh: only the partitions that exist now
+        tps = [tp for tp in tps if tp.partition in (consumer.partitions_for_topic(tp.topic) or ())]
+        reported = consumer.end_offsets(tps) if tps else {}
     bootstrap = str(consumer.config["bootstrap_servers"])
     with _true_ends_lock:
         known = {tp: _true_ends.get((bootstrap, tp)) for tp in tps}
