@@ -268,8 +268,9 @@ class QueryPlacer:
     def cancel(self, query_id: str, keep_results: bool = False) -> QueryRecord:
         """Tear down the query's remote queries, keeping those another running query uses and
         those no query deployed (a standing view's parts, which a query may reuse), and retire the
-        topics of what it tore down and of its results (kept with `keep_results`: a query its
-        `--until` ended may still be read); they are deleted TOPIC_GRACE_MS on."""
+        topics of what it tore down, its results' among them when it tore down its final part (kept
+        with `keep_results`: a query its `--until` ended may still be read); they are deleted
+        TOPIC_GRACE_MS on (delete_retired_topics)."""
         with self._lock:
             queries = {q.id: q for q in self.mdr.queries()}
             record = queries.get(query_id)
