@@ -13,6 +13,8 @@ from mdr.records import Adoption, QueryRecord, now_ms
 from mdr.store import Store
 from wire.identity import TokenRecord
 
+RETIRED_KEPT_MS = 24 * 3_600_000   # a retired topic is remembered a day (then left to the broker's retention)
+
 
 class ControlKeys(Store):
     # ------------------------------------------------------------ queries
@@ -108,9 +110,14 @@ class ControlKeys(Store):
         return self.r.hgetall(self.k("desired", node_id))
 
     def retire_topics(self, topics: Sequence[str], at_ms: int) -> None:
-        """Note `topics` as written no more since `at_ms` (deleted later: services.placement)."""
+        """Note `topics` as written no more since `at_ms` (services.placement may delete them), and
+        forget those retired RETIRED_KEPT_MS before it."""
         if topics:
-            self.r.zadd(self.k("retired_topics"), dict.fromkeys(topics, at_ms))
+            with self.r.pipeline(transaction=True) as pipe:
+                pipe.zadd(self.k("retired_topics"), dict.fromkeys(topics, at_ms))
+                # bounded however many queries are cancelled: nothing deletes them by itself yet
+                pipe.zremrangebyscore(self.k("retired_topics"), "-inf", f"({at_ms - RETIRED_KEPT_MS}")
+                pipe.execute()
 
     def retired_topics(self, before_ms: int) -> list[str]:
         """The topics retired before `before_ms`."""

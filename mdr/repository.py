@@ -37,8 +37,8 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    query parts the placement service deployed on the node, which the
                                    node runs again after a restart (desired state), each with the
                                    placement service's signature (a node runs no other: services.part_signing)
-  retired_topics             ZSET  topic -> when a cancel ended what wrote it (epoch ms): the placement
-                                   service deletes it from the broker a grace later (services.placement)
+  retired_topics             ZSET  topic -> when a cancel ended what wrote it (epoch ms), for
+                                   services.placement's delete_retired_topics; kept a day (mdr.control)
   adoptions                  SET   nodes whose parts run at another node (glue.adoption)
   adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
                                    parts (JSON {query id: first window start it emits}), handback_ms

@@ -61,7 +61,6 @@ def _advertise_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _up_command(sub: argparse._SubParsersAction) -> None:
-
     up = sub.add_parser("up", help="run a whole topology (nodes + agents) and print the results at the ends of its "
                                    "CSAVA chain (alerts, trends)")
     up.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")

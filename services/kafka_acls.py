@@ -8,8 +8,8 @@ Principals:
               exports; one adopting a dead child's children reads theirs, and writes a dead child's
               while it runs its parts), writes its own and those nodes' results and its dead letters
   placement   describes every topic (a query starts from the ends its sources have), reads
-              results and deletes the views', partials' and results' topics of what a cancel
-              ended (services.placement, a minute on); agents write the edges' raw topics and
+              results and may delete the views', partials' and results' topics of what a cancel
+              ended (services.placement's delete_retired_topics); agents write the edges' raw topics and
               read their control topics; dashboard reads views and dead letters (it checks each
               view's readers before streaming it, as the placement API does)
   operator    reads every topic (for an operator's own tools)

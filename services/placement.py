@@ -101,11 +101,10 @@ FAILURE_CHECK_S = 2.0
 # looked for every ENDING_CHECK_S.
 UNTIL_GRACE_MS = 60_000
 ENDING_CHECK_S = 10.0
-# A cancelled query's topics (its parts' and its results') are deleted this long after the cancel:
-# a node's one streaming query reads the topics its lanes list at its next poll (within a second of
-# the cancel), and a topic deleted while a poll still lists it failed that query, every part of the
-# node with it (seen in the suite). Deleting them at all keeps a user's stream of queries from
-# piling topics up on the broker.
+# A cancelled query's topics (its parts' and its results') may be deleted this long after the
+# cancel (delete_retired_topics): a node's one streaming query reads the topics its lanes list at
+# its next poll (within a second of the cancel), and a topic deleted while a poll still lists it
+# failed that query, every part of the node with it (seen in the suite).
 TOPIC_GRACE_MS = 60_000
 
 
@@ -269,8 +268,8 @@ class QueryPlacer:
         """Tear down the query's remote queries, keeping those another running query uses and
         those no query deployed (a standing view's parts, which a query may reuse), and retire the
         topics of what it tore down, its results' among them when it tore down its final part (kept
-        with `keep_results`: a query its `--until` ended may still be read); they are deleted
-        TOPIC_GRACE_MS on (delete_retired_topics)."""
+        with `keep_results`: a query its `--until` ended may still be read), for
+        delete_retired_topics."""
         with self._lock:
             queries = {q.id: q for q in self.mdr.queries()}
             record = queries.get(query_id)

@@ -65,6 +65,17 @@ def test_a_refused_record_counts_once_and_what_is_remembered_of_it_goes_two_hour
     assert mdr.count_dead_letters("d1", ["t:0:1"], at + 2 * hour) == ["t:0:1"]
 
 
+def test_retired_topics_are_listed_by_age_and_remembered_a_day(mdr):
+    from mdr.control import RETIRED_KEPT_MS
+
+    mdr.retire_topics(["hifi.rqs.d1.a", "hifi.results.hq.q1"], 1_000)
+    mdr.retire_topics(["hifi.rqs.d1.b"], 2_000)
+    assert mdr.retired_topics(1_000) == [] and mdr.retired_topics(2_000) == ["hifi.results.hq.q1", "hifi.rqs.d1.a"]
+    mdr.forget_retired(["hifi.rqs.d1.a"])
+    mdr.retire_topics(["hifi.rqs.d1.c"], 2_000 + RETIRED_KEPT_MS)   # the first two are a day old by then
+    assert mdr.retired_topics(3_000 + RETIRED_KEPT_MS) == ["hifi.rqs.d1.b", "hifi.rqs.d1.c"]
+
+
 def test_every_change_is_announced_on_the_change_stream(mdr):
     mdr.register_node("hq", "core", "", [], "x")
     mdr.define_stream("rfid_stream", [("tag_id", "string")])
