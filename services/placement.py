@@ -470,15 +470,16 @@ class PlacementService:
         threading.Thread(target=self._housekeeping, daemon=True, name="placement-until").start()
 
     def _housekeeping(self) -> None:
-        """End the queries whose --until passed, each round. It does not delete the topics cancels
-        retired (delete_retired_topics): once, in the full suite, a producer's sender thread then
-        spun at full CPU in kafka-python (RecordAccumulator.ready over a deleted topic's partition),
-        starving every other thread of the process."""
+        """End the queries whose --until passed and delete the topics cancels retired, each round."""
         while not self.stop.wait(ENDING_CHECK_S):
             try:
                 self.placement.end_finished(now_ms())
             except Exception:  # noqa: BLE001 - the MDR or a node unreachable: next round
                 log.exception("ending the queries whose --until passed failed")
+            try:
+                self.placement.delete_retired_topics(now_ms())
+            except Exception as exc:  # noqa: BLE001 - the broker or the MDR unreachable: next round
+                log.warning("retired topics stay for now: %s", exc)
 
     def close(self) -> None:
         self.stop.set()

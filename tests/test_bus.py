@@ -1,5 +1,7 @@
 """The Kafka client helpers against a real broker of their own (it is stopped mid-test)."""
 
+import time
+
 import pytest
 
 from services.embedded import _stop, start_broker
@@ -18,3 +20,25 @@ def test_deliver_raises_for_messages_the_broker_never_took(tmp_path):
     with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
         bus.deliver(producer, futures)
     producer.close(timeout=1)
+
+
+def test_a_producer_forgets_a_deleted_topic_instead_of_asking_the_broker_about_it_for_ever(tmp_path):
+    """kafka-python's sender keeps every partition it ever wrote and, once one has no leader (its
+    topic deleted: a cancelled query's), asks for metadata every 100 ms for ever (a full core in the
+    suite); HiFi's producers drop such a partition when it holds nothing to send. (A producer that
+    asked for the topic by name instead has the embedded broker make it again, empty.)"""
+    bootstrap, proc = start_broker(str(tmp_path))
+    bus.ensure_topics(bootstrap, ["kept", "gone"])   # before the producer: it learns them among all topics
+    producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)   # the refresh that finds it gone, soon
+    try:
+        bus.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
+        assert {tp.topic for tp in producer._accumulator._batches} == {"kept", "gone"}
+        assert bus.delete_topics(bootstrap, ["gone"]) == ["gone"]
+        deadline = time.monotonic() + 15
+        while "gone" in {tp.topic for tp in producer._accumulator._batches} or producer._metadata._need_update:
+            assert time.monotonic() < deadline, "the producer still tracks the deleted topic"
+            time.sleep(0.2)
+        bus.deliver(producer, [producer.send("kept", b"3")])   # the others are written as before
+    finally:
+        producer.close(timeout=1)
+        _stop(proc)
