@@ -1,6 +1,7 @@
 """The Kafka client helpers against a real broker of their own (it is stopped mid-test)."""
 
 import time
+from collections import deque
 
 import pytest
 
@@ -42,3 +43,24 @@ def test_a_producer_forgets_a_deleted_topic_instead_of_asking_the_broker_about_i
     finally:
         producer.close(timeout=1)
         _stop(proc)
+
+
+def test_a_producer_keeps_a_partition_a_send_is_appending_to():
+    """kafka-python's append takes a partition's queue under its lock, lets go, and adds the new
+    batch to that queue under the lock again: dropping the queue in between would lose the batch
+    (it waits unsent, then expires). No broker: the accumulator and its metadata alone."""
+    from kafka import TopicPartition
+
+    producer = bus.make_producer("127.0.0.1:9", api_version=(2, 5))   # nothing listens: nothing is sent
+    try:
+        accumulator, cluster = producer._accumulator, producer._metadata
+        gone, sending = TopicPartition("gone", 0), TopicPartition("sending", 0)
+        accumulator._batches[gone], accumulator._batches[sending] = deque(), deque()   # no leader known for either
+        accumulator._appends_in_progress.increment()   # a send between taking the queue and adding to it
+        assert accumulator.ready(cluster)[2]   # unknown leaders: the accumulator says so
+        assert {gone, sending} <= set(accumulator._batches)   # nothing dropped while a send appends
+        accumulator._appends_in_progress.decrement()
+        accumulator.ready(cluster)
+        assert not {gone, sending} & set(accumulator._batches)   # no send: empty and leaderless, dropped
+    finally:
+        producer.close(timeout=0)
