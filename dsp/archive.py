@@ -1,6 +1,6 @@
 """A node's archive: every micro-batch its readers took in (the raw input at an edge node, the
 children's views above it), kept as Parquet under the node's state directory, so that a query
-can be answered over the past (`hifi query --since`, dsp.shared's history) after the stream moved on.
+can be answered over the past (`hifi query --since`, dsp.history_feed) after the stream moved on.
 
 Layout: `<state>/archive/<hour>/<reader>/<batch id>.parquet`, the hour (UTC, `2026-11-25T19`) the
 node took the batch in, and per hour a file `order` with a line `<taken ms> <reader key> <batch id>`

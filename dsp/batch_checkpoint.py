@@ -1,7 +1,7 @@
 """A node's runtime state between micro-batches: what makes each batch count exactly once.
 
 Four things, in the node's state directory (dsp.shared runs the batches):
-  fences     per stream (dsp.shared.stream_key) and Spark query (dsp.process_stream, by its
+  fences     per stream (dsp.node_inputs.stream_key) and Spark query (dsp.process_stream, by its
              checkpoint's id), the last batch id whose effects are saved: a batch Spark replays at or
              below it was already applied and is skipped
   positions  per stream, where it has read each partition to ("topic:partition" -> offset): its

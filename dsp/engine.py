@@ -272,19 +272,39 @@ class SourceOp(Operator):
 
 
 @dataclass
-class FilterOp(Operator):
-    plan: Filter
+class RowwiseOp(Operator):
+    """An operator over one child whose rows it maps row by row (a filter, a projection, a lookup
+    join): it reads what its child reads and its progress is its child's."""
+
     child: Operator
 
-    def __post_init__(self) -> None:
-        self.columns = self.child.columns
-        self.terms = conjuncts(self.plan.predicate)
+    def apply(self, rows: pa.Table | None) -> pa.Table | None:
+        """What it makes of its child's rows (None: its child read none of the topics)."""
+        raise NotImplementedError
 
     def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
         return self.apply(self.child.push(topic, batch))
 
     def push_many(self, pieces: Sequence[tuple[str, pa.Table]]) -> pa.Table | None:
         return self.apply(self.child.push_many(pieces))
+
+    def bound(self) -> int | None:
+        return self.child.bound()
+
+    def late_rows(self) -> int:
+        return self.child.late_rows()
+
+    def triaged(self) -> tuple[int, int] | None:
+        return self.child.triaged()
+
+
+@dataclass
+class FilterOp(RowwiseOp):
+    plan: Filter
+
+    def __post_init__(self) -> None:
+        self.columns = self.child.columns
+        self.terms = conjuncts(self.plan.predicate)
 
     def apply(self, rows: pa.Table | None) -> pa.Table | None:
         """The rows of `rows` the predicate holds for."""
@@ -300,30 +320,15 @@ class FilterOp(Operator):
                 rows = rows.filter(keep)   # NULL is not true: dropped, as in SQL
         return rows
 
-    def bound(self) -> int | None:
-        return self.child.bound()
-
-    def late_rows(self) -> int:
-        return self.child.late_rows()
-
-    def triaged(self) -> tuple[int, int] | None:
-        return self.child.triaged()
 
 
 @dataclass
-class ProjectOp(Operator):
+class ProjectOp(RowwiseOp):
     plan: Project
-    child: Operator
 
     def __post_init__(self) -> None:
         self.columns = output_columns(self.plan)
         self.schema = arrow_schema(self.columns)
-
-    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        return self.apply(self.child.push(topic, batch))
-
-    def push_many(self, pieces: Sequence[tuple[str, pa.Table]]) -> pa.Table | None:
-        return self.apply(self.child.push_many(pieces))
 
     def apply(self, rows: pa.Table | None) -> pa.Table | None:
         """The projection of `rows`."""
@@ -333,23 +338,14 @@ class ProjectOp(Operator):
         arrays = [column(expr, rows, kind) for (_, expr), (_, kind) in outputs]
         return carry_hidden(rows, pa.Table.from_arrays(arrays, schema=self.schema))
 
-    def bound(self) -> int | None:
-        return self.child.bound()
-
-    def late_rows(self) -> int:
-        return self.child.late_rows()
-
-    def triaged(self) -> tuple[int, int] | None:
-        return self.child.triaged()
 
 
 @dataclass
-class LookupJoinOp(Operator):
+class LookupJoinOp(RowwiseOp):
     """Stream-static left outer equi-join with a relation the node holds."""
 
     plan: LookupJoin
-    child: Operator
-    rows: Sequence[tuple]
+    rows: Sequence[tuple] = ()
 
     def __post_init__(self) -> None:
         self.columns = output_columns(self.plan)
@@ -359,21 +355,13 @@ class LookupJoinOp(Operator):
         self.relation = pa.Table.from_pylist([dict(zip(schema.names, row, strict=False)) for row in self.rows],
                                              schema=schema)
 
-    def push(self, topic: str, batch: pa.Table) -> pa.Table | None:
-        rows = self.child.push(topic, batch)
+    def apply(self, rows: pa.Table | None) -> pa.Table | None:
+        """`rows` joined with the relation (a row without a match keeps NULLs)."""
         if rows is None:
             return None
         joined = rows.join(self.relation, keys=self.plan.on, join_type="left outer", use_threads=False)
         return carry_hidden(joined, joined.select(self.schema.names).cast(self.schema))
 
-    def bound(self) -> int | None:
-        return self.child.bound()
-
-    def late_rows(self) -> int:
-        return self.child.late_rows()
-
-    def triaged(self) -> tuple[int, int] | None:
-        return self.child.triaged()
 
 
 @dataclass
@@ -949,16 +937,16 @@ def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:
     if isinstance(plan, Source):
         return SourceOp(plan)
     if isinstance(plan, Filter):
-        return FilterOp(plan, build(plan.child, relations))
+        return FilterOp(plan=plan, child=build(plan.child, relations))
     if isinstance(plan, Project):
-        return ProjectOp(plan, build(plan.child, relations))
+        return ProjectOp(plan=plan, child=build(plan.child, relations))
     if isinstance(plan, Aggregate):
         return AggregateOp(plan, build(plan.child, relations))
     if isinstance(plan, LookupJoin):
         rows = relations.get(plan.relation)
         if rows is None:
             raise PlanError(f"static relation {plan.relation!r} is not replicated at this node")
-        return LookupJoinOp(plan, build(plan.child, relations), list(rows))
+        return LookupJoinOp(plan=plan, child=build(plan.child, relations), rows=list(rows))
     if isinstance(plan, Union_):
         return UnionOp([build(child, relations) for child in plan.children])
     if isinstance(plan, Match):

@@ -288,16 +288,136 @@ _reading_here = TopicLocks()
 OFFSETS_ONLY = "offsets"   # the format of a stream that only says which offsets its batches cover
 
 
-class KafkaStreamReader(DataSourceStreamReader):
+class RangeDecoder:
+    """A range's records as the reader's rows, in its format: read cycles ("rfid", decoded a chunk
+    at a time), mote samples ("samples"), or a child's RowBatches ("rows": rows and progress
+    markers). Every record is checked (wire.intake): what fails is refused, dead-lettered with its
+    reason and counted, never raised; an edge's data listener (`ingest_node`) counts what it took."""
+
     ROWS_PER_ARROW_BATCH = 20_000
+    # read cycles decoded together (wire.cycle_columns): ~2 k records of 10 readings; enough that
+    # the per-run costs vanish, few enough that Data Triage's clock sees the decoding as it goes
+    CYCLE_BYTES_PER_CHUNK = 1 << 20
+
+    def __init__(self, schema: StructType, bootstrap: str, format: str, options: Mapping[str, str]) -> None:  # noqa: A002
+        self.schema, self.bootstrap, self.format = schema, bootstrap, format
+        self.ingest_node = options.get("ingest_node", "")
+        self.markers = options.get("markers", "false") == "true"
+        self.heartbeats = options.get("heartbeats", "false") == "true"
+        self.mdr_url = options.get("mdr_url", "")
+        self.weak_below = float(options.get("weak_below", "0"))
+        self.rules = IntakeRules.from_option(options.get("intake", ""))
+        self.event_time = options.get("event_time", "")
+        self.triage_s = int(options.get("triage_ms", "0")) / 1000
+        # the reader's own columns and types (not the marker flag): what a child's rows must carry
+        self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
+
+    def rows(self, partition: OffsetRange, prefetched: list | None = None) -> Iterator[pa.RecordBatch]:
+        """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
+        checks is refused (dead-lettered with its reason by the reader that owns that, counted,
+        and skipped), so no record can stop a query."""
+        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
+        records = prefetched if prefetched is not None else range_fetch.read_range(
+            self.bootstrap, partition.topic, partition.partition, partition.start, partition.end)
+        schema = arrow_schema(self.schema)
+        names = self.schema.fieldNames()
+        ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
+        refused: list[Refusal] = []
+        rows: list[tuple] = []
+        cycles: list[RawCycle] = []   # rfid: read cycles, decoded a chunk at a time (wire.cycle_columns)
+        cycle_bytes = 0
+        triage = Triage(self.triage_s, partition.partition)
+        left_out_newest = 0   # the newest send time of a record left out (its readings' time, about)
+        now_ms = int(time.time() * 1000)
+        for record in records:
+            arrival = arrival_ms(record.timestamp, now_ms)
+            if self.format == "rfid":
+                if is_sensor_batch(record.headers):
+                    # mote samples share the raw topic; they are not rfid_stream readings
+                    if ingest is not None:
+                        ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
+                        ingest.add_mote_reports(record, *decode_mote_reports(record.value, self.rules))
+                    continue
+                weight = triage.weight(record.offset, partition.end)
+                if not weight:   # left out by Data Triage: named by the range's triage row
+                    left_out_newest = max(left_out_newest, record.timestamp or 0)
+                    continue
+                cycles.append(RawCycle(record.value, record.offset, arrival, weight))
+                cycle_bytes += len(record.value or b"")
+                if cycle_bytes >= self.CYCLE_BYTES_PER_CHUNK:
+                    yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
+                    cycles, cycle_bytes = [], 0
+            elif self.format == "samples":
+                if is_sensor_batch(record.headers):
+                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
+            else:
+                batch, problem = parse_row_batch(record.value)
+                if batch is not None:
+                    # a batch its producer sent again (it crashed before recording it) is dropped
+                    earlier = recent.seen(batch.identity, record.offset) if batch.identity and recent else None
+                    problem = (f"{DUPLICATE_BATCH} {batch.batch_id} (chunk {batch.chunk}) of {batch.producer}/"
+                               f"{batch.stream} (as at offset {earlier})" if earlier is not None
+                               else self._batch_problem(batch, arrival))
+                if problem:
+                    refused.append(Refusal(record.offset, problem, record.value or b""))
+                elif batch.rows:
+                    rows.extend(project_rows(batch, names))
+                elif self.markers and batch.watermark_ms:
+                    rows.append(marker_row(self.schema, batch.watermark_ms))
+            if len(rows) >= self.ROWS_PER_ARROW_BATCH:
+                yield _to_arrow(rows, schema)
+                rows = []
+        if cycles:
+            yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
+        if triage.sampled_from is not None:   # a row naming the range sampled (no tag: no query reads it)
+            named: list = [None] * len(RAW_RFID_COLUMNS)
+            named[PARTITION], named[OFFSET] = partition.partition, triage.sampled_from
+            # its time: the engine marks triaged every window from the batch's oldest row to here
+            named[TS] = ms_to_datetime(left_out_newest) if left_out_newest else None
+            yield from rows_table([tuple(named)], [0], partition.end).to_batches()
+            if ingest is not None:
+                ingest.triaged = triage.left_out
+        if rows:
+            yield _to_arrow(rows, schema)
+        if recent is not None:
+            recent.reached(partition.end)
+        if ingest is not None:
+            ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
+        if refused and self.rules.node:
+            dead_letter_once(self.bootstrap, self.mdr_url, self.rules.node, partition.topic, partition.partition,
+                             refused)
+
+    def _cycle_batches(self, cycles: list[RawCycle], partition: int, recent: RecentCycles | None,
+                       ingest: IngestTally | None) -> Iterator[pa.RecordBatch]:
+        """A chunk of read cycles decoded, and counted by the data listener."""
+        valid_cycles: Counter[str] | None = Counter() if ingest is not None else None
+        table = decode_cycles(cycles, partition, self.heartbeats, self.rules, recent, valid_cycles)
+        if ingest is not None:
+            ingest.add(table, valid_cycles)
+        yield from table.to_batches(self.ROWS_PER_ARROW_BATCH)
+
+    def _batch_problem(self, batch: DecodedBatch, arrival: int) -> str:
+        """Why a RowBatch of a child's view cannot be read: rows that do not fit this reader's
+        columns, or an event time (a row's, a marker's) its arrival makes untrustworthy."""
+        if not batch.rows:
+            if self.markers and batch.watermark_ms:
+                return self.rules.time_problem(batch.watermark_ms, arrival, "marker watermark_ms") or ""
+            return ""
+        problem = rows_problem(batch.columns, batch.rows, self.columns)
+        if problem is None and self.event_time in batch.columns:
+            at = batch.columns.index(self.event_time)
+            newest = max((r[at] for r in batch.rows if r[at] is not None), default=None)
+            if newest is not None:
+                problem = self.rules.time_problem(datetime_ms(newest), arrival, self.event_time)
+        return problem or ""
+
+
+class KafkaStreamReader(DataSourceStreamReader):
     # A partition's new records are split among at most `tasks` tasks (option, default 1: Spark's
     # cores), and into pieces of RECORDS_PER_TASK records or more: a task has a fixed cost, and a worker taking a
     # partition's next range first reads the one before it for its duplicate look-back (wire.intake,
     # 10 000 records: their keys only, ~2.5 µs a record against ~20 µs to decode a 10-reading one).
     RECORDS_PER_TASK = 5_000
-    # read cycles decoded together (wire.cycle_columns): ~2 k records of 10 readings; enough that
-    # the per-run costs vanish, few enough that Data Triage's clock sees the decoding as it goes
-    CYCLE_BYTES_PER_CHUNK = 1 << 20
 
     def __init__(self, schema: StructType, options: dict[str, str]) -> None:
         self.handoff_dir = options.get("handoff_dir", "")
@@ -310,21 +430,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topics = [t for t in options["topics"].split(",") if t]
         self.format = options.get("format", "rows")
         self.starting = options.get("startingoffsets", options.get("startingOffsets", "earliest"))
-        self.ingest_node = options.get("ingest_node", "")
-        self.markers = options.get("markers", "false") == "true"
-        self.heartbeats = options.get("heartbeats", "false") == "true"
-        self.mdr_url = options.get("mdr_url", "")
-        self.weak_below = float(options.get("weak_below", "0"))
-        self.rules = IntakeRules.from_option(options.get("intake", ""))
-        self.event_time = options.get("event_time", "")
-        self.triage_s = int(options.get("triage_ms", "0")) / 1000
+        self.decoder = RangeDecoder(self.schema, self.bootstrap, self.format, options)
         self.tasks = max(1, int(options.get("tasks", "1")))
         self.first = json.loads(self.starting) if self.starting.startswith("{") else {}
         self.topics_file = options.get("topics_file", "")
         self._topics_seen = b""   # the topics file as last read
         self.lanes: dict[str, frozenset[str]] = {}   # OFFSETS_ONLY: each lane's topics
-        # the reader's own columns and types (not the marker flag): what a child's rows must carry
-        self.columns = [(f.name, _plan_type(f.dataType)) for f in self.schema.fields if f.name != PROGRESS_COLUMN]
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)
@@ -454,110 +565,10 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def _tagged(self, partition: OffsetRange, records: list | None = None) -> Iterator[pa.RecordBatch]:
         """The range's rows, with the topic they came from when the reader tags them."""
-        for batch in self._rows(partition, records):
+        for batch in self.decoder.rows(partition, records):
             if self.tagged:
                 batch = batch.append_column(TOPIC_COLUMN, pa.array([partition.topic] * batch.num_rows, pa.string()))
             yield batch
-
-    def _rows(self, partition: OffsetRange, prefetched: list | None = None) -> Iterator[pa.RecordBatch]:
-        """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
-        checks is refused (dead-lettered with its reason by the reader that owns that, counted,
-        and skipped), so no record can stop a query."""
-        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
-        records = prefetched if prefetched is not None else range_fetch.read_range(
-            self.bootstrap, partition.topic, partition.partition, partition.start, partition.end)
-        schema = arrow_schema(self.schema)
-        names = self.schema.fieldNames()
-        ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
-        refused: list[Refusal] = []
-        rows: list[tuple] = []
-        cycles: list[RawCycle] = []   # rfid: read cycles, decoded a chunk at a time (wire.cycle_columns)
-        cycle_bytes = 0
-        triage = Triage(self.triage_s, partition.partition)
-        left_out_newest = 0   # the newest send time of a record left out (its readings' time, about)
-        now_ms = int(time.time() * 1000)
-        for record in records:
-            arrival = arrival_ms(record.timestamp, now_ms)
-            if self.format == "rfid":
-                if is_sensor_batch(record.headers):
-                    # mote samples share the raw topic; they are not rfid_stream readings
-                    if ingest is not None:
-                        ingest.add_samples(record, *decode_sample_rows(record.value, (), arrival, self.rules))
-                        ingest.add_mote_reports(record, *decode_mote_reports(record.value, self.rules))
-                    continue
-                weight = triage.weight(record.offset, partition.end)
-                if not weight:   # left out by Data Triage: named by the range's triage row
-                    left_out_newest = max(left_out_newest, record.timestamp or 0)
-                    continue
-                cycles.append(RawCycle(record.value, record.offset, arrival, weight))
-                cycle_bytes += len(record.value or b"")
-                if cycle_bytes >= self.CYCLE_BYTES_PER_CHUNK:
-                    yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
-                    cycles, cycle_bytes = [], 0
-            elif self.format == "samples":
-                if is_sensor_batch(record.headers):
-                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
-            else:
-                batch, problem = parse_row_batch(record.value)
-                if batch is not None:
-                    # a batch its producer sent again (it crashed before recording it) is dropped
-                    earlier = recent.seen(batch.identity, record.offset) if batch.identity and recent else None
-                    problem = (f"{DUPLICATE_BATCH} {batch.batch_id} (chunk {batch.chunk}) of {batch.producer}/"
-                               f"{batch.stream} (as at offset {earlier})" if earlier is not None
-                               else self._batch_problem(batch, arrival))
-                if problem:
-                    refused.append(Refusal(record.offset, problem, record.value or b""))
-                elif batch.rows:
-                    rows.extend(project_rows(batch, names))
-                elif self.markers and batch.watermark_ms:
-                    rows.append(marker_row(self.schema, batch.watermark_ms))
-            if len(rows) >= self.ROWS_PER_ARROW_BATCH:
-                yield _to_arrow(rows, schema)
-                rows = []
-        if cycles:
-            yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
-        if triage.sampled_from is not None:   # a row naming the range sampled (no tag: no query reads it)
-            named: list = [None] * len(RAW_RFID_COLUMNS)
-            named[PARTITION], named[OFFSET] = partition.partition, triage.sampled_from
-            # its time: the engine marks triaged every window from the batch's oldest row to here
-            named[TS] = ms_to_datetime(left_out_newest) if left_out_newest else None
-            yield from rows_table([tuple(named)], [0], partition.end).to_batches()
-            if ingest is not None:
-                ingest.triaged = triage.left_out
-        if rows:
-            yield _to_arrow(rows, schema)
-        if recent is not None:
-            recent.reached(partition.end)
-        if ingest is not None:
-            ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
-        if refused and self.rules.node:
-            dead_letter_once(self.bootstrap, self.mdr_url, self.rules.node, partition.topic, partition.partition,
-                             refused)
-
-    def _cycle_batches(self, cycles: list[RawCycle], partition: int, recent: RecentCycles | None,
-                       ingest: IngestTally | None) -> Iterator[pa.RecordBatch]:
-        """A chunk of read cycles decoded, and counted by the data listener."""
-        valid_cycles: Counter[str] | None = Counter() if ingest is not None else None
-        table = decode_cycles(cycles, partition, self.heartbeats, self.rules, recent, valid_cycles)
-        if ingest is not None:
-            ingest.add(table, valid_cycles)
-        yield from table.to_batches(self.ROWS_PER_ARROW_BATCH)
-
-    def _batch_problem(self, batch: DecodedBatch, arrival: int) -> str:
-        """Why a RowBatch of a child's view cannot be read: rows that do not fit this reader's
-        columns, or an event time (a row's, a marker's) its arrival makes untrustworthy."""
-        if not batch.rows:
-            if self.markers and batch.watermark_ms:
-                return self.rules.time_problem(batch.watermark_ms, arrival, "marker watermark_ms") or ""
-            return ""
-        problem = rows_problem(batch.columns, batch.rows, self.columns)
-        if problem is None and self.event_time in batch.columns:
-            at = batch.columns.index(self.event_time)
-            newest = max((r[at] for r in batch.rows if r[at] is not None), default=None)
-            if newest is not None:
-                problem = self.rules.time_problem(datetime_ms(newest), arrival, self.event_time)
-        return problem or ""
-
 
 @dataclass(frozen=True)
 class Refusal:

@@ -151,12 +151,12 @@ class DSPManager:
         return (self.ingest is not None and self._ingest_owner is None and not skips_backlog
                 and any(s.topics == (self.ingest.raw_topic,) for s in sources(plan)))
 
-    def deploy(self, part: PartSpec, on_batch: BatchHook | None = None) -> None:
-        """Compile and start `part`'s plan as a Spark query of its own, writing its rows to its
+    def deploy(self, spec: PartSpec, on_batch: BatchHook | None = None) -> None:
+        """Compile and start `spec`'s plan as a Spark query of its own, writing its rows to its
         topic; its sources are read from its `start_offsets` ({"topic:partition": offset}, see
         CompileContext), else from their beginning."""
-        query_id, plan, output_topic = part.query_id, part.plan, part.topic
-        start_offsets = part.start_offsets or None
+        query_id, plan, output_topic = spec.query_id, spec.plan, spec.topic
+        start_offsets = spec.start_offsets or None
         with self._lock:
             if query_id in self._queries:
                 raise QueryExists(f"query {query_id!r} is already deployed on {self.node_id}")

@@ -1,7 +1,7 @@
 """The past on Spark: a part's archived batches (dsp.archive) read by Spark as one batch.
 
 A part deployed over the past (`hifi query --since`, a replay) is first fed what the readers it
-joins archived from then on (dsp.shared's history). The driver's path reads the archive batch by
+joins archived from then on (dsp.history_feed). The driver's path reads the archive batch by
 batch and pushes each (dsp.engine). When Spark computes the part (`spark_partials.computable`,
 and `SparkBatches.past`), Spark reads the archive's Parquet files themselves — each batch's file
 or folder, a closed hour's compacted file whole — as one DataFrame with each row's topic, and the
@@ -12,7 +12,7 @@ stream at the next batch as on the driver's path.
 Late rows: as one batch, no row of the past is late against another: every archived row is in
 its window, and every row is judged against the bound the part had before its past (none, for a
 new part). The driver's path keeps the rows that came up to the latest lateness the archive shows
-(capped at 10 minutes: dsp.shared's HISTORY_LATENESS_CAP_MS), so the two differ only for a row
+(capped at 10 minutes: dsp.history_feed's HISTORY_LATENESS_CAP_MS), so the two differ only for a row
 that came over 10 minutes late, which the intake refuses by default (its max_behind).
 """
 

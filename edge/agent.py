@@ -18,7 +18,6 @@ Output directory (schema in deploy/scenarios/README.md):
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import os
@@ -32,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import IO, Any
 
 from edge.control import ControlFollower
+from edge.ground_truth import GroundTruth, replay_receptor
 from edge.intel_lab import Fault, MoteSample, load_intel_lab, plan_faults, replay
 from edge.motes import MoteReading
 from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
@@ -52,10 +52,6 @@ HISTOGRAM_PERIOD_MS = 10_000   # how often the motes send their histograms of re
 def tick_ms(scenario: Scenario) -> int:
     """The agent's time step: every read cycle and every mote sample falls on one."""
     return math.gcd(scenario.cycle_ms, *(m.period_ms for m in scenario.motes))
-
-
-def replay_receptor(mote_id: int) -> str:
-    return f"lab-m{mote_id}"
 
 
 @dataclass
@@ -88,6 +84,32 @@ class _Tick:
     motes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
+class _RunLogs:
+    """readings.jsonl and truth.jsonl, appended to tick by tick and flushed at least every
+    LOG_FLUSH_S (readers of the live logs: `--reference`)."""
+
+    def __init__(self, readings_path: str, truth_path: str) -> None:
+        self._readings: IO[str] = open(readings_path, "a")  # noqa: SIM115 - closed by close()
+        self._truth: IO[str] = open(truth_path, "a")  # noqa: SIM115
+        self._flushed = time.monotonic()
+
+    def truth(self, line: dict[str, Any]) -> None:
+        self._truth.write(json.dumps(line) + "\n")
+
+    def tick(self, readings: list[dict[str, Any]], truth: dict[str, Any]) -> None:
+        for line in readings:
+            self._readings.write(json.dumps(line) + "\n")
+        self.truth(truth)
+        if time.monotonic() - self._flushed >= LOG_FLUSH_S:
+            self._readings.flush()
+            self._truth.flush()
+            self._flushed = time.monotonic()
+
+    def close(self) -> None:
+        self._readings.close()
+        self._truth.close()
+
+
 class ReceptorAgent:
     """Runs a scenario until stopped or for a duration; `run()` blocks, `start()` runs a thread.
 
@@ -116,21 +138,17 @@ class ReceptorAgent:
             os.makedirs(out_dir, exist_ok=True)
             for name in (READINGS_FILE, TRUTH_FILE):   # exist from now on, even before the first tick
                 open(os.path.join(out_dir, name), "a").close()
-        self._lab_faults: list[Fault] = []
+        lab_faults: list[Fault] = []
         self._replay: Iterator[MoteSample] = iter(())
         self.replay_motes = 0
         if scenario.replay is not None:
             lab = load_intel_lab(scenario.replay.data)
             self.replay_motes = len(lab)
-            self._lab_faults = plan_faults(lab, scenario.seed, scenario.replay.fault_share)
-            self._replay = replay(lab, self._lab_faults, self.start_ms, scenario.replay.speed, scenario.seed)
+            lab_faults = plan_faults(lab, scenario.seed, scenario.replay.fault_share)
+            self._replay = replay(lab, lab_faults, self.start_ms, scenario.replay.speed, scenario.seed)
         self._pending_replay: MoteSample | None = next(self._replay, None)
         self._ghosts: tuple[str, ...] = ()   # every tag of the world so far: the ghost reads' pool
-        self._positions: dict[str, str] = {}
-        self._events_seen = 0
-        self._staged: list[tuple[int, int]] = []   # (time, index into world.events) not yet told
-        self._tags_told = 0
-        self._told_fires: set[tuple[int, str]] = set()
+        self.truth = GroundTruth(scenario, self.world, self.tick_ms, lab_faults)
         self._seq: dict[str, int] = defaultdict(int)
         self.control: ControlFollower | None = None   # the sensor proxies' settings (while running)
         # each mote's recent values (wire.histogram), per node: sent every HISTOGRAM_PERIOD_MS
@@ -179,16 +197,12 @@ class ReceptorAgent:
         outbox = Outbox(producer, Spool(self.spool_dir, self.spool_bytes))
         self.control = ControlFollower(self.bootstrap, self.nodes())
         rng = random.Random(self.scenario.seed)
-        readings_out: IO[str] | None = None
-        truth_out: IO[str] | None = None
-        if self.out_dir:
-            readings_out = open(self.readings_path, "a")  # noqa: SIM115 - closed in finally
-            truth_out = open(self.truth_path, "a")  # noqa: SIM115
-            truth_out.write(json.dumps({"t": self.start_ms, "plan": self._plan()}) + "\n")
+        logs = _RunLogs(self.readings_path, self.truth_path) if self.out_dir else None
+        if logs is not None:
+            logs.truth({"t": self.start_ms, "plan": self.truth.plan()})
         t = self.start_ms
         end_ms = self.start_ms + int(duration_s * 1000) if duration_s else None
         wall_start: float | None = None   # when the first tick went out (a paced run waits for it)
-        flushed = time.monotonic()
         self.stats.started_ms = t
         try:
             while not self._stop.is_set() and (end_ms is None or t < end_ms):
@@ -213,14 +227,8 @@ class ReceptorAgent:
                 self.stats.messages += len(tick.messages)
                 self.stats.payload_bytes += sum(len(key) + len(value) for _, key, value, _ in tick.messages)
                 self._count(outbox)
-                if readings_out is not None and truth_out is not None:
-                    for line in tick.readings:
-                        readings_out.write(json.dumps(line) + "\n")
-                    truth_out.write(json.dumps(self._truth_line(t, tick)) + "\n")
-                    if time.monotonic() - flushed >= LOG_FLUSH_S:   # readers of the live logs (--reference)
-                        readings_out.flush()
-                        truth_out.flush()
-                        flushed = time.monotonic()
+                if logs is not None:
+                    logs.tick(tick.readings, self.truth.line(t, tick.motes))
                 self.stats.ticks += 1
                 t += self.tick_ms
         finally:
@@ -230,9 +238,8 @@ class ReceptorAgent:
             self.stats.settings_refused = self.control.refused
             self.control.close()
             self.control = None
-            for out in (readings_out, truth_out):
-                if out is not None:
-                    out.close()
+            if logs is not None:
+                logs.close()
             self.stats.stopped_ms = t
             self.stats.wall_s = time.time() - wall_start if wall_start is not None else 0.0
         return self.stats
@@ -252,7 +259,7 @@ class ReceptorAgent:
         """The fires and people in danger a run of `duration_s` stages (as its truth.jsonl tells
         them), computed with no broker and no pacing."""
         return [event for t in range(self.start_ms, self.start_ms + int(duration_s * 1000), self.tick_ms)
-                for event in self._fire_events(t)]
+                for event in self.truth.fire_events(t)]
 
     # ------------------------------------------------------------ one tick
 
@@ -347,69 +354,6 @@ class ReceptorAgent:
     def _sample(self, reading: MoteReading) -> Sample:
         self._seq[reading.receptor_id] += 1
         return Sample(reading.receptor_id, self._seq[reading.receptor_id], reading.t_ms, reading.values)
-
-    # ------------------------------------------------------------ ground truth
-
-    def _plan(self) -> dict[str, Any]:
-        s = self.scenario
-        return {
-            "scenario": s.name, "seed": s.seed, "cycle_ms": s.cycle_ms, "tick_ms": self.tick_ms,
-            "reader_faults": [{"reader": r.receptor_id, **asdict(f)} for r in s.readers for f in r.faults],
-            "mote_faults": [{"mote": m.receptor_id, **asdict(m.fault)} for m in s.motes if m.fault is not None],
-            "replay_faults": [{"mote": replay_receptor(f.mote_id), **asdict(f)} for f in self._lab_faults],
-            "fires": [asdict(f) for f in s.environment.fires],
-            "gas_releases": [asdict(r) for r in s.environment.releases],
-        }
-
-    def _truth_line(self, t: int, tick: _Tick) -> dict[str, Any]:
-        line: dict[str, Any] = {"t": t}
-        tags = self.world.tags
-        if len(tags) > self._tags_told:   # a repeating world ships new pallets as time goes on
-            line["new_tags"] = {tag: {"epc": tags[tag].epc_hex, "kind": tags[tag].kind, "parent": tags[tag].parent}
-                                for tag in list(tags)[self._tags_told:]}
-            self._tags_told = len(tags)
-        moves = []
-        for tag in self.world.tags:
-            where = self.world.location_of(tag, t)
-            if self._positions.get(tag, AWAY) != where:
-                moves.append([tag, where])
-                self._positions[tag] = where
-        if moves:
-            line["moves"] = moves
-        if tick.motes:
-            line["motes"] = tick.motes
-        faulty = sorted(r.receptor_id for r in self.scenario.readers if any(f.active(t) for f in r.faults))
-        if faulty:
-            line["faulty_readers"] = faulty
-        # The world stages events in shipping order, not time order: hold them until they happen.
-        for number in range(self._events_seen, len(self.world.events)):
-            heapq.heappush(self._staged, (self.world.events[number].t_ms, number))
-        self._events_seen = len(self.world.events)
-        new = []
-        while self._staged and self._staged[0][0] <= t:
-            new.append(asdict(self.world.events[heapq.heappop(self._staged)[1]]))
-        new += self._fire_events(t)
-        if new:
-            line["events"] = new
-        return line
-
-    def _fire_events(self, t: int) -> list[dict[str, Any]]:
-        """A fire in a room when it starts, and every person in that room while it burns (once)."""
-        events: list[dict[str, Any]] = []
-        for number, fire in enumerate(self.scenario.environment.fires):
-            if not fire.start_ms <= t < fire.end_ms:
-                continue
-            if (number, "") not in self._told_fires:
-                self._told_fires.add((number, ""))
-                events.append({"kind": "fire", "t_ms": t, "tag_id": "", "location": fire.location,
-                               "x": fire.x, "y": fire.y})
-            for person in self.world.people_at(fire.location, t) if fire.location else ():
-                if (number, person) not in self._told_fires:
-                    self._told_fires.add((number, person))
-                    events.append({"kind": "person-in-danger", "t_ms": t, "tag_id": person,
-                                   "location": fire.location})
-        return events
-
 
 def read_jsonl(path: str, until_ms: int | None = None) -> list[dict[str, Any]]:
     """The lines of a log; `until_ms`: only those up to that time (the agent writes its lines in

@@ -42,9 +42,7 @@ import datetime as dt
 import json
 import logging
 import os
-import queue
 import secrets
-import ssl
 import threading
 import time
 import urllib.request
@@ -52,7 +50,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.cookies import SimpleCookie
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -65,6 +63,15 @@ from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services import certs
 from services.auth import Authenticator, Security, open_channel
+from services.dashboard_http import (
+    LOCAL_HOSTS,
+    JsonExchange,
+    TLSServer,
+    allowed_hosts,
+    host_name,
+    loopback,
+    same_origin,
+)
 from services.health import CountsSample, RateWindow, moves, node_health, tier_series
 from services.metrics import ServiceMetrics
 from services.placement import query_states
@@ -84,7 +91,6 @@ PUSH_INTERVAL_S = 1.0
 CHART_SPAN_MS = 300_000      # the throughput and lag charts show the last five minutes
 RATE_SPAN_MS = 5_000         # receptor rates over (at least) the last five seconds
 EVENTS_KEPT = 200
-KEEPALIVE_S = 5.0
 
 
 def _json_cell(value: Any) -> Any:
@@ -160,7 +166,7 @@ class EventLog:
                            "receptor": row.get("receptor_id", ""), "view": f"{node}.{record.topic.split('.', 3)[3]}"})
 
 
-MAX_BODY_BYTES = 1 << 20   # a query's text is at most 64 KiB (glue.limits); this leaves room
+
 
 
 class Dashboard:
@@ -203,11 +209,12 @@ class Dashboard:
 
         class Handler(_Handler):
             owner = dashboard
+            stopping = dashboard.stop_event
             hosts = allowed_hosts(host, advertise_host, os.environ.get("HIFI_DASHBOARD_HOSTS", ""))
             secure = tls
 
         if tls:
-            self._server = _TLSServer((host, int(port)), Handler)
+            self._server = TLSServer((host, int(port)), Handler)
             self._server.context = certs.server_context(self.security.tls_dir, "dashboard")
         else:
             self._server = ThreadingHTTPServer((host, int(port)), Handler)
@@ -421,93 +428,12 @@ def _scrape(url: str) -> dict[str, float]:
     return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
 
 
-# every answer: scripts, styles and connections from this server only (the page has no inline
-# script or style), never framed, types as declared, no referrer to elsewhere
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
-                               "form-action 'self'; frame-ancestors 'none'",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+class _Handler(JsonExchange):
+    """The dashboard's pages and API (the module's docstring lists them)."""
 
-
-def loopback(host: str) -> bool:
-    """Whether listening on `host` keeps the dashboard on this machine.
-
-    >>> [loopback(h) for h in ("127.0.0.1", "localhost", "::1", "0.0.0.0", "", "dashboard")]
-    [True, True, True, False, False, False]
-    """
-    return host in LOCAL_HOSTS
-
-
-class _TLSServer(ThreadingHTTPServer):
-    """The dashboard over TLS: each connection's handshake in its own thread (a client that never
-    finishes one holds only that thread, for _Handler.timeout at most)."""
-
-    context: ssl.SSLContext
-
-    def finish_request(self, request, client_address) -> None:
-        request.settimeout(_Handler.timeout)
-        try:
-            tls = self.context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:   # plain HTTP, or no handshake: nothing to answer
-            log.debug("dashboard: no TLS from %s: %s", client_address, exc)
-            return
-        try:
-            super().finish_request(tls, client_address)
-        finally:
-            tls.close()
-
-
-def allowed_hosts(listen_host: str, advertise_host: str = "", extra: str = "") -> frozenset[str]:
-    """The host names a request may ask for (its `Host`, the port aside): the advertised and listened
-    names, the loopback names, and `extra` (comma-separated, HIFI_DASHBOARD_HOSTS). A name outside
-    them is a page of another site whose name was pointed at this server (DNS rebinding): its
-    requests would pass as same-origin.
-
-    >>> sorted(allowed_hosts("0.0.0.0", "dashboard", "ops.example.com"))
-    ['127.0.0.1', '::1', 'dashboard', 'localhost', 'ops.example.com']
-    """
-    names = {advertise_host, *LOCAL_HOSTS, *(n.strip() for n in extra.split(","))}
-    if listen_host not in ("", "0.0.0.0", "::"):
-        names.add(listen_host)
-    return frozenset(n.lower() for n in names if n)
-
-
-def host_name(host: str | None) -> str:
-    """The name of a `Host` header, without its port.
-
-    >>> host_name("Dashboard:8470"), host_name("[::1]:80"), host_name("localhost")
-    ('dashboard', '::1', 'localhost')
-    """
-    return urlsplit(f"//{host or ''}").hostname or ""
-
-
-def same_origin(origin: str | None, host: str | None, fetch_site: str | None = None) -> bool:
-    """Whether a request may change something: sent by no browser (no Origin, no Sec-Fetch-Site),
-    or by a page whose origin is this server's (`Origin`'s host:port is the `Host` asked for, and
-    the browser does not call it cross-site)."""
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return False
-    if origin is None:
-        return True
-    parts = urlsplit(origin)
-    return bool(parts.scheme in ("http", "https") and parts.netloc and host) and parts.netloc.lower() == host.lower()
-
-
-class _Handler(BaseHTTPRequestHandler):
-    timeout = 60   # seconds a socket may stall (a body promised and never sent must not hold a thread)
     owner: Dashboard
     hosts: frozenset[str] = frozenset(LOCAL_HOSTS)
     secure = False   # served over TLS: the session cookie is `Secure`
-    protocol_version = "HTTP/1.1"
-
-    def end_headers(self) -> None:
-        for name, value in SECURITY_HEADERS.items():
-            self.send_header(name, value)
-        super().end_headers()
 
     def _misdirected(self) -> bool:
         """Refuse (421) a request for a host name this dashboard does not go by (allowed_hosts)."""
@@ -517,92 +443,6 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(HTTPStatus.MISDIRECTED_REQUEST, "this dashboard does not answer to that host name; "
                                                     "set HIFI_DASHBOARD_HOSTS to the names it is reached by")
         return True
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
-        log.debug("dashboard: " + format, *args)
-
-    # ------------------------------------------------------------ plumbing
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, value: Any, status: int = HTTPStatus.OK) -> None:
-        self._send(status, json.dumps(value).encode(), "application/json")
-
-    def _error(self, status: int, message: str) -> None:
-        self._json({"error": message}, status)
-
-    def _body(self) -> dict | None:
-        """The request's JSON object; None after answering 400 / 413 to a malformed request (a
-        missing, negative or non-numeric Content-Length would block a read until the client
-        hangs up)."""
-        text = self.headers.get("Content-Length")
-        keep_open, self.close_connection = self.close_connection, True   # until the body is read, where
-        # the next request would start is unknown
-        if text is None or not text.strip().isdigit():
-            self._error(HTTPStatus.BAD_REQUEST, "the request needs a Content-Length of 0 or more bytes")
-            return None
-        length = int(text)
-        if length > MAX_BODY_BYTES:
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"a request body is at most {MAX_BODY_BYTES} bytes")
-            return None
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
-            return None
-        self.close_connection = keep_open
-        return body
-
-    def _stream(self, events: Iterator[tuple[str, Any]], stop: threading.Event) -> None:
-        """Server-sent events until the client goes away (then `stop` is set, which ends `events`).
-        A comment line every KEEPALIVE_S finds a client that left while nothing was sent."""
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
-        pending: queue.Queue = queue.Queue()
-
-        def pump() -> None:
-            try:
-                for event in events:
-                    pending.put(event)
-                    if stop.is_set():
-                        break
-            except Exception as exc:  # noqa: BLE001 - reported to the page, not raised into a dead thread
-                pending.put(("failure", {"error": str(exc)}))
-            finally:
-                pending.put(None)
-
-        threading.Thread(target=pump, name="dashboard-sse", daemon=True).start()
-        try:
-            self.wfile.write(b"retry: 2000\n\n")
-            self.wfile.flush()
-            while not self.owner.stop_event.is_set():
-                try:
-                    event = pending.get(timeout=KEEPALIVE_S)
-                except queue.Empty:
-                    self.wfile.write(b": keepalive\n\n")
-                    self.wfile.flush()
-                    continue
-                if event is None:
-                    break
-                name, data = event
-                self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-                self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        finally:
-            stop.set()
 
     # ------------------------------------------------------------ routes
 

@@ -26,7 +26,6 @@ from pyspark.sql import SparkSession
 from dsp.archive import DEFAULT_RETENTION_MS
 from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
-from dsp.kafka_sink import BatchReport
 from dsp.manager import QueryExists
 from dsp.part_spec import PartError, PartSpec
 from dsp.plan import output_columns, to_json, window_of
@@ -43,6 +42,7 @@ from services.adoption import Adoptions
 from services.auth import Security
 from services.grpc_server import start_server
 from services.metrics import NodeMetrics
+from services.node_gauges import NodeGauges
 from services.part_signing import PartVerifier, Refusals, UnsignedPart, signed_parts
 from services.sensor_proxy import SensorProxy
 from wire import bus
@@ -53,10 +53,24 @@ from wire.windows import duration_ms
 
 log = logging.getLogger("hifi.node")
 
+
+def archive_retention_ms(parameters: dict) -> int:
+    """How long a node's archive keeps what it took in: the topology's `archive_retention` (a
+    duration, or off: 0), by default DEFAULT_RETENTION_MS. YAML reads `off` as false.
+
+    >>> archive_retention_ms({"archive_retention": "2 h"}), archive_retention_ms({"archive_retention": False})
+    (7200000, 0)
+    """
+    retention = parameters.get("archive_retention")
+    if retention is None or retention == "":
+        return DEFAULT_RETENTION_MS
+    if retention is False or str(retention).lower() in ("off", "none"):
+        return 0
+    return duration_ms(str(retention))
+
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TTL_MS = 5_000
 RECONCILE_INTERVAL_S = 2.0   # one HGETALL per node: what a lost part waits at most to be deployed again
-HISTORY_FIELDS = ("rows_in", "rows_out", "dead", "input_rate", "lag_ms")   # sampled every second for the dashboard
 
 
 class NodeServicer(hifi_pb2_grpc.NodeServicer):
@@ -150,20 +164,15 @@ class HiFiNode:
         tier = topology.nodes[node_id].tier
         ingest = (Ingest(node_id, raw_topic(node_id), mdr.url, float(topology.parameters.get("strength_T", 0.0)),
                          read_budget_ms(topology.nodes[node_id].latency_target_ms)) if tier == "edge" else None)
-        retention = topology.parameters.get("archive_retention")   # YAML reads `off` as false
-        retention_ms = (DEFAULT_RETENTION_MS if retention is None or retention == "" else
-                        0 if retention is False or str(retention).lower() in ("off", "none") else
-                        duration_ms(str(retention)))
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
-                                 ingest, self.intake_rules, mdr.url, retention_ms,
+                                 ingest, self.intake_rules, mdr.url, archive_retention_ms(topology.parameters),
                                  topology.nodes[node_id].uplink_bytes_per_s, stream_home)
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port
         self.metrics = NodeMetrics(node_id, mdr)
+        self.gauges = NodeGauges(node_id, tier == "edge", mdr, self.dsp, self.metrics)
         self.started_s = time.time()
-        self._max_event_ms: int | None = None
-        self._triaged_seen: int | None = None   # the MDR's `triaged` at the last round (None: none yet)
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
         self._gauges: threading.Thread | None = None
@@ -199,10 +208,8 @@ class HiFiNode:
         self._endpoints = {"grpc": self.address, "metrics": metrics_url}
         self._register()
         self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
-        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name=f"hb-{self.id}", daemon=True)
-        self._heartbeat.start()
-        self._gauges = threading.Thread(target=self._gauges_loop, name=f"gauges-{self.id}", daemon=True)
-        self._gauges.start()
+        self._heartbeat = self._every(HEARTBEAT_INTERVAL_S, self._beat, "heartbeat", f"hb-{self.id}")
+        self._gauges = self._every(HEARTBEAT_INTERVAL_S, self.gauges.put, "gauges", f"gauges-{self.id}")
         bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
             bus.ensure_topics(self.bootstrap, [raw_topic(self.id), control_topic(self.id)])
@@ -217,8 +224,8 @@ class HiFiNode:
         self.reconcile()
         self._telling = True
         self.tell_motes()
-        self._reconciler = threading.Thread(target=self._reconcile_loop, name=f"reconcile-{self.id}", daemon=True)
-        self._reconciler.start()
+        self._reconciler = self._every(RECONCILE_INTERVAL_S, self._reconcile_round,
+                                       "reconciling with the desired state", f"reconcile-{self.id}")
 
     def _register(self) -> None:
         spec = self.topology.nodes[self.id]
@@ -291,59 +298,31 @@ class HiFiNode:
             lambda server: hifi_pb2_grpc.add_NodeServicer_to_server(NodeServicer(self), server), "Node", listen,
             self.security, self.mdr, self.id, interceptors=[self.metrics.interceptor()])
 
-    def _heartbeat_loop(self) -> None:
+    def _every(self, interval_s: float, work: Callable[[], None], what: str, name: str) -> threading.Thread:
+        """A thread running `work` every `interval_s` until the node stops; a failure is logged and
+        the next round runs (statistics, heartbeats and reconciling must not kill the node)."""
+        def rounds() -> None:
+            while not self._stop.wait(interval_s):
+                try:
+                    work()
+                except Exception:  # noqa: BLE001 - see the docstring
+                    log.exception("node %s: %s failed", self.id, what)
+        thread = threading.Thread(target=rounds, name=name, daemon=True)
+        thread.start()
+        return thread
+
+    def _beat(self) -> None:
         """Liveness only: nothing here may wait on the DSP (a query stop can take seconds)."""
-        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
-            try:
-                if not self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS):
-                    log.warning("node %s: the MDR lost its registration; registering again", self.id)
-                    self._register()
-                    for view in list(self._exports.values()):
-                        self.mdr.export_view(view)
-            except Exception:  # noqa: BLE001 - a missed heartbeat must not kill the node
-                log.exception("node %s: heartbeat failed", self.id)
+        if not self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS):
+            log.warning("node %s: the MDR lost its registration; registering again", self.id)
+            self._register()
+            for view in list(self._exports.values()):
+                self.mdr.export_view(view)
 
-    def _reconcile_loop(self) -> None:
-        while not self._stop.wait(RECONCILE_INTERVAL_S):
-            try:
-                self.reconcile()
-                self.adoptions.round()
-                self.tell_motes()   # parts cancelled or moved by any path since the last round
-            except Exception:  # noqa: BLE001 - the MDR unreachable: try again next round
-                log.exception("node %s: reconciling with the desired state failed", self.id)
-
-    def _gauges_loop(self) -> None:
-        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
-            try:
-                progress = self.dsp.progress()
-                newest = self._max_event_ms or int(self.mdr.stats(self.id).get("max_event_ms", 0))
-                lag = now_ms() - newest if newest else 0
-                queries = self.dsp.queries()
-                failed = {q.query_id: {"status": q.status, "error": q.error, "restarts": q.restarts}
-                          for q in queries if q.status == "failed"}
-                self.mdr.put_part_states(self.id, failed)
-                archived = self.dsp.archive.usage
-                self.mdr.set_gauges(self.id, {**progress, "lag_ms": lag, "running_queries": len(queries),
-                                              "failed_parts": len(failed), "archive_bytes": archived.bytes,
-                                              "archive_batches": archived.batches,
-                                              "archive_ms_per_batch": round(archived.ms_per_batch, 3),
-                                              "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0,
-                                              "archive_failures": archived.failures, **self._uplink_gauges()})
-                stats = self.mdr.stats(self.id)
-                triaged = int(stats.get("triaged", 0))   # records its raw reader left out (dsp.triage)
-                if self._triaged_seen is not None and triaged > self._triaged_seen:
-                    self.mdr.set_gauges(self.id, {"triaged_at_ms": now_ms()})
-                self._triaged_seen = triaged
-                self.mdr.record_history(self.id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
-            except Exception:  # noqa: BLE001 - statistics must not kill the node
-                log.exception("node %s: gauges failed", self.id)
-
-    def _uplink_gauges(self) -> dict[str, float]:
-        uplink = self.dsp.uplink
-        if uplink is None:
-            return {}
-        return {"uplink_queued_bytes": sum(uplink.queued_bytes().values()),
-                "uplink_sent_bytes": uplink.stats.sent_bytes, "uplink_dropped": uplink.stats.dropped}
+    def _reconcile_round(self) -> None:
+        self.reconcile()
+        self.adoptions.round()
+        self.tell_motes()   # parts cancelled or moved by any path since the last round
 
     # ------------------------------------------------------------ views and queries
 
@@ -383,14 +362,6 @@ class HiFiNode:
             self.proxy.forget(query_id)
         self.tell_motes()
 
-    def _count(self, query_id: str):
-        def on_batch(report: BatchReport) -> None:
-            self.metrics.observe_batch(query_id, report)
-            self.mdr.add_counts(self.id, query_id, report.batch_id, {"rows_out": report.rows_out})
-            if report.max_event_ms is not None and self.topology.nodes[self.id].tier != "edge":
-                self._max_event_ms = max(self._max_event_ms or 0, report.max_event_ms)
-        return on_batch
-
     def deploy(self, part: PartSpec, bounds: OutputBounds | None = None) -> str:
         """Start `part`; with `export_as`, its output becomes an exported view. A part adopted
         from a dead node (`owner`, services.adoption) writes that node's topic within `bounds`.
@@ -402,7 +373,7 @@ class HiFiNode:
         if not part.owner and (problem := topic_problem(self.id, part.query_id, part.export_as, part.topic)):
             raise PartError(problem)
         bus.ensure_topics(self.bootstrap, [part.topic])
-        self.dsp.deploy(part, self._count(part.query_id), bounds)
+        self.dsp.deploy(part, self.gauges.counting(part.query_id), bounds)
         if self.proxy is not None:
             self.proxy.forget(part.query_id)   # expected no more: it runs
         self.tell_motes()

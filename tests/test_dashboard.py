@@ -76,7 +76,7 @@ def _status(url: str, method: str, origin: str) -> int:
 
 
 def test_only_requests_of_the_dashboards_own_origin_may_change_anything():
-    from services.dashboard import same_origin
+    from services.dashboard_http import same_origin
 
     assert same_origin(None, "127.0.0.1:8470")                                   # no browser: hifi, curl
     assert same_origin("http://127.0.0.1:8470", "127.0.0.1:8470", "same-origin")  # its own page
@@ -87,7 +87,7 @@ def test_only_requests_of_the_dashboards_own_origin_may_change_anything():
 
 
 def test_every_answer_forbids_framing_sniffing_and_foreign_scripts_and_a_foreign_host_name_is_refused(hierarchy):
-    from services.dashboard import SECURITY_HEADERS
+    from services.dashboard_http import SECURITY_HEADERS
 
     for path in ("/", "/static/app.js", "/api/snapshot", "/no-such-page"):
         status, headers = _answer(hierarchy.dashboard.url + path.lstrip("/"), "GET")

@@ -62,7 +62,8 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         wait_for(lambda: len(topic_rows(servers.bootstrap, first_out)) >= 12, 90, "the first four children's rows")
         # a view of another shape: another form of input, the same query
         runtime.deploy(PartSpec("other", _plan([other], OTHER_SHAPE), other_out))
-        assert _readers(runtime) == [QUERY_ID] and runtime._streams == {stream_key()} and len(runtime._readers) == 2
+        assert _readers(runtime) == [QUERY_ID] and runtime.inputs.streams == {stream_key()}
+        assert len(runtime.inputs.readers) == 2
         wait_for(lambda: len(topic_rows(servers.bootstrap, other_out)) >= 3, 60, "the other shape's rows")
 
         # two children more, read by a second part: the same reader, its topics added
@@ -74,7 +75,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
                  lambda: f"the second part's rows: {_tags(servers.bootstrap, second_out)}, "
                          f"{[(q.query_id, q.status, q.error) for q in runtime.queries()]} "
                          f"{[(q.query_id, q.status, q.error) for q in runtime.spark_queries.queries()]} "
-                         f"{runtime._readers}")
+                         f"{runtime.inputs.readers}")
         wait_for(lambda: len(topic_rows(servers.bootstrap, first_out)) >= 4 * 5, 60, "the first part's new rows")
         time.sleep(2)
         first = _tags(servers.bootstrap, first_out)
@@ -88,7 +89,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
         runtime.cancel("first")
         runtime.cancel("other")
         assert _readers(runtime) == [QUERY_ID]
-        (form,) = runtime._readers.values()
+        (form,) = runtime.inputs.readers.values()
         assert form.topics == tuple(children[2:])
         for topic in children:
             _send(servers.bootstrap, topic, 5, 1)

@@ -1,6 +1,6 @@
-"""dsp.shared.InputRate: the node's input rate, rows its readers took per second lately."""
+"""dsp.node_inputs.InputRate: the node's input rate, rows its readers took per second lately."""
 
-from dsp.shared import InputRate
+from dsp.node_inputs import InputRate
 
 
 def test_the_rate_counts_the_rows_of_the_last_span_only():

@@ -1,0 +1,95 @@
+"""One form's share of a micro-batch through the parts that read it, and into the archive.
+
+Who computes it: the driver's Arrow engine (dsp.engine) over its rows, topic by topic; or — on a
+cluster, and locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the
+parts it can compute, only their partials coming back (dsp.spark_partials), the others taking
+the rows. Every form's batch the node's own stream takes in is archived (dsp.archive) inside its
+micro-batch, for queries over the past.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+
+from dsp import spark_partials
+from dsp.archive import Archive
+from dsp.engine import sources_under
+from dsp.kafka_source import by_topic
+from dsp.node_inputs import Reader
+from dsp.parts import Part, Parts, Reports, push_many
+
+log = logging.getLogger("hifi.dsp")
+
+
+class FormBatches:
+    """Feeds a form's batch to the node's parts and archives it."""
+
+    def __init__(self, node_id: str, parts: Parts, archive: Archive) -> None:
+        self.node_id, self.parts, self.archive = node_id, parts, archive
+        self.on_spark = 0   # batches whose parts Spark computed (dsp.spark_partials)
+
+    def on_driver(self, reader: Reader, batch_id: int, table: pa.Table, producer, sent: list, reports: Reports,
+                  skip: Callable[[Part], bool] = lambda part: False, archive: bool = True) -> int:
+        """The batch's rows, here, topic by topic through every part reading them (but `skip`'s);
+        how many rows it had."""
+        pieces = by_topic(table, reader.topics)
+        # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
+        # 2 M-row batch, measured), and before the batch is recorded
+        archiving = None
+        if not reader.owner and archive:
+            archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces), name="archive-batch")
+            archiving.start()
+        try:
+            for part, read in self.parts.pieces_by_part(reader, pieces):
+                if not skip(part):
+                    self.parts.feed(part, functools.partial(push_many, read), producer, sent, reports)
+        finally:
+            if archiving is not None:
+                archiving.join()
+        return table.num_rows
+
+    def on_cluster(self, reader: Reader, batch_id: int, frame: DataFrame, producer, sent: list,
+                   reports: Reports) -> int:
+        """The batch on Spark (dsp.spark_partials): the parts Spark can compute take its partials,
+        the others its rows, here; archived by Spark's tasks. How many rows it had."""
+        reading = {id(p): p for topic in reader.topics for p in self.parts.reading(reader, topic)}
+        on_spark = [p for p in reading.values() if spark_partials.computable(p.root)]
+        batch = spark_partials.BatchOnSpark.progress(frame, reader.topics,
+                                                     [s for p in on_spark for s in sources_under(p.root)])
+        if not reader.owner:
+            self._archive_on_spark(reader, batch_id, frame)
+        for part in on_spark:
+            self.parts.feed(part, functools.partial(spark_partials.push, batch=batch), producer, sent, reports)
+        self.on_spark += 1
+        if len(on_spark) < len(reading):   # the rest need the rows (already archived)
+            done = {id(p) for p in on_spark}
+            self.on_driver(reader, batch_id, frame.toArrow(), producer, sent, reports,
+                           skip=lambda part: id(part) in done, archive=False)
+        return batch.rows
+
+    def _archive(self, reader: Reader, batch_id: int, pieces: list[tuple[str, pa.Table]]) -> None:
+        """A batch's rows, topic by topic. A batch the archive cannot take (a full disk) is logged
+        and the stream goes on: the answers of the present come before the record of the past."""
+        for topic, rows in pieces:
+            key = reader.archive_keys(topic)[0]
+            try:
+                self.archive.append(key, batch_id, rows)
+            except Exception:  # noqa: BLE001 - see the docstring
+                self.archive.usage.failures += 1
+                log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
+
+    def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame) -> None:
+        """The batch archived by Spark's tasks (one Parquet folder per topic); as `_archive`, a
+        failure is logged and the stream goes on."""
+        try:
+            for topic, written in spark_partials.write_by_topic(frame, reader.topics, self.archive.scratch()).items():
+                self.archive.adopt(reader.archive_keys(topic)[0], batch_id, written)
+        except Exception:  # noqa: BLE001 - see _archive
+            self.archive.usage.failures += 1
+            log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
