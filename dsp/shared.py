@@ -132,21 +132,30 @@ class SharedRuntime:
         # readers hand their rows over in files when Spark's workers share this machine (a
         # cluster's workers do not: their rows go through Spark)
         on_cluster = not spark.sparkContext.master.startswith("local")
-        self.spark_batches = SparkBatches.configured(on_cluster)
-        self.handoff_dir = "" if not self.spark_batches.handoff else os.path.join(state, "handoff")
+        spark_batches = SparkBatches.configured(on_cluster)
+        self.handoff_dir = "" if not spark_batches.handoff else os.path.join(state, "handoff")
         sweep_handoff(self.handoff_dir)   # what a node that stopped left
         # a constrained link to the parent: messages wait in lanes by priority (none: straight to the broker)
         self.uplink = Uplink(os.path.join(state, "uplink"), uplink_bytes_per_s,
                              bootstrap) if uplink_bytes_per_s > 0 else None
         self.inputs = NodeInputs(node_id, SourceSettings(spark, bootstrap, ingest, intake, mdr_url, self.handoff_dir,
                                                          on_cluster),
-                                 self.checkpoint, self.spark_queries.spark_checkpoint, self.spark_batches)
+                                 self.checkpoint, self.spark_queries.spark_checkpoint, spark_batches)
         self.parts = Parts(node_id, relations, self.uplink)
         self.forms = FormBatches(node_id, self.parts, self.archive)
-        self.history = HistoryFeed(node_id, spark, self.archive, self.parts, self.spark_batches, self._producer)
+        self.history = HistoryFeed(node_id, spark, self.archive, self.parts, spark_batches, self._producer)
         self.batches = StreamBatches(node_id, self.inputs, self.parts, self.forms, self.checkpoint, self._locks,
                                      self.stream, self._producer, self.handoff_dir)
         self.input_rate = self.batches.input_rate
+
+    @property
+    def spark_batches(self) -> SparkBatches:
+        """Which batches and pasts Spark computes (dsp.spark_partials)."""
+        return self.inputs.spark_batches
+
+    @spark_batches.setter
+    def spark_batches(self, chosen: SparkBatches) -> None:   # the benchmarks compare the two paths
+        self.inputs.spark_batches = self.history.spark_batches = chosen
 
     @property
     def spark_batches_taken(self) -> int:

@@ -214,7 +214,7 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
     plain = KafkaStreamReader(rows, options)
     handing = KafkaStreamReader(StructType([StructField(HANDOFF_COLUMN, StringType()), *rows.fields]),
                                 {**options, "handoff_dir": str(tmp_path / "handoff")})
-    assert handing.columns == plain.columns
+    assert handing.decoder.columns == plain.decoder.columns
     sent = pa.Table.from_batches(list(plain.read(OffsetRange(topic, 0, 0, 4))))
     (named,) = list(handing.read(OffsetRange(topic, 0, 0, 4)))
     taken = take_handoff(pa.Table.from_batches([named]))
