@@ -20,7 +20,7 @@ from dsp.part_spec import PartSpec
 from dsp.plan import RAW_STREAMS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
-from glue.rewrite.distribute import distribute
+from glue.planner import plan_query
 from glue.sql.lexer import SqlError
 from glue.topology import Topology, TopologyError, ViewSpec
 from wire.identity import SYSTEM
@@ -70,7 +70,7 @@ def _plan(view: ViewSpec, node: str, query: LogicalQuery, catalog: Catalog) -> S
         columns = tuple((name, expr_type(expr, visible)) for name, expr in query.outputs)
         return StandingView(view, node, query.source,
                             ExportedView(view.name, node, "", columns, None, view.sql, view.readers), ())
-    plan = distribute(query, catalog, f"view.{view.name}", at=node)
+    plan = plan_query(query, catalog, f"view.{view.name}", at=node)
     export = exported_view(plan.tasks[-1], view.sql, view.readers)
     return StandingView(view, node, query.source, export, tuple(t for t in plan.tasks if not t.reused))
 

@@ -19,11 +19,12 @@ import grpc
 
 from dsp.part_spec import PartSpec
 from dsp.plan import PlanError, from_json, window_of
-from glue.analyzer import AccessError, analyze, refuse_taken_view_name
+from glue.analyzer import AccessError, analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
+from glue.planner import plan_query
 from glue.proxy import sample_predicates
-from glue.rewrite.distribute import DistributedPlan, answering_from, distribute
+from glue.rewrite.distribute import DistributedPlan, answering_from
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from mdr.repository import MDR, QueryRecord, now_ms
@@ -121,16 +122,21 @@ class QueryPlacer:
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}  # one per node address, reused across calls
 
-    def plan(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False) -> DistributedPlan:
+    def plan(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False, since_ms: int | None = None,
+             until_ms: int | None = None) -> DistributedPlan:
         """`principal`: who reads (its API callers' identity; in-process callers, the benchmarks and
-        the tests, are the deployment itself and read everything)."""
+        the tests, are the deployment itself and read everything). With `since_ms`: a query over
+        the past (windows in [since, until)), and which nodes' archives begin after it."""
         # syntax and admission limits first: a bad or oversized query is refused before the
-        # catalog (every view, relation and receptor) is read
+        # catalog (every view, relation and receptor) is read; parsed once
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
         refuse_taken_view_name(statement, catalog)
-        query = analyze(sql, catalog, principal or "*")
-        return distribute(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive)
+        query = analyze_statement(statement, catalog, principal or "*", sql)
+        plan = plan_query(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive=naive, start_ms=since_ms,
+                          until_ms=until_ms if since_ms is not None else None,
+                          now_ms=now_ms() if since_ms is not None else None)
+        return plan if since_ms is None else replace(plan, archive_begins=self._archives_after(plan, since_ms))
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
                replay: bool = False, readers: tuple[str, ...] = (), since_ms: int | None = None,
@@ -150,7 +156,7 @@ class QueryPlacer:
         name = principal.principal if isinstance(principal, Identity) else principal
         view_readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
         with self._lock:  # plans see the views that earlier submissions created
-            plan = self.plan(sql, principal, naive)
+            plan = self.plan(sql, principal, naive, since_ms, until_ms)
             if readers and plan.query.view_name is None:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
             if since_ms is not None and replay:
@@ -162,14 +168,13 @@ class QueryPlacer:
             # a minute before `since`; all of it for a replay (1: the proto's 0 is "none"); else a
             # moment before its start, so what came between its submission and its deployment counts
             history_from_ms = since_ms - HISTORY_MARGIN_MS if since_ms is not None else 1 if replay else 0
-            if since_ms is not None:
+            if since_ms is not None:   # its inputs no reader of its node reads yet: from the topic's beginning
                 self._prepare_motes(plan)   # it goes on live
-                # inputs no reader of its node reads yet are read from the topic's beginning
-                plan = self.over_the_past(plan, since_ms, until_ms)
             elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
-                # after the ends were taken: anything stamped from here on is appended after them
+                # its start only now, after the ends were taken (so the planner's answer_from pass
+                # runs here, not with the others): anything stamped from here on is after them
                 plan = answering_from(plan, now_ms(), until_ms)
                 history_from_ms = (plan.start_ms or 0) - LIVE_HISTORY_MARGIN_MS
             deployed: list[tuple[str, str]] = []
@@ -212,14 +217,6 @@ class QueryPlacer:
         if record.address not in self._channels:
             self._channels[record.address] = open_channel(record.address, self.security)
         return hifi_pb2_grpc.NodeStub(self._channels[record.address])
-
-    def over_the_past(self, plan: DistributedPlan, since_ms: int, until_ms: int | None = None) -> DistributedPlan:
-        """`plan` answering windows in [since, until) from the nodes' archives on (as submitted
-        and as explained); SqlError for a span that is not one."""
-        if since_ms > now_ms() or (until_ms is not None and until_ms <= since_ms):
-            raise SqlError("a query over the past needs a time since before now and an until after it")
-        return replace(answering_from(plan, since_ms, until_ms), from_archive=True,
-                       archive_begins=self._archives_after(plan, since_ms))
 
     def _archives_after(self, plan: DistributedPlan, since_ms: int) -> dict[str, int]:
         """The nodes that run parts of `plan` whose archives begin after `since_ms` (they began
@@ -397,9 +394,9 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
         try:
             readers = checked_readers(list(request.readers))
             if request.explain_only:
-                plan = self.placement.plan(request.sql, reader)
-                if request.since_ms:   # what it would be fed, and the archives that begin too late
-                    plan = self.placement.over_the_past(plan, request.since_ms, request.until_ms or None)
+                # over the past: what it would be fed, and the archives that begin too late
+                plan = self.placement.plan(request.sql, reader, since_ms=request.since_ms or None,
+                                           until_ms=request.until_ms or None)
             else:
                 running = sum(1 for q in self.placement.mdr.queries() if q.principal == reader.principal)
                 if over := over_queries(self._caller(context), reader.principal, running):

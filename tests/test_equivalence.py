@@ -28,8 +28,8 @@ from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, rows_of,
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation, exported_view
+from glue.planner import plan_query
 from glue.reference import Reference
-from glue.rewrite.distribute import distribute
 from glue.sql.lexer import SqlError
 from glue.standing import StandingView, standing_views
 from glue.topology import Topology, load_topology, parse_topology
@@ -239,7 +239,7 @@ EXAMPLES = int(os.environ.get("HIFI_EQUIVALENCE_EXAMPLES", "300"))   # fixed (de
 def test_a_generated_query_planned_over_the_hierarchy_equals_the_central_answer(sql, seed):
     by_edge = readings(seed)
     try:
-        plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+        plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     except SqlError as exc:   # a scope no receptor is in: refused, and rightly only if it is empty
         assert "no receptor" in str(exc) and not central(sql, by_edge)
         reject()
@@ -298,7 +298,7 @@ NAMED_QUERIES = {
 @pytest.mark.parametrize("name", NAMED_QUERIES)
 def test_named_queries_planned_over_the_hierarchy_equal_the_central_answer(name):
     sql, root = NAMED_QUERIES[name]
-    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     assert plan.placement.root == root, plan.explain()
     for seed in range(3):
         by_edge = readings(seed)
@@ -364,9 +364,9 @@ RUNNING = ("SELECT receptor_id, tag_id, count(*) AS n, max(read_strength) AS str
     "JOIN receptor_locations USING (receptor_id) WHERE read_strength >= 0.3 GROUP BY location",
 ])
 def test_a_query_subsumed_by_a_running_view_rolls_it_up_and_equals_the_central_answer(sql):
-    running = distribute(analyze(RUNNING, CATALOG), CATALOG, "a")
+    running = plan_query(analyze(RUNNING, CATALOG), CATALOG, "a")
     catalog = replace(CATALOG, views=[*CATALOG.views, *(exported_view(t) for t in running.tasks if t.export_as)])
-    plan = distribute(analyze(sql, catalog), catalog, "b")
+    plan = plan_query(analyze(sql, catalog), catalog, "b")
     running_producers = {(t.node, f"view.{t.export_as}") for t in running.tasks if t.role == "producer"}
     subsumes = "JOIN" not in sql   # the join runs before grouping: the running view has no location
     assert (set(plan.uses) == running_producers) is subsumes and bool(plan.uses) is subsumes, plan.explain()
@@ -435,7 +435,7 @@ SENSOR_QUERIES = {
 def test_a_sensor_stream_query_planned_over_the_hierarchy_equals_the_central_answer(name):
     sql, root = SENSOR_QUERIES[name]
     by_edge = samples(3)
-    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    plan = plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
     assert plan.placement.root == root
     assert all(source.format == "samples" for task in plan.tasks for source in sources(task.plan)
                if source.topics[0].startswith(raw_topic("")))
@@ -454,13 +454,13 @@ def test_a_sensor_stream_query_planned_over_the_hierarchy_equals_the_central_ans
 def test_rfid_queries_are_not_placed_at_nodes_with_only_motes_nor_sensor_queries_at_nodes_without():
     catalog = replace(SENSOR_CATALOG, receptors=[r for r in SENSOR_CATALOG.receptors
                                                  if r.kind == "mote" or r.node == "door1"])
-    rfid = distribute(analyze("SELECT count(*) AS n FROM rfid_stream [range by '2 seconds']", catalog), catalog, "q")
+    rfid = plan_query(analyze("SELECT count(*) AS n FROM rfid_stream [range by '2 seconds']", catalog), catalog, "q")
     assert rfid.placement.producers == ("door1",)   # door2 has motes only
-    sensors = distribute(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds']", catalog),
+    sensors = plan_query(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds']", catalog),
                          catalog, "q")
     assert sensors.placement.producers == ("door1", "door2")
     with pytest.raises(SqlError, match="no receptor"):
-        distribute(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds'] "
+        plan_query(analyze("SELECT count(*) AS n FROM sensor_stream [range by '2 seconds'] "
                            "WHERE receptor_id = 'door1-r1'", catalog), catalog, "q")
 
 
@@ -513,7 +513,7 @@ def test_a_generated_event_pattern_planned_over_the_hierarchy_equals_the_central
     """The incremental matcher (dsp.events) at the root over the doors' filtered rows, out of order
     within the lateness and arriving batch by batch, finds the matches the reference's search does."""
     by_edge = readings(seed)
-    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     tasks = [(task.topic, task.plan) for task in plan.tasks]
     got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(tasks, by_edge)[plan.result_topic]]
     got = without_sentinel(plan, got)
@@ -542,7 +542,7 @@ def test_named_event_patterns_find_matches_equal_to_the_search(name):
     sql = EVENT_QUERIES[name]
     for seed in range(4):
         by_edge = readings(seed)
-        plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+        plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
         assert plan.placement.root == "warehouse"
         got = [tuple(as_ms(v) for v in row) for row in run_bottom_up(
             [(task.topic, task.plan) for task in plan.tasks], by_edge)[plan.result_topic]]
@@ -557,11 +557,11 @@ def test_an_event_view_is_a_stream_a_later_query_aggregates_over_windows():
     view_sql = ("CREATE VIEW strong_then_weak AS SELECT a.tag_id AS tag_id, a.receptor_id AS at FROM rfid_stream "
                 "PATTERN SEQ(a, NOT c, b) WITHIN '3 seconds' PARTITION BY tag_id "
                 "DEFINE a AS read_strength >= 0.6, c AS read_strength < 0.15, b AS read_strength < 0.45")
-    view = distribute(analyze(view_sql, CATALOG), CATALOG, "v")
+    view = plan_query(analyze(view_sql, CATALOG), CATALOG, "v")
     catalog = replace(CATALOG, views=[*CATALOG.views, exported_view(view.tasks[-1], view_sql)])
     sql = ("SELECT at, count(*) AS matches FROM strong_then_weak [range by '4 seconds', slide by '2 seconds'] "
            "GROUP BY at")
-    plan = distribute(analyze(sql, catalog), catalog, "q")
+    plan = plan_query(analyze(sql, catalog), catalog, "q")
     assert plan.placement.root == "warehouse"
     tasks = [(task.topic, task.plan) for task in (*view.tasks, *plan.tasks)]
     for seed in range(3):

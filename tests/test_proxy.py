@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Filter, Func, Lit, conjuncts
 from glue.analyzer import analyze
+from glue.planner import plan_query
 from glue.proxy import mote_rules, rule_for
 from glue.reference import Reference, evaluate_expr
-from glue.rewrite.distribute import distribute
 from services.judge import as_ms, same_rows
 from tests.test_equivalence import MOTES, SENSOR_CATALOG, SENSOR_QUERIES, SENSOR_RELATIONS, run_bottom_up, sample_batch
 from tests.test_equivalence import samples as generated_samples
@@ -63,7 +63,7 @@ def test_a_motes_rule_keeps_every_sample_its_predicate_keeps(predicate, values, 
 # ------------------------------------------------------------------ rules of planned queries
 
 def edge_rules(sql: str, edge: str = "door1") -> dict[str, str]:
-    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    plan = plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
     plans = [task.plan for task in plan.tasks if task.node == edge]
     return {mote: describe(rule) for mote, rule in mote_rules(plans, MOTES[edge]).items()}
 
@@ -102,7 +102,7 @@ def test_the_proxy_tells_each_mote_the_thresholds_of_the_parts_reading_it(sql, t
 def test_the_proxy_tells_each_mote_the_quantities_the_parts_read(sql, fields):
     from glue.proxy import mote_fields
 
-    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    plan = plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
     assert mote_fields([t.plan for t in plan.tasks if t.node == "door1"], MOTES["door1"]) == \
         dict.fromkeys(MOTES["door1"], fields)
     # the quantities sent are enough: the central answer from them is the one from every quantity
@@ -118,11 +118,11 @@ def test_a_mote_no_part_reads_sends_nothing_and_one_any_part_reads_in_full_sends
     threshold = analyze("SELECT receptor_id, temperature, ts FROM sensor_stream WHERE temperature > 35", SENSOR_CATALOG)
     everything = analyze("SELECT receptor_id, count(*) AS n FROM sensor_stream [range by '2 seconds'] "
                          "GROUP BY receptor_id", SENSOR_CATALOG)
-    plans = [t.plan for q in (threshold, everything) for t in distribute(q, SENSOR_CATALOG, "q").tasks
+    plans = [t.plan for q in (threshold, everything) for t in plan_query(q, SENSOR_CATALOG, "q").tasks
              if t.node == "door1"]
     assert mote_rules([], MOTES["door1"]) == dict.fromkeys(MOTES["door1"], NEVER)
     assert mote_rules(plans, MOTES["door1"]) == dict.fromkeys(MOTES["door1"], ALWAYS)
-    rfid_only = [t.plan for t in distribute(analyze("SELECT tag_id, ts FROM rfid_stream", SENSOR_CATALOG),
+    rfid_only = [t.plan for t in plan_query(analyze("SELECT tag_id, ts FROM rfid_stream", SENSOR_CATALOG),
                                             SENSOR_CATALOG, "q").tasks if t.node == "door1"]
     assert mote_rules(rfid_only, MOTES["door1"]) == dict.fromkeys(MOTES["door1"], NEVER)
 
@@ -143,7 +143,7 @@ THRESHOLD_QUERIES = {
 def answered_while_held_back(sql: str, taken: dict[str, list[tuple]]) -> tuple[int, list, list]:
     """`sql` planned over the hierarchy and run bottom-up on the samples its motes send of those
     they `taken`: (how many were held back, its rows, the central answer over every sample taken)."""
-    plan = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
+    plan = plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q")
     sent: dict[str, list] = {}
     for edge, rows in taken.items():
         rules = mote_rules([t.plan for t in plan.tasks if t.node == edge], MOTES[edge])
@@ -273,7 +273,7 @@ def test_the_planner_evaluates_the_most_selective_term_first_and_explains_its_es
     catalog = _with_histograms()
     sql = ("SELECT receptor_id, temperature, ts FROM sensor_stream "
            "WHERE humidity >= 25 AND temperature * 2 > 10 AND temperature > 35")
-    plan = distribute(analyze(sql, catalog), catalog, "q")
+    plan = plan_query(analyze(sql, catalog), catalog, "q")
     assert [e.describe() for e in plan.estimates] == [
         "temperature > 35 ~0.20", "humidity >= 25 ~0.90", "temperature * 2 > 10 (no estimate)"]   # true: 0.16, 0.92
     assert "filter, most selective first (the motes' recent values): temperature > 35 ~0.20" in plan.explain()
@@ -283,8 +283,8 @@ def test_the_planner_evaluates_the_most_selective_term_first_and_explains_its_es
         filtered = filtered.child
     assert conjuncts(filtered.predicate)[0] == BinOp(">", Col("temperature"), Lit(35))
     # without histograms, or over another stream, the terms stay as written
-    assert not distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").estimates
-    assert not distribute(analyze("SELECT tag_id, ts FROM rfid_stream WHERE read_strength > 0.5 AND antenna = 1",
+    assert not plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").estimates
+    assert not plan_query(analyze("SELECT tag_id, ts FROM rfid_stream WHERE read_strength > 0.5 AND antenna = 1",
                                   catalog), catalog, "q").estimates
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from dsp.engine import Operator, build
 from dsp.plan import output_columns, sources
 from glue.analyzer import analyze
-from glue.rewrite.distribute import distribute
+from glue.planner import plan_query
 from glue.sql.lexer import SqlError
 from tests.test_engine import _ts, raw_batch, view_batch
 from tests.test_equivalence import (
@@ -62,7 +62,7 @@ class ManyAtOnce:
 @given(sql=queries(), seed=st.integers(0, 3))
 def test_a_batch_of_several_topics_pushed_at_once_equals_each_topic_pushed_in_turn(sql, seed):
     try:
-        plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+        plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     except SqlError:
         reject()
     # the whole standing chain: its parents read both edges' views (several topics a batch)
@@ -76,7 +76,7 @@ def test_rows_a_child_sends_behind_its_own_promise_are_late_against_the_bound_be
     """The one case where each topic's own bound matters: door2 promised 8 s, door1 had promised
     2 s; a batch brings door1's promise of 10 s, then door2's rows of [4 s, 6 s). In turn, those
     rows meet the bound min(10, 8) = 8 s: late. At once they must meet the same bound."""
-    plan = distribute(analyze("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+    plan = plan_query(analyze("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
                               "GROUP BY receptor_id", CATALOG), CATALOG, "q")
     root = next(task for task in plan.tasks if task.node == "warehouse")
     door1, door2 = sorted(topic for source in sources(root.plan) for topic in source.topics)

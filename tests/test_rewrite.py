@@ -22,8 +22,9 @@ from dsp.plan import (
 )
 from glue.analyzer import AggCall, analyze
 from glue.catalog import ExportedView, NodeInfo
+from glue.planner import plan_query
 from glue.reference import Reference, adaptive_smoothed, evaluate_expr
-from glue.rewrite.distribute import answering_from, distribute
+from glue.rewrite.distribute import answering_from
 from glue.rewrite.partials import split
 from glue.rewrite.placement import place
 from glue.sql.lexer import SqlError
@@ -91,12 +92,12 @@ def test_dead_producers_are_refused():
     catalog = supply_chain_catalog()
     catalog.nodes["door2"] = NodeInfo("door2", "edge", "warehouse", alive=False)
     with pytest.raises(SqlError, match="door2 holding 'rfid_stream' are not alive"):
-        distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+        plan_query(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
 
 
 def test_producers_emit_pane_partials_and_the_root_assembles_windows():
     catalog = supply_chain_catalog()
-    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    plan = plan_query(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
     roles = [(t.node, t.role) for t in plan.tasks]
     assert roles == [("door1", "producer"), ("door2", "producer"), ("warehouse", "final")]
     producer = plan.tasks[0].plan
@@ -117,7 +118,7 @@ def test_nodes_between_the_root_and_the_producers_merge_panes():
 
     path = os.path.join(os.path.dirname(__file__), "..", "deploy", "topologies", "regional.yaml")
     catalog = topology_catalog(path)
-    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    plan = plan_query(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
     assert [(t.node, t.role) for t in plan.tasks] == [
         ("door1", "producer"), ("door2", "producer"), ("warehouse1", "merge"), ("door3", "producer"),
         ("door4", "producer"), ("warehouse2", "merge"), ("region", "final")]
@@ -126,7 +127,7 @@ def test_nodes_between_the_root_and_the_producers_merge_panes():
     assert merge.child.topics == (plan.tasks[0].topic, plan.tasks[1].topic) and merge.child.markers
     north = COUNT_BY_TAG.replace("GROUP BY", "JOIN receptor_locations USING (receptor_id) "
                                              "WHERE location = 'outbound-door' OR location = 'inbound-dock' GROUP BY")
-    north = distribute(analyze(north, catalog), catalog, "q2")
+    north = plan_query(analyze(north, catalog), catalog, "q2")
     assert north.placement.root == "warehouse1" and {t.node for t in north.tasks} == {"door1", "door2", "warehouse1"}
 
 
@@ -134,17 +135,17 @@ def test_joins_run_where_the_relation_is_replicated_and_views_are_reused():
     catalog = supply_chain_catalog()
     text = "SELECT location, count(*) AS n FROM rfid_stream [range by '2 seconds'] " \
            "JOIN receptor_locations USING (receptor_id) GROUP BY location"
-    first = distribute(analyze(text, catalog), catalog, "q1")
+    first = plan_query(analyze(text, catalog), catalog, "q1")
     assert isinstance(first.tasks[0].plan.child, LookupJoin)
     # a view of a part's name but another plan (a user's, say) is never read as that part
     squatters = [ExportedView(t.export_as, t.node, t.topic, output_columns(t.plan), Window(2000, 2000), "",
                               plan=first.tasks[-1].plan) for t in first.tasks if t.export_as]
     catalog.views += squatters
-    assert not any(t.reused for t in distribute(analyze(text, catalog), catalog, "q2").tasks)
+    assert not any(t.reused for t in plan_query(analyze(text, catalog), catalog, "q2").tasks)
     catalog.views = [v for v in catalog.views if v not in squatters]
     catalog.views += [ExportedView(t.export_as, t.node, t.topic, output_columns(t.plan), Window(2000, 2000), "",
                                    plan=t.plan) for t in first.tasks if t.export_as]
-    second = distribute(analyze(text, catalog), catalog, "q2")
+    second = plan_query(analyze(text, catalog), catalog, "q2")
     assert [t.reused for t in second.tasks] == [True, True, False]
     assert "reuses view" in second.explain()
     from glue.analyzer import refuse_taken_view_name
@@ -154,7 +155,7 @@ def test_joins_run_where_the_relation_is_replicated_and_views_are_reused():
     from dataclasses import replace
     catalog.relations["receptor_locations"] = replace(catalog.relations["receptor_locations"], replicas=("hq",))
     with pytest.raises(SqlError, match="not replicated at door1"):
-        distribute(analyze(text, catalog), catalog, "q3")
+        plan_query(analyze(text, catalog), catalog, "q3")
 
 
 def test_the_reference_evaluates_windows_having_and_arbitration():
@@ -180,7 +181,7 @@ def test_the_reference_evaluates_windows_having_and_arbitration():
 
 def test_plans_type_check_and_mark_their_event_time():
     catalog = supply_chain_catalog()
-    plan = distribute(analyze("SELECT receptor_id, tag_id, ts FROM rfid_stream WHERE read_strength > 0.8", catalog),
+    plan = plan_query(analyze("SELECT receptor_id, tag_id, ts FROM rfid_stream WHERE read_strength > 0.8", catalog),
                       catalog, "q1")
     producer = plan.tasks[0].plan
     assert dict(output_columns(producer))["__ts"] == "timestamp"
@@ -190,7 +191,7 @@ def test_plans_type_check_and_mark_their_event_time():
 
 def test_the_naive_baseline_re_forms_whole_windows_at_every_level():
     catalog = supply_chain_catalog()
-    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1", naive=True)
+    plan = plan_query(analyze(COUNT_BY_TAG, catalog), catalog, "q1", naive=True)
     assert plan.tasks[0].plan.window == Window(6000, 4000)
     combined = plan.tasks[-1].plan.child.child
     assert combined.window is None and combined.keys[:2] == ("window_start", "window_end")
@@ -210,7 +211,7 @@ def test_lag_per_level_is_measured_from_first_emits():
 
 def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only():
     catalog = supply_chain_catalog()
-    plan = distribute(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
+    plan = plan_query(analyze(COUNT_BY_TAG, catalog), catalog, "q1")
     started = answering_from(plan, 10_000)
     assert started.tasks[:-1] == plan.tasks[:-1], "shared partials keep their content-hashed names"
     final = started.tasks[-1].plan
@@ -218,7 +219,7 @@ def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only
     rows = [{"window_start": 8000}, {"window_start": 10_000}]
     assert [evaluate_expr(final.predicate, r) for r in rows] == [False, True]
     assert "answers windows from 1970-01-01T00:00:10.000+00:00" in started.explain()
-    selection = distribute(analyze("SELECT tag_id FROM rfid_stream", catalog), catalog, "q2")
+    selection = plan_query(analyze("SELECT tag_id FROM rfid_stream", catalog), catalog, "q2")
     kept = answering_from(selection, 10_000).tasks[-1].plan
     assert output_columns(kept) == (("tag_id", "string"),) and "__ts" in str(kept)
     # a query over a span of the past: windows starting in [since, until) only
@@ -234,7 +235,7 @@ def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_que
     catalog = supply_chain_catalog()
     query = analyze("SELECT location, count(DISTINCT tag_id) AS tags FROM rfid_stream [adaptive epoch '1 second'] "
                     "JOIN receptor_locations USING (receptor_id) WHERE read_strength >= 0.2 GROUP BY location", catalog)
-    plan = answering_from(distribute(query, catalog, "q7"), 12_345)
+    plan = answering_from(plan_query(query, catalog, "q7"), 12_345)
     smooth = [t for t in plan.tasks if t.role == "smooth"]
     assert [t.node for t in smooth] == ["door1", "door2"] and all(t.export_as == "smooth_q7" for t in smooth)
     for task in smooth:

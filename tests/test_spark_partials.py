@@ -27,7 +27,7 @@ from dsp.kafka_source import TOPIC_COLUMN
 from dsp.plan import to_json
 from dsp.spark_partials import BatchOnSpark, computable, push
 from glue.analyzer import analyze
-from glue.rewrite.distribute import distribute
+from glue.planner import plan_query
 from glue.sql.lexer import SqlError
 from tests.test_engine import raw_batch
 from tests.test_equivalence import (
@@ -117,7 +117,7 @@ def generated(count: int) -> list[tuple[str, int, list[str]]]:
         if sum(len(parts) for _, _, parts in found) >= count:
             return
         try:
-            plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+            plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
         except SqlError:
             reject()
         parts = [task.node for task in plan.tasks if computable(build(task.plan, RELATIONS))]
@@ -131,7 +131,7 @@ def generated(count: int) -> list[tuple[str, int, list[str]]]:
 def run_both_ways(spark, sql: str, seed: int) -> tuple[int, int]:
     """The query's parts and the standing ones they read, bottom-up, the query's parts' batches
     both ways; the parts checked, and the rows their twins counted late."""
-    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     tasks = feeding(standing_tasks(), [(task.topic, task.plan) for task in plan.tasks])
     both = BothPaths(spark, {to_json(task.plan) for task in plan.tasks})
     run_bottom_up(tasks, readings(seed), raw=late_too(weighted if seed % 2 else raw_batch), batches=ROUNDS, push=both)

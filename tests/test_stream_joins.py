@@ -17,8 +17,8 @@ from dsp.engine import WindowJoinOp, build, rows_of, view_batch
 from dsp.plan import EVENT_TIME, JoinBound, Source, WindowJoin, from_json, output_columns, to_json
 from dsp.window_join import Buffers
 from glue.analyzer import analyze
+from glue.planner import plan_query
 from glue.reference import Reference
-from glue.rewrite.distribute import distribute
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
@@ -188,10 +188,10 @@ def test_explain_shows_each_inputs_estimated_rate_and_the_order_it_chooses():
            "a.ts AND a.ts + INTERVAL '5' SECOND JOIN sensor_stream c ON c.ts BETWEEN a.ts AND a.ts + INTERVAL "
            "'5' SECOND WHERE c.receptor_id = 'door1-m1'")
     catalog = replace(SENSOR_CATALOG, node_rates={node: 12.0 for node in SENSOR_CATALOG.nodes})
-    told = distribute(analyze(sql, catalog), catalog, "q").explain()
+    told = plan_query(analyze(sql, catalog), catalog, "q").explain()
     assert f"c ~{12.0 / sum(r.node == 'door1' for r in catalog.receptors):.3g} rows/s" in told
     assert "a row of a probes c, b (~" in told and "a row of b probes a, c (~" in told, told
-    unknown = distribute(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").explain()
+    unknown = plan_query(analyze(sql, SENSOR_CATALOG), SENSOR_CATALOG, "q").explain()
     assert "a (no estimate)" in unknown and "a row of a probes b, c (by the join's shape)" in unknown, unknown
 
 
@@ -263,7 +263,7 @@ def _sensor_answers(sql: str, seed: int, disorder: random.Random | None = None,
             if abs(rows[i + 1][3] - rows[i][3]) < 900:
                 rows[i], rows[i + 1] = rows[i + 1], rows[i]
     query = analyze(sql, SENSOR_CATALOG)
-    plan = distribute(query, SENSOR_CATALOG, "q")
+    plan = plan_query(query, SENSOR_CATALOG, "q")
     tasks = [(task.topic, task.plan) for task in plan.tasks]
     emitted = run_bottom_up(tasks, by_edge, sample_batch, lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms),
                             SENSOR_RELATIONS, batches=batches)
@@ -289,7 +289,7 @@ def test_a_join_of_sensor_streams_planned_over_the_hierarchy_equals_the_central_
 
 
 def test_a_join_runs_at_the_lca_of_its_inputs_each_filtered_at_its_producers_a_self_join_read_once():
-    plan = distribute(analyze(SENSOR_JOINS["3-way, a window per pair, a key between two"], SENSOR_CATALOG),
+    plan = plan_query(analyze(SENSOR_JOINS["3-way, a window per pair, a key between two"], SENSOR_CATALOG),
                       SENSOR_CATALOG, "q")
     assert plan.placement.root == "warehouse" and [t.role for t in plan.tasks] == ["producer"] * 4 + ["final"]
     # a and b read the same selection of the motes (temperature > 30, receptor_id): one part per door
@@ -297,7 +297,7 @@ def test_a_join_runs_at_the_lca_of_its_inputs_each_filtered_at_its_producers_a_s
     explained = plan.explain()
     assert "join a JOIN b JOIN c ON a.receptor_id = b.receptor_id" in explained
     assert "a row of a probes b, c" in explained and "a row of c probes b, a" in explained
-    scoped = distribute(analyze(SENSOR_JOINS["2-way, scoped to one door: placed at that door"], SENSOR_CATALOG),
+    scoped = plan_query(analyze(SENSOR_JOINS["2-way, scoped to one door: placed at that door"], SENSOR_CATALOG),
                         SENSOR_CATALOG, "q")
     assert scoped.placement.root == "door1"
 
@@ -332,7 +332,7 @@ RFID_JOINS = {
 def test_a_join_of_readings_and_views_planned_over_the_hierarchy_equals_the_central_answer(name):
     sql = RFID_JOINS[name]
     query = analyze(sql, CATALOG)
-    plan = distribute(query, CATALOG, "q")
+    plan = plan_query(query, CATALOG, "q")
     tasks = feeding(standing_tasks(), [(t.topic, t.plan) for t in plan.tasks])
     for seed in (1, 2):
         by_edge = readings(seed)

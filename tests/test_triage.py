@@ -15,7 +15,7 @@ from dsp.engine import BOUND_Z, build, rows_of
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
 from dsp.triage import MIN_SAMPLE, Triage, read_budget_ms, sampled
 from glue.analyzer import analyze
-from glue.rewrite.distribute import distribute
+from glue.planner import plan_query
 from glue.sql.lexer import SqlError
 from services.judge import as_ms, same_rows
 from tests.catalogs import supply_chain_catalog
@@ -123,7 +123,7 @@ def _records(seed: int) -> dict[str, list[list[tuple]]]:
 def _run(records: dict[str, list[list[tuple]]], every: int) -> list[dict]:
     """The approximate query planned over the hierarchy and run bottom up, every edge's records
     sampled 1 in `every`."""
-    plan = distribute(analyze(COUNT_PER_RECEPTOR, CATALOG), CATALOG, "q")
+    plan = plan_query(analyze(COUNT_PER_RECEPTOR, CATALOG), CATALOG, "q")
     tasks = [(task.topic, task.plan) for task in plan.tasks]
     offsets = {id(record): 10**6 * edge + n   # each edge's records at offsets of their own
                for edge, cycles in enumerate(records.values()) for n, record in enumerate(cycles)}
@@ -183,7 +183,7 @@ def test_approximate_queries_over_exact_input_equal_the_reference_and_say_exact(
     from tests.test_equivalence import readings
 
     by_edge = readings(3)
-    plan = distribute(analyze(sql, CATALOG), CATALOG, "q")
+    plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")
     assert plan.columns[-2:] == ["triaged", "error_bound"]
     got = run_bottom_up([(task.topic, task.plan) for task in plan.tasks], by_edge)[plan.result_topic]
     assert got and {row[-2:] for row in got} == {(False, 0.0)}

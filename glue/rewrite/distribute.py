@@ -55,7 +55,7 @@ from glue.catalog import Catalog
 from glue.rewrite import join_order
 from glue.rewrite.join_inputs import input_query
 from glue.rewrite.partials import split_all
-from glue.rewrite.placement import Placement, place, place_join
+from glue.rewrite.placement import Placement, place_join
 from glue.rewrite.reuse import subsuming
 from glue.rewrite.selectivity import Estimate, order_terms
 from glue.sql.lexer import SqlError
@@ -407,28 +407,20 @@ def _between(column: str, start_ms: int, until_ms: int | None) -> BinOp:
     return after if until_ms is None else BinOp("AND", after, BinOp("<", at, Lit(until_ms)))
 
 
-def distribute(query: LogicalQuery, catalog: Catalog, query_id: str, naive: bool = False,
-               at: str | None = None) -> DistributedPlan:
-    """Place `query` (rooted at node `at` when given) and build every node's plan; SqlError when
-    it cannot be planned.
-
-    `naive` plans the baseline the lag benchmark compares with: every level re-forms the whole
-    range/slide windows and waits a fixed slack (`level_lateness`) for its children."""
+def build_parts(query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement | None,
+                estimates: list[Estimate], naive: bool = False, at: str | None = None) -> DistributedPlan:
+    """Every node's part of `query` placed at `placement`, bottom up (a stream join is placed
+    here, input by input: glue.planner's passes leave it to this); SqlError when it cannot be
+    planned. `naive` builds the baseline the lag benchmark compares with: every level re-forms
+    the whole range/slide windows and waits a fixed slack (`level_lateness`) for its children."""
     if query.stream_join is not None:
         if naive:
             raise SqlError("the naive baseline does not plan joins")
         return _distribute_join(query, catalog, query_id, at)
-    placement = place(query, catalog, at)
-    if naive and query.arbitration is not None:
-        raise SqlError("the naive baseline does not plan arbitration")
-    query, estimates = order_terms(query, catalog)
+    assert placement is not None
     builder = _Builder(query, catalog, query_id, placement, naive)
     builder.build(placement.root)
-    plan = DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses, estimates=estimates)
-    for task in plan.tasks:
-        output_columns(task.plan)  # every plan type-checks before anything is deployed
-    return plan
-
+    return DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses, estimates=estimates)
 
 
 def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: str | None) -> DistributedPlan:
@@ -451,8 +443,5 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
     joined = WindowJoin(tuple(children), join.aliases, join.keys, join.bounds)
     root = _Builder(query, catalog, query_id, placement, join=joined)
     root.root_task(placement.root, root.local_plan(placement.root))
-    plan = DistributedPlan(query_id, query, placement, [*tasks.values(), *root.tasks], uses=uses,
+    return DistributedPlan(query_id, query, placement, [*tasks.values(), *root.tasks], uses=uses,
                            estimates=estimates, join_rates=rates)
-    for task in plan.tasks:
-        output_columns(task.plan)
-    return plan

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Window
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
-from glue.rewrite.distribute import distribute
+from glue.planner import plan_query
 from glue.topology import Topology
 from mdr.repository import MDR, ViewRecord
 from services.bench.report import figures_table, percentile
@@ -172,7 +172,7 @@ def run_planning_bench(queries: int = 200, fanout: int = 4, levels: int = 4) -> 
     timings, tasks = [], []
     for i, text in enumerate(_queries(catalog, queries)):
         began = time.perf_counter()
-        plan = distribute(analyze(text, catalog), catalog, f"q{i}")
+        plan = plan_query(analyze(text, catalog), catalog, f"q{i}")
         timings.append((time.perf_counter() - began) * 1000)
         tasks.append(len(plan.tasks))
     return PlanningFigures(len(catalog.nodes), len(catalog.views), queries, *_percentiles(timings), max(timings),

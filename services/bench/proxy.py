@@ -28,9 +28,9 @@ from edge.intel_lab import load_intel_lab
 from edge.scenario import load_scenario
 from glue.analyzer import analyze
 from glue.catalog import Catalog, NodeInfo, ReceptorInfo, Relation
+from glue.planner import plan_query
 from glue.proxy import mote_fields, mote_rules
 from glue.reference import Reference, evaluate_expr, sensor_samples
-from glue.rewrite.distribute import distribute
 from glue.rewrite.selectivity import estimate, order_terms
 from services.bench.report import figures_table
 from services.paths import SCENARIOS
@@ -100,7 +100,7 @@ def run(duration_s: float = 240.0) -> list[WorkloadResult]:
     results = []
     for name, queries in WORKLOADS.items():
         planned = {q: analyze(sql, catalog) for q, sql in queries.items()}
-        parts = [t.plan for q in planned.values() for t in distribute(q, catalog, "bench").tasks if t.node == EDGE]
+        parts = [t.plan for q in planned.values() for t in plan_query(q, catalog, "bench").tasks if t.node == EDGE]
         told = ReceptorSettings(EDGE, 1, 0, mote_rules(parts, motes), mote_fields(parts, motes))
         sent_lines = [{**line, "samples": [{**s, "values": told.sent(s["receptor_id"], s["values"])}
                                            for s in line["samples"]

@@ -1,0 +1,139 @@
+"""The planner: a bound query (glue.analyzer) to its hierarchical plan, as ordered passes. Pure.
+
+Each pass takes a `Planning` and returns the next one; `PLAN_PASSES` is the order, and
+`plan_query` runs them. What the placement service knows only from the outside world comes in
+as values: the query id, the root it is pinned to, and the time it answers from (`start_ms`, the
+submission's or a `--since`) and until.
+
+>>> from glue.analyzer import analyze
+>>> from tests.catalogs import supply_chain_catalog
+>>> catalog = supply_chain_catalog()
+>>> query = analyze("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 seconds'] "
+...                 "GROUP BY receptor_id", catalog)
+>>> plan = plan_query(query, catalog, "q1")
+>>> plan.placement.root, [(part.node, part.role) for part in plan.tasks]
+('warehouse', [('door1', 'producer'), ('door2', 'producer'), ('warehouse', 'final')])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from dsp.plan import output_columns
+from glue.analyzer import LogicalQuery
+from glue.catalog import Catalog
+from glue.rewrite.distribute import DistributedPlan, answering_from, build_parts
+from glue.rewrite.placement import Placement, place
+from glue.rewrite.selectivity import Estimate, order_terms
+from glue.sql.lexer import SqlError
+
+
+@dataclass(frozen=True)
+class Planning:
+    """A query on its way to a plan: what the passes so far found."""
+
+    query: LogicalQuery
+    catalog: Catalog
+    query_id: str
+    at: str | None = None            # the root it is pinned to (a topology's standing view)
+    naive: bool = False              # the lag benchmark's baseline
+    start_ms: int | None = None      # it answers windows (rows) from then on
+    until_ms: int | None = None      # ... and starting before then
+    now_ms: int | None = None        # with start_ms: a query over the past (its answers from the archives)
+    estimates: tuple[Estimate, ...] = ()
+    placement: Placement | None = None
+    plan: DistributedPlan | None = None
+
+
+def order_where_terms(planning: Planning) -> Planning:
+    """The WHERE's terms, most selective first, from the receptors' histograms (a stream join's
+    inputs are ordered each when it is built).
+
+    >>> from glue.analyzer import analyze
+    >>> from tests.catalogs import supply_chain_catalog
+    >>> catalog = supply_chain_catalog()
+    >>> query = analyze("SELECT * FROM rfid_stream WHERE tag_id = 'x'", catalog)
+    >>> order_where_terms(Planning(query, catalog, "q")).estimates   # not over sensor_stream: as written
+    ()
+    """
+    if planning.query.stream_join is not None:
+        return planning
+    query, estimates = order_terms(planning.query, planning.catalog)
+    return replace(planning, query=query, estimates=tuple(estimates))
+
+
+def place_root(planning: Planning) -> Planning:
+    """Where it runs: the lowest common ancestor of the nodes its data comes from, or its pin (a
+    stream join's inputs and root are placed when it is built).
+
+    >>> from glue.analyzer import analyze
+    >>> from tests.catalogs import supply_chain_catalog
+    >>> catalog = supply_chain_catalog()
+    >>> query = analyze("SELECT * FROM rfid_stream WHERE receptor_id = 'door1-r1'", catalog)
+    >>> place_root(Planning(query, catalog, "q")).placement.root
+    'door1'
+    """
+    if planning.query.stream_join is not None:
+        return planning
+    if planning.naive and planning.query.arbitration is not None:
+        raise SqlError("the naive baseline does not plan arbitration")
+    return replace(planning, placement=place(planning.query, planning.catalog, planning.at))
+
+
+def build(planning: Planning) -> Planning:
+    """Every node's part, bottom up (glue.rewrite.distribute): producers, merges, the root's;
+    a part whose running twin (same name, same plan) exists is marked reused, and a producer
+    whose partials a running view holds already rolls them up instead."""
+    return replace(planning, plan=build_parts(planning.query, planning.catalog, planning.query_id, planning.placement,
+                                              list(planning.estimates), planning.naive, planning.at))
+
+
+def answer_from(planning: Planning) -> Planning:
+    """With `start_ms`: the root drops what started before it (and from `until_ms` on), every
+    window join joins only rows from it on; with `now_ms` too, a query over the past, answered
+    from the nodes' archives (SqlError for a span that is not one).
+
+    >>> from glue.analyzer import analyze
+    >>> from tests.catalogs import supply_chain_catalog
+    >>> catalog = supply_chain_catalog()
+    >>> query = analyze("SELECT * FROM rfid_stream WHERE receptor_id = 'door1-r1'", catalog)
+    >>> answer_from(Planning(query, catalog, "q", start_ms=10, until_ms=5, now_ms=20))
+    Traceback (most recent call last):
+    ...
+    glue.sql.lexer.SqlError: a query over the past needs a time since before now and an until after it
+    """
+    if planning.start_ms is None:
+        return planning
+    past = planning.now_ms is not None
+    if past and (planning.start_ms > planning.now_ms or
+                 (planning.until_ms is not None and planning.until_ms <= planning.start_ms)):
+        raise SqlError("a query over the past needs a time since before now and an until after it")
+    assert planning.plan is not None
+    plan = answering_from(planning.plan, planning.start_ms, planning.until_ms)
+    return replace(planning, plan=replace(plan, from_archive=True) if past else plan)
+
+
+def type_check(planning: Planning) -> Planning:
+    """Every part's plan type-checks before anything is deployed (PlanError names the operator)."""
+    assert planning.plan is not None
+    for part in planning.plan.tasks:
+        output_columns(part.plan)
+    return planning
+
+
+# The passes, in order: each reads what the earlier ones found.
+PLAN_PASSES: tuple[Callable[[Planning], Planning], ...] = (order_where_terms, place_root, build, answer_from,
+                                                           type_check)
+
+
+def plan_query(query: LogicalQuery, catalog: Catalog, query_id: str, *, at: str | None = None, naive: bool = False,
+               start_ms: int | None = None, until_ms: int | None = None,
+               now_ms: int | None = None) -> DistributedPlan:
+    """`query`'s hierarchical plan (see Planning for the arguments); SqlError when it cannot be
+    planned."""
+    planning = Planning(query, catalog, query_id, at, naive, start_ms, until_ms, now_ms)
+    for planning_pass in PLAN_PASSES:
+        planning = planning_pass(planning)
+    assert planning.plan is not None
+    return planning.plan

@@ -1,0 +1,56 @@
+"""glue.planner: the ordered passes from a bound query to its hierarchical plan, pass by pass."""
+
+import pytest
+
+from glue.analyzer import analyze
+from glue.planner import (
+    PLAN_PASSES,
+    Planning,
+    answer_from,
+    build,
+    order_where_terms,
+    place_root,
+    plan_query,
+    type_check,
+)
+from glue.sql.lexer import SqlError
+from tests.catalogs import supply_chain_catalog
+
+CATALOG = supply_chain_catalog()
+COUNTS = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 seconds'] GROUP BY receptor_id"
+
+
+def test_the_passes_run_in_the_documented_order():
+    assert PLAN_PASSES == (order_where_terms, place_root, build, answer_from, type_check)
+
+
+def test_each_pass_adds_what_it_names_and_the_whole_is_plan_query():
+    planning = Planning(analyze(COUNTS, CATALOG), CATALOG, "q1")
+    placed = place_root(order_where_terms(planning))
+    assert placed.plan is None and placed.placement is not None and placed.placement.root == "warehouse"
+    built = build(placed)
+    assert [(p.node, p.role) for p in built.plan.tasks] == [("door1", "producer"), ("door2", "producer"),
+                                                           ("warehouse", "final")]
+    assert answer_from(built) is built   # no start: nothing to drop
+    assert type_check(answer_from(built)).plan == plan_query(built.query, CATALOG, "q1")
+
+
+def test_a_start_time_drops_what_began_before_it_and_a_past_reads_the_archives():
+    live = plan_query(analyze(COUNTS, CATALOG), CATALOG, "q1", start_ms=60_000, until_ms=120_000)
+    assert (live.start_ms, live.until_ms, live.from_archive) == (60_000, 120_000, False)
+    assert "60000" in repr(live.tasks[-1].plan) and "120000" in repr(live.tasks[-1].plan)
+    past = plan_query(analyze(COUNTS, CATALOG), CATALOG, "q1", start_ms=60_000, now_ms=200_000)
+    assert past.from_archive and past.start_ms == 60_000
+    for start, until in ((300_000, None), (60_000, 60_000)):
+        with pytest.raises(SqlError, match="a query over the past needs"):
+            plan_query(analyze(COUNTS, CATALOG), CATALOG, "q1", start_ms=start, until_ms=until, now_ms=200_000)
+
+
+def test_the_naive_baseline_is_refused_for_arbitration_before_anything_is_built():
+    arbitration = analyze(
+        "SELECT receptor_id, count(DISTINCT tag_id) AS tags FROM rfid_stream r [range by '2 seconds'] "
+        "GROUP BY receptor_id, tag_id HAVING count(*) >= ALL (SELECT count(*) FROM rfid_stream "
+        "[range by '2 seconds'] WHERE tag_id = r.tag_id GROUP BY receptor_id)", CATALOG)
+    assert place_root(Planning(arbitration, CATALOG, "q")).placement is not None
+    with pytest.raises(SqlError, match="naive baseline does not plan arbitration"):
+        place_root(Planning(arbitration, CATALOG, "q", naive=True))
