@@ -84,7 +84,7 @@ from dsp.history_feed import PAST_MS, HistoryFeed
 from dsp.kafka_sink import BatchHook
 from dsp.kafka_source import sweep_handoff
 from dsp.manager import DSPManager, ManagedQuery, QueryExists
-from dsp.node_inputs import READER_PREFIX, InputRate, NodeInputs, Reader, SourceSettings, lane_name, stream_key
+from dsp.node_inputs import READER_PREFIX, NodeInputs, Reader, SourceSettings, lane_name
 from dsp.part_spec import PartSpec
 from dsp.parts import Part, Parts
 from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, PlanError, output_columns, sources, to_json
@@ -96,14 +96,14 @@ from wire import bus
 from wire.intake import IntakeRules
 
 log = logging.getLogger("hifi.dsp")
-__all__ = ["READER_PREFIX", "InputRate", "Part", "Reader", "SharedRuntime", "stream_key"]
 
 
 class SharedRuntime:
     """The node's DSP: the interface of dsp.manager.DSPManager (deploy, cancel, suspend, resume,
     queries, progress; dsp.runtime.Runtime), with plans sharing one reader per input. Made of
-    what the node reads (`inputs`), its running parts (`parts`), how a form's batch goes through
-    them (`batches`), the past fed to new parts (`history`) and the batch checkpoint."""
+    what the node reads (`inputs`), its running parts (`parts`), a form's batch through them
+    (`forms`), each micro-batch exactly once (`batches`, with the batch `checkpoint`) and the
+    past fed to new parts (`history`)."""
 
     def __init__(self, spark: SparkSession, node_id: str, bootstrap: str, state_dir: str,
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict, trigger_ms: int = 1000,

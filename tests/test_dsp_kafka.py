@@ -155,8 +155,9 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
 
     from dsp.archive import exact_rows, sampled_ranges
     from dsp.engine import BOUND_Z
+    from dsp.node_inputs import READER_PREFIX
     from dsp.plan import Aggregate, AggSpec, Window
-    from dsp.shared import READER_PREFIX, SharedRuntime
+    from dsp.shared import SharedRuntime
 
     node, raw, out = "tri", "hifi.raw.tri", "hifi.rqs.count.tri"
     bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
@@ -286,8 +287,9 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
     """HIFI_SPARK_BATCH_RECORDS: a backlog's batches go to Spark (dsp.spark_partials). A windowed
     count is computed there and a selection beside it needs the rows (the driver's path for that
     part, in the same batch): both count every reading once, and Spark's tasks archive the batches."""
+    from dsp.node_inputs import READER_PREFIX
     from dsp.plan import Aggregate, AggSpec, Filter, Window
-    from dsp.shared import READER_PREFIX, SharedRuntime
+    from dsp.shared import SharedRuntime
 
     monkeypatch.setenv("HIFI_SPARK_BATCH_RECORDS", "500")
     node, raw, counts, picked = "sp", "hifi.raw.sp", "hifi.rqs.count.sp", "hifi.rqs.pick.sp"
@@ -324,8 +326,9 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
     groups, then the files) and from the closed hour's start (its compacted file whole), deployed
     by the driver's path and by Spark's: the same windows, each reading counted once."""
     from dsp.archive import HOUR_MS, hour_of
+    from dsp.node_inputs import READER_PREFIX
     from dsp.plan import Aggregate, AggSpec, Window
-    from dsp.shared import READER_PREFIX, SharedRuntime
+    from dsp.shared import SharedRuntime
     from dsp.spark_partials import SparkBatches
     from services.bench.past import BATCH_MS, hour_batch
 

@@ -11,10 +11,11 @@ import time
 
 import pytest
 
+from dsp.node_inputs import READER_PREFIX, Reader, stream_key
 from dsp.part_spec import PartSpec
 from dsp.plan import BinOp, Col, Filter, Lit, Source
 from dsp.process_stream import QUERY_ID, ProcessStream
-from dsp.shared import READER_PREFIX, Reader, SharedRuntime, stream_key
+from dsp.shared import SharedRuntime
 from tests.conftest import topic_rows, wait_for
 from wire import bus
 from wire.codec import encode_row_batch

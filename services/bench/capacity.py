@@ -137,7 +137,7 @@ class _ReaderWatch:
     """How far the edge's stream is behind its raw topic's end, in records."""
 
     def __init__(self, hierarchy, edge: str, topic: str, bootstrap: str) -> None:
-        from dsp.shared import stream_key
+        from dsp.node_inputs import stream_key
 
         self.runtime = hierarchy.nodes[edge].dsp
         self.reader = stream_key()
