@@ -1,4 +1,4 @@
-"""dsp.plan expressions and column types over Arrow tables (pyarrow.compute). Pure: no I/O.
+"""base.plan expressions and column types over Arrow tables (pyarrow.compute). Pure: no I/O.
 
 The semantics are Spark's (non-ANSI), which the reference evaluator also follows: NULL in,
 NULL out; AND/OR three-valued; `/` always gives a double and NULL for a zero divisor.
@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsp.plan import EPC_SCHEME, SGTIN_INDICATOR, BinOp, Col, Expr, Func, Lit
+from base.plan import EPC_SCHEME, SGTIN_INDICATOR, BinOp, Col, Expr, Func, Lit
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),

@@ -103,8 +103,15 @@ class BatchCheckpoint:
             return _Saved()
 
 
+# Modules that moved since a state may have been saved: the plan form and the pure operators went
+# from dsp to base (issue 38), and the parts' evaluators pickled their classes under the old names.
+_MOVED = {f"dsp.{name}": f"base.{name}" for name in ("plan", "part_spec", "smurf", "events", "mote_quality",
+                                                      "window_join")}
+
+
 class _Unpickler(pickle.Unpickler):
-    """State saved before this module held it named its layout `dsp.shared._Saved`."""
+    """State saved before this module held it named its layout `dsp.shared._Saved`; state saved
+    before the plan form moved names its classes by their old modules (_MOVED)."""
 
     def __init__(self, data: bytes) -> None:
         super().__init__(io.BytesIO(data))
@@ -112,4 +119,4 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) == ("dsp.shared", "_Saved"):
             return _Saved
-        return super().find_class(module, name)
+        return super().find_class(_MOVED.get(module, module), name)

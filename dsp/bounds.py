@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dsp.plan import EVENT_TIME
+from base.plan import EVENT_TIME
 from wire.codec import datetime_ms
 
 BOUNDED_COLUMNS = ("window_start", EVENT_TIME)   # what a reader of a part's output orders it by

@@ -1,4 +1,4 @@
-"""Compile a dsp.plan tree into Spark Structured Streaming DataFrame operations.
+"""Compile a base.plan tree into Spark Structured Streaming DataFrame operations.
 
 This is the only place plans become Spark code. Static relations are handed in as rows (the
 node reads them from the MDR), so compiling does no metadata I/O itself.
@@ -16,7 +16,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dsp.plan import (
+from base.plan import (
     EPC_SCHEME,
     PROGRESS_COLUMN,
     SAMPLE_QUANTITIES,

@@ -1,4 +1,4 @@
-"""An incremental evaluator of dsp.plan trees over Arrow micro-batches. Pure: no I/O.
+"""An incremental evaluator of base.plan trees over Arrow micro-batches. Pure: no I/O.
 
 A node's shared runtime (dsp.shared) reads each input topic once per micro-batch and hands the
 batch to every plan reading it; this module is what a plan does with it. Stateless operators
@@ -46,9 +46,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
-from dsp.events import Found, PatternState, Step, order_key, ordering_columns
-from dsp.plan import (
+from base.events import Found, PatternState, Step, order_key, ordering_columns
+from base.plan import (
     ERROR_BOUND,
     EVENT_TIME,
     JOIN_TIME,
@@ -69,7 +68,8 @@ from dsp.plan import (
     event_time_column,
     output_columns,
 )
-from dsp.window_join import Buffers
+from base.window_join import Buffers
+from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
 
 # aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
 # union_sets (hash_list has no kernel for list values in pyarrow 26)
@@ -402,7 +402,7 @@ class UnionOp(Operator):
 
 @dataclass
 class WindowJoinOp(Operator):
-    """A window join (dsp.window_join): each input's new rows probe the others' buffers, one at a
+    """A window join (base.window_join): each input's new rows probe the others' buffers, one at a
     time, and the combinations they complete go out at once; rows behind their input's bound are
     late (dropped and counted, as an Aggregate drops them); buffers are evicted as bounds pass."""
 
@@ -827,7 +827,7 @@ def _ms(value: Any) -> int:
 
 @dataclass
 class MatchOp(Operator):
-    """Event patterns (dsp.events): rows held until the input's bound has passed them, then fed
+    """Event patterns (base.events): rows held until the input's bound has passed them, then fed
     in event-time order to their partition's candidates; matches go out as rows."""
 
     plan: Match

@@ -99,7 +99,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from dsp.plan import PROGRESS_COLUMN
+from base.plan import PROGRESS_COLUMN
 from dsp.triage import Triage
 from wire import bus, range_fetch
 from wire.codec import (
@@ -145,7 +145,7 @@ _PLAN_TYPES = {StringType: "string", IntegerType: "int", LongType: "long", Doubl
 
 
 def _plan_type(kind: DataType) -> str:
-    """dsp.plan's name of a Spark type (what wire.intake checks values against)."""
+    """base.plan's name of a Spark type (what wire.intake checks values against)."""
     if isinstance(kind, ArrayType):
         return f"array<{_plan_type(kind.elementType)}>"
     return _PLAN_TYPES[type(kind)]

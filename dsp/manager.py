@@ -22,10 +22,8 @@ from dataclasses import dataclass, field
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
-from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
-from dsp.part_spec import PartError, PartSpec
-from dsp.plan import (
+from base.part_spec import PartError, PartSpec
+from base.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
     Qualify,
@@ -37,6 +35,8 @@ from dsp.plan import (
     to_json,
     window_of,
 )
+from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
+from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
 from dsp.progress import MarkerTarget, markers_for
 from dsp.quality import QUALIFY_INPUT_COLUMNS, QualityState
 from dsp.smoothing import SMOOTH_INPUT_COLUMNS, SmoothingState

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from base.plan import carries_markers, event_time_column, output_columns, to_json
 from dsp.bounds import OutputBounds
 from dsp.engine import Operator, build, rows_of, view_batch
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, ManagedQuery, failure_cause
 from dsp.node_inputs import Reader
-from dsp.plan import carries_markers, event_time_column, output_columns, to_json
 from dsp.uplink import Uplink
 
 log = logging.getLogger("hifi.dsp")

@@ -21,8 +21,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.streaming.listener import JStreamingQueryListener
 
+from base.plan import Window
 from dsp.kafka_sink import send_marker
-from dsp.plan import Window
 from wire import bus
 from wire.windows import window_starts
 

@@ -1,5 +1,5 @@
-"""The stateful half of faulty-mote detection (dsp.plan.Qualify): one
-dsp.mote_quality.MoteQuality per query, stepped over every closed sampling period in the node's
+"""The stateful half of faulty-mote detection (base.plan.Qualify): one
+base.mote_quality.MoteQuality per query, stepped over every closed sampling period in the node's
 sink, its state saved per micro-batch (dsp.sink_state).
 
 Spark hands over, per micro-batch, each mote's mean values per period of the periods the watermark
@@ -13,30 +13,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dsp.mote_quality import MoteQuality
-from dsp.plan import SAMPLE_QUANTITIES, Qualify
+from base.mote_quality import MoteQuality, judge_periods
+from base.plan import SAMPLE_QUANTITIES, Qualify
 from dsp.sink_state import BatchState
-from wire.codec import datetime_ms, ms_to_datetime
+from wire.codec import datetime_ms
 
 QUALIFY_INPUT_COLUMNS = ("window_start", "receptor_id", "x", "y", *SAMPLE_QUANTITIES)   # dsp.compiler._qualify
-
-
-def judge_periods(quality: MoteQuality, samples: dict[int, dict[str, tuple[float, float, dict[str, float]]]],
-                  first: int, last: int, period_ms: int) -> list[tuple]:
-    """QUALITY_COLUMNS rows for periods first..last; `samples` {period: {mote: (x, y, values)}}.
-    One code path for the sink and the reference evaluator."""
-    rows = []
-    for period in range(first, last + 1):
-        arrived = samples.get(period, {})
-        for mote, (x, y, _) in sorted(arrived.items()):
-            quality.add(mote, x, y)
-        values = {mote: v for mote, (_, _, v) in arrived.items()}
-        start, end = ms_to_datetime(period * period_ms), ms_to_datetime((period + 1) * period_ms)
-        for verdict in quality.step(period * period_ms, values):
-            seen = values.get(verdict.receptor_id, {})
-            rows.append((start, end, verdict.receptor_id, verdict.faulty, ",".join(verdict.reasons),
-                         verdict.confidence, *(seen.get(q) for q in SAMPLE_QUANTITIES)))
-    return rows
 
 
 class QualityState(BatchState):

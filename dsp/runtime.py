@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from base.part_spec import PartSpec
+from base.plan import Plan
 from dsp.kafka_sink import BatchHook
 from dsp.manager import ManagedQuery
-from dsp.part_spec import PartSpec
-from dsp.plan import Plan
 
 
 class Runtime(Protocol):

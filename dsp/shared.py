@@ -73,6 +73,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from base.part_spec import PartSpec
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, PlanError, output_columns, sources, to_json
 from dsp.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.bounds import OutputBounds
@@ -85,9 +87,7 @@ from dsp.kafka_sink import BatchHook
 from dsp.kafka_source import sweep_handoff
 from dsp.manager import DSPManager, ManagedQuery, QueryExists
 from dsp.node_inputs import READER_PREFIX, NodeInputs, Reader, SourceSettings, lane_name
-from dsp.part_spec import PartSpec
 from dsp.parts import Part, Parts
-from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, PlanError, output_columns, sources, to_json
 from dsp.process_stream import ProcessStream
 from dsp.spark_partials import SparkBatches
 from dsp.stream_batches import StreamBatches

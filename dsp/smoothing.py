@@ -1,5 +1,5 @@
-"""The stateful half of adaptive smoothing (dsp.plan.Smooth): per receptor, a
-dsp.smurf.ReaderSmoother stepped over every closed epoch, in the node's sink, with its state kept
+"""The stateful half of adaptive smoothing (base.plan.Smooth): per receptor, a
+base.smurf.ReaderSmoother stepped over every closed epoch, in the node's sink, with its state kept
 beside the query's checkpoint so a restarted or replayed micro-batch continues exactly.
 
 Spark hands over, per micro-batch, the reads per receptor, tag and epoch of the epochs the
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from dsp.plan import Smooth
+from base.plan import Smooth
+from base.smurf import ReaderSmoother
 from dsp.sink_state import BatchState
-from dsp.smurf import ReaderSmoother
 from wire.codec import datetime_ms, ms_to_datetime
 
 SMOOTH_INPUT_COLUMNS = ("window_start", "window_end", "receptor_id", "tag_id", "reads")   # dsp.compiler._smooth

@@ -36,6 +36,7 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from base.plan import PROGRESS_COLUMN, LookupJoin
 from dsp.compiler import compile_expr, compiles, spark_type
 from dsp.engine import (
     ROW_BY_ROW,
@@ -54,7 +55,6 @@ from dsp.engine import (
     sources_under,
 )
 from dsp.kafka_source import TOPIC_COLUMN
-from dsp.plan import PROGRESS_COLUMN, LookupJoin
 
 LATE = "__late"
 

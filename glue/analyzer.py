@@ -11,7 +11,7 @@ Reading of the language (DESIGN §6):
   window it then keeps); its output rows carry `window_start` and `window_end`.
 - A definition-only view (exported with no topic) is expanded into the query that names it.
 - `[adaptive epoch 'E', delta D]` reads RFID readings (those WHERE keeps) through per-tag adaptive
-  smoothing (dsp.smurf): the query then sees one row per receptor, tag and epoch in which the tag
+  smoothing (base.smurf): the query then sees one row per receptor, tag and epoch in which the tag
   is present — window_start, window_end, receptor_id, tag_id, reads (in the tag's window) and
   epochs (its length) — and aggregates over it as over a view of 'E' windows.
 - The arbitration form `HAVING count(*) >= ALL (SELECT count(*) FROM <same source> WHERE k =
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dsp.plan import (
+from base.plan import (
     EVENT_TIME,
     JOIN_TIME,
     RAW_STREAMS,
@@ -42,7 +42,7 @@ from dsp.plan import (
     expr_columns,
     expr_type,
 )
-from dsp.smurf import DEFAULT_DELTA
+from base.smurf import DEFAULT_DELTA
 from glue.catalog import INTERNAL_VIEW_NAME, Catalog, ExportedView
 from glue.limits import Limits
 from glue.sql import ast
@@ -85,7 +85,7 @@ class Smoothing:
 
 @dataclass(frozen=True)
 class EventPattern:
-    """`PATTERN SEQ(...) WITHIN ... PARTITION BY ... DEFINE ...` bound (dsp.events has its meaning)."""
+    """`PATTERN SEQ(...) WITHIN ... PARTITION BY ... DEFINE ...` bound (base.events has its meaning)."""
 
     steps: tuple[MatchStep, ...]
     within_ms: int                            # 0: no bound

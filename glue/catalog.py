@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.part_spec import PartSpec
-from dsp.plan import Column, Plan, Window, output_columns, window_of
+from base.part_spec import PartSpec
+from base.plan import Column, Plan, Window, output_columns, window_of
 
 # The names the planner gives the partial streams it exports (glue.rewrite.distribute: a part's
 # role and its plan's hash); a user's view may not take one (a later query would read it as its own).
@@ -65,7 +65,7 @@ class ReceptorInfo:
     node: str
     location: str
     area: str
-    kind: str = "rfid"   # rfid | mote: which raw stream its records are (dsp.plan.RAW_STREAMS)
+    kind: str = "rfid"   # rfid | mote: which raw stream its records are (base.plan.RAW_STREAMS)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The views SQL cannot say, as named operators of a topology (`operator:`). Pure.
 
   qualify    edge   mote_quality: the motes' samples per sampling period with a verdict (faulty,
-                    why) and a confidence per mote (dsp.mote_quality), positions from mote_positions;
+                    why) and a confidence per mote (base.mote_quality), positions from mote_positions;
                     with `calibration`, values first corrected by each mote's offsets (a relation
                     receptor_id, temperature_offset, humidity_offset)
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dsp.part_spec import PartSpec
-from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, BinOp, Col, LookupJoin, Plan, Project, Qualify, Source
+from base.part_spec import PartSpec
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, BinOp, Col, LookupJoin, Plan, Project, Qualify, Source
 from glue.topology import Topology, TopologyError
 from wire.topics import raw_topic, view_topic
 from wire.windows import duration_ms

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from dsp.plan import output_columns
+from base.plan import output_columns
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.rewrite.distribute import DistributedPlan, answering_from, build_parts

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from dsp.plan import (
+from base.plan import (
     SAMPLE_QUANTITIES,
     Aggregate,
     BinOp,

@@ -18,9 +18,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from dsp.events import order_key, ordering_columns
-from dsp.mote_quality import MoteQuality
-from dsp.plan import (
+from base.events import order_key, ordering_columns
+from base.mote_quality import MoteQuality, judge_periods
+from base.plan import (
     EPC_SCHEME,
     EVENT_TIME,
     JOIN_TIME,
@@ -35,8 +35,7 @@ from dsp.plan import (
     Match,
     Source,
 )
-from dsp.quality import judge_periods
-from dsp.smurf import ReaderSmoother
+from base.smurf import ReaderSmoother
 from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
 from glue.catalog import Catalog
 from glue.stream_join import StreamJoin
@@ -53,7 +52,7 @@ _ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _product(tag: str) -> str:
-    """dsp.plan's product(): the URI up to its second '.', without the EPC scheme."""
+    """base.plan's product(): the URI up to its second '.', without the EPC scheme."""
     return re.sub(EPC_SCHEME, "", ".".join(tag.split(".")[:2]))
 
 
@@ -144,7 +143,7 @@ class Reference:
         built input by input, each step keeping the combinations the inputs so far allow. With a
         start, only rows from it on join."""
         combos: list[dict[str, Row]] = [{}]
-        for given in join.inputs:   # from the query's start on, if given (dsp.plan.WindowJoin.from_ms)
+        for given in join.inputs:   # from the query's start on, if given (base.plan.WindowJoin.from_ms)
             rows = [row for row in self.rows_of(given.source, given.source_kind)
                     if (given.predicate is None or evaluate_expr(given.predicate, row) is True)
                     and (self.start_ms is None or row[given.event_time] >= self.start_ms)]
@@ -225,7 +224,7 @@ _ABSENT = object()
 
 
 def matches(rows: list[Row], pattern: EventPattern, time: str, types: dict[str, str]) -> list[Row]:
-    """Every match of `pattern` (dsp.events has the semantics) found by search: per partition, of
+    """Every match of `pattern` (base.events has the semantics) found by search: per partition, of
     the candidates that begin after the last match, the one that completes first (by its end,
     a row before a bound, then its start) is the next match. Rows carry `time` in epoch ms."""
     ordering = ordering_columns(Match(Source((), "rows", (), time, 0), pattern.partition, pattern.steps,
@@ -317,7 +316,7 @@ def _arbitrate(groups: dict[tuple, list[Row]], weight: str | None) -> dict[tuple
 
 
 def adaptive_smoothed(readings: Iterable[Row], epoch_ms: int, delta: float, from_ms: int | None = None) -> list[Row]:
-    """Adaptive smoothing (dsp.smurf.ReaderSmoother, the DSP's Smooth operator) centrally: per
+    """Adaptive smoothing (base.smurf.ReaderSmoother, the DSP's Smooth operator) centrally: per
     receptor, from the epoch of its first reading (at or after `from_ms`) to the last epoch of any
     reading, one row per epoch and tag reported present."""
     first_epoch = -(-from_ms // epoch_ms) if from_ms else None
@@ -355,7 +354,7 @@ def sensor_samples(logged: Iterable[dict[str, Any]]) -> list[Row]:
 def mote_quality_rows(logged: Iterable[dict[str, Any]], period_ms: int, positions: dict[str, tuple[float, float]],
                       offsets: dict[str, dict[str, float]] | None = None, from_ms: int | None = None) -> list[tuple]:
     """The qualify stage centrally over the agent's readings log (its sample batches), for the
-    motes with a position: dsp.plan.QUALITY_COLUMNS rows, each mote's values the period's mean,
+    motes with a position: base.plan.QUALITY_COLUMNS rows, each mote's values the period's mean,
     less its calibration `offsets` ({mote: {quantity: offset}}) if given."""
     sums: dict[tuple[int, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     first_period = -(-from_ms // period_ms) if from_ms else None

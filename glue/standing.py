@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dsp.part_spec import PartSpec
-from dsp.plan import RAW_STREAMS, expr_type, sources
+from base.part_spec import PartSpec
+from base.plan import RAW_STREAMS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
 from glue.planner import plan_query

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dsp.plan import Column, Expr, JoinBound, Window
-from dsp.window_join import contradictory, time_reach, unbounded_pair
+from base.plan import Column, Expr, JoinBound, Window
+from base.window_join import contradictory, time_reach, unbounded_pair
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from dsp.plan import RAW_STREAMS
+from base.plan import RAW_STREAMS
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse

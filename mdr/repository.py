@@ -33,7 +33,7 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    seconds of each other)
   parts:<node>               HASH  query id -> JSON {status, error, restarts}: the node's query parts
                                    that are not running (failed, with the cause); rewritten each second
-  desired:<node>             HASH  query id -> a part as JSON (dsp.part_spec.PartSpec.to_json): the
+  desired:<node>             HASH  query id -> a part as JSON (base.part_spec.PartSpec.to_json): the
                                    query parts the placement service deployed on the node, which the
                                    node runs again after a restart (desired state), each with the
                                    placement service's signature (a node runs no other: services.part_signing)

@@ -13,9 +13,9 @@ import time
 from dataclasses import replace
 from typing import Protocol
 
+from base.part_spec import PartSpec
+from base.plan import PlanError, output_columns
 from dsp.bounds import OutputBounds, bounded_column
-from dsp.part_spec import PartSpec
-from dsp.plan import PlanError, output_columns
 from dsp.shared import SharedRuntime
 from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.operators import operator_parts

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 
-from dsp.plan import RAW_STREAMS
+from base.plan import RAW_STREAMS
 from dsp.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab

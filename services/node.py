@@ -23,12 +23,12 @@ from dataclasses import replace
 import grpc
 from pyspark.sql import SparkSession
 
+from base.part_spec import PartError, PartSpec
+from base.plan import output_columns, to_json, window_of
 from dsp.archive import DEFAULT_RETENTION_MS
 from dsp.bounds import OutputBounds
 from dsp.compiler import Ingest
 from dsp.manager import QueryExists
-from dsp.part_spec import PartError, PartSpec
-from dsp.plan import output_columns, to_json, window_of
 from dsp.shared import SharedRuntime
 from dsp.triage import read_budget_ms
 from glue.limits import check_name

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from dsp.part_spec import PartSpec, signature_in
+from base.part_spec import PartSpec, signature_in
 from services import certs
 from wire.errors import HiFiError
 from wire.topics import part_id_problem

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import grpc
 
-from dsp.part_spec import PartSpec
-from dsp.plan import PlanError, from_json, window_of
+from base.part_spec import PartSpec
+from base.plan import PlanError, from_json, window_of
 from glue.analyzer import AccessError, analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from dsp.plan import Plan
+from base.plan import Plan
 from glue.proxy import mote_fields, mote_rules
 from mdr.repository import MDR, now_ms
 from wire import bus

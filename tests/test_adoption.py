@@ -10,9 +10,9 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from base.part_spec import PartSpec
+from base.plan import to_json
 from dsp.bounds import OutputBounds, bounded_column
-from dsp.part_spec import PartSpec
-from dsp.plan import to_json
 from glue.adoption import HANDBACK_SLACK_MS, TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.standing import standing_views
 from glue.topology import load_topology, parse_topology

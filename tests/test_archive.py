@@ -64,8 +64,8 @@ def test_hours_past_the_retention_are_deleted_as_a_new_hour_begins(tmp_path):
 def test_a_row_too_late_for_its_window_live_is_in_it_when_the_archive_is_replayed():
     """What the shared runtime does for a part over the past (dsp.history_feed.HistoryFeed.feed): the
     raw sources wait as long as the archive's latest row came late, then the plan's lateness."""
+    from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.engine import build, lateness_seen, raw_sources, rows_of
-    from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from tests.test_engine import raw_batch
 
     plan = Aggregate(Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000), ("receptor_id",),

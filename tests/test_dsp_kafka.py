@@ -6,10 +6,10 @@ import math
 import os
 import time
 
+from base.part_spec import PartSpec
+from base.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
 from dsp.compiler import Ingest
 from dsp.manager import DSPManager
-from dsp.part_spec import PartSpec
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
 from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
 from wire import bus
@@ -153,10 +153,10 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     and the ranges its triage rows name hold every reading published."""
     from kafka import TopicPartition
 
+    from base.plan import Aggregate, AggSpec, Window
     from dsp.archive import exact_rows, sampled_ranges
     from dsp.engine import BOUND_Z
     from dsp.node_inputs import READER_PREFIX
-    from dsp.plan import Aggregate, AggSpec, Window
     from dsp.shared import SharedRuntime
 
     node, raw, out = "tri", "hifi.raw.tri", "hifi.rqs.count.tri"
@@ -287,8 +287,8 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
     """HIFI_SPARK_BATCH_RECORDS: a backlog's batches go to Spark (dsp.spark_partials). A windowed
     count is computed there and a selection beside it needs the rows (the driver's path for that
     part, in the same batch): both count every reading once, and Spark's tasks archive the batches."""
+    from base.plan import Aggregate, AggSpec, Filter, Window
     from dsp.node_inputs import READER_PREFIX
-    from dsp.plan import Aggregate, AggSpec, Filter, Window
     from dsp.shared import SharedRuntime
 
     monkeypatch.setenv("HIFI_SPARK_BATCH_RECORDS", "500")
@@ -325,9 +325,9 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
     one (a file a batch). A windowed count over the past from inside the closed hour (its row
     groups, then the files) and from the closed hour's start (its compacted file whole), deployed
     by the driver's path and by Spark's: the same windows, each reading counted once."""
+    from base.plan import Aggregate, AggSpec, Window
     from dsp.archive import HOUR_MS, hour_of
     from dsp.node_inputs import READER_PREFIX
-    from dsp.plan import Aggregate, AggSpec, Window
     from dsp.shared import SharedRuntime
     from dsp.spark_partials import SparkBatches
     from services.bench.past import BATCH_MS, hour_batch

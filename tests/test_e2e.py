@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dsp.plan import QUALITY_COLUMNS
+from base.plan import QUALITY_COLUMNS
 from edge.truth import covered_windows, readings_per_node
 from glue.topology import load_topology
 from protos import hifi_pb2, hifi_pb2_grpc

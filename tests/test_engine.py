@@ -5,10 +5,7 @@ import datetime as dt
 
 import pyarrow as pa
 
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import SILENT_CHILD_GRACE_MS, build, first_window_open, rows_of, run_batches
-from dsp.engine import view_batch as engine_view_batch
-from dsp.plan import (
+from base.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,
@@ -19,6 +16,9 @@ from dsp.plan import (
     Source,
     Window,
 )
+from dsp.arrow_exprs import arrow_schema
+from dsp.engine import SILENT_CHILD_GRACE_MS, build, first_window_open, rows_of, run_batches
+from dsp.engine import view_batch as engine_view_batch
 
 RAW = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 

@@ -23,9 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, rows_of, view_batch
-from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation, exported_view
 from glue.planner import plan_query
@@ -510,7 +510,7 @@ PATTERN_EXAMPLES = int(os.environ.get("HIFI_PATTERN_EXAMPLES", "150"))
 @settings(max_examples=PATTERN_EXAMPLES, deadline=None, derandomize=True, suppress_health_check=SLOW_OR_EMPTY)
 @given(sql=patterns(), seed=st.integers(0, 3))
 def test_a_generated_event_pattern_planned_over_the_hierarchy_equals_the_central_search(sql, seed):
-    """The incremental matcher (dsp.events) at the root over the doors' filtered rows, out of order
+    """The incremental matcher (base.events) at the root over the doors' filtered rows, out of order
     within the lateness and arriving batch by batch, finds the matches the reference's search does."""
     by_edge = readings(seed)
     plan = plan_query(analyze(sql, CATALOG), CATALOG, "q")

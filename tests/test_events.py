@@ -1,11 +1,11 @@
-"""Event patterns (issue 19): the matcher's semantics on hand-made sequences (dsp.events), the
+"""Event patterns (issue 19): the matcher's semantics on hand-made sequences (base.events), the
 reference's search agreeing with it, and bad patterns refused with the position and the reason."""
 
 from __future__ import annotations
 
 import pytest
 
-from dsp.events import PatternState, Step
+from base.events import PatternState, Step
 from glue.analyzer import analyze
 from glue.sql.lexer import SqlError
 from tests.catalogs import supply_chain_catalog

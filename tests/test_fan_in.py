@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from base.part_spec import PartSpec
+from base.plan import BinOp, Col, Filter, Lit, Source
 from dsp.node_inputs import READER_PREFIX, Reader, stream_key
-from dsp.part_spec import PartSpec
-from dsp.plan import BinOp, Col, Filter, Lit, Source
 from dsp.process_stream import QUERY_ID, ProcessStream
 from dsp.shared import SharedRuntime
 from tests.conftest import topic_rows, wait_for

@@ -1,7 +1,7 @@
 """Faulty mote detection (pure) on hand-built periods whose right answer is known, and on the real
 Intel Lab readings with injected faults."""
 
-from dsp.mote_quality import MoteQuality
+from base.mote_quality import MoteQuality
 from services.bench.cleaning import mote_detection
 
 GRID = {f"m{i}": (float(i % 3) * 3, float(i // 3) * 3) for i in range(9)}
@@ -66,7 +66,7 @@ def test_injected_faults_in_the_intel_lab_replay_are_found_with_precision_and_re
 
 
 def test_the_sink_judges_periods_as_they_close_and_a_replay_continues_exactly(tmp_path):
-    from dsp.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, Qualify, Source
+    from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, Qualify, Source
     from dsp.quality import QualityState
     from wire.codec import ms_to_datetime
 

@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from dsp.part_spec import PartSpec, signature_in
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Source
+from base.part_spec import PartSpec, signature_in
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Source
 from services.certs import make_certificates
 from services.part_signing import CANCEL_VALID_MS, PartSigner, PartVerifier, UnsignedPart, signed_parts
 

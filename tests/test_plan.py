@@ -1,6 +1,6 @@
 import pytest
 
-from dsp.plan import (
+from base.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Aggregate,
     AggSpec,

@@ -1,6 +1,6 @@
 """Progress markers (pure parts): when a query publishes one, what a watermark promises."""
 
-from dsp.plan import Window
+from base.plan import Window
 from dsp.progress import marker_due, next_window_start, parse_watermark
 
 

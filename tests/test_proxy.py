@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Filter, Func, Lit, conjuncts
+from base.plan import SAMPLE_QUANTITIES, BinOp, Col, Filter, Func, Lit, conjuncts
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.proxy import mote_rules, rule_for

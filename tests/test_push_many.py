@@ -17,8 +17,8 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from base.plan import output_columns, sources
 from dsp.engine import Operator, build
-from dsp.plan import output_columns, sources
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError

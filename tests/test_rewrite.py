@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from dsp.plan import (
+from base.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     SMOOTH_COLUMNS,
     Aggregate,

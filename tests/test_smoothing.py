@@ -6,7 +6,7 @@ import datetime as dt
 import random
 from collections import Counter
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Smooth, Source
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Smooth, Source
 from dsp.smoothing import SmoothingState
 from glue.reference import adaptive_smoothed
 from wire.codec import ms_to_datetime

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from dsp.smurf import (
+from base.smurf import (
     ReaderRates,
     TagWindow,
     completeness_window,

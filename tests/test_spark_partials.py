@@ -22,9 +22,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
+from base.plan import to_json
 from dsp.engine import AggregateOp, Operator, build, sources_under
 from dsp.kafka_source import TOPIC_COLUMN
-from dsp.plan import to_json
 from dsp.spark_partials import BatchOnSpark, computable, push
 from glue.analyzer import analyze
 from glue.planner import plan_query

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dsp.plan import BinOp, Col, Func, Lit, Window
+from base.plan import BinOp, Col, Func, Lit, Window
 from glue.analyzer import Arbitration, Smoothing, analyze
 from glue.sql import ast
 from glue.sql.lexer import SqlError

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import pytest
 
-from dsp.plan import EVENT_TIME
+from base.plan import EVENT_TIME
 from edge.agent import ReceptorAgent
 from glue.analyzer import analyze
 from glue.reference import Reference

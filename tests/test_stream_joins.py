@@ -12,10 +12,10 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
+from base.plan import EVENT_TIME, JoinBound, Source, WindowJoin, from_json, output_columns, to_json
+from base.window_join import Buffers
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import WindowJoinOp, build, rows_of, view_batch
-from dsp.plan import EVENT_TIME, JoinBound, Source, WindowJoin, from_json, output_columns, to_json
-from dsp.window_join import Buffers
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.reference import Reference
@@ -352,7 +352,7 @@ def test_out_of_order_delivery_within_the_lateness_gives_the_same_joined_rows():
 
 
 def test_the_w_join_finds_what_steams_nested_loop_finds():
-    """The bench's nested loop (services/bench/joins.py, written apart from dsp.window_join) as a
+    """The bench's nested loop (services/bench/joins.py, written apart from base.window_join) as a
     second judge of the W-join's combinations: a chain and a star, keyed and not."""
     from services.bench.joins import NestedLoopJoin, arrivals, chain
 

@@ -10,9 +10,9 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import BOUND_Z, build, rows_of
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
 from dsp.triage import MIN_SAMPLE, Triage, read_budget_ms, sampled
 from glue.analyzer import analyze
 from glue.planner import plan_query

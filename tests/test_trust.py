@@ -18,8 +18,8 @@ from dataclasses import replace
 import grpc
 import pytest
 
-from dsp.part_spec import PartSpec
-from dsp.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source
+from base.part_spec import PartSpec
+from base.plan import PLAN_FORMAT, RAW_RFID_SOURCE_COLUMNS, Source
 from glue.topology import parse_topology
 from mdr.repository import now_ms
 from protos import hifi_pb2, hifi_pb2_grpc

@@ -135,7 +135,7 @@ _INT_BOUNDS = {"int": 2**31, "long": 2**63}
 
 
 def value_problem(value: Any, kind: str) -> str | None:
-    """Why `value` is not a value of column type `kind` (dsp.plan's types); None is NULL, always fine."""
+    """Why `value` is not a value of column type `kind` (base.plan's types); None is NULL, always fine."""
     if value is None:
         return None
     if kind.startswith("array<"):

@@ -22,8 +22,8 @@ import functools
 import hashlib
 from dataclasses import dataclass, field, replace
 
-from dsp.part_spec import PartSpec
-from dsp.plan import (
+from base.part_spec import PartSpec
+from base.plan import (
     EVENT_TIME,
     RAW_RFID_SOURCE_COLUMNS,
     SMOOTH_COLUMNS,

@@ -1,6 +1,6 @@
 """Rewrite rule's estimates for a stream join: each input's rows per second, from what the MDR
 keeps (each node's input rate, shared evenly among its receptors; the motes' histograms for the
-input's own conditions), and the probe order they choose (dsp.window_join.probe_order). Pure.
+input's own conditions), and the probe order they choose (base.window_join.probe_order). Pure.
 
 The node that runs the join chooses its order again from its own buffers as rows arrive (the data's
 own statistics where the join runs), so these estimates say what to expect; an input whose rate
@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from dsp.plan import Expr, conjuncts
-from dsp.window_join import InputStats, probe_cost, probe_order, time_reach
+from base.plan import Expr, conjuncts
+from base.window_join import InputStats, probe_cost, probe_order, time_reach
 from glue.catalog import Catalog
 from glue.rewrite.placement import Placement
 from glue.rewrite.selectivity import estimate

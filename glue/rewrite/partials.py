@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsp.plan import AggSpec, BinOp, Col, Expr, Func
+from base.plan import AggSpec, BinOp, Col, Expr, Func
 from glue.analyzer import AggCall
 
 

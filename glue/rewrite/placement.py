@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dsp.plan import RAW_STREAMS, BinOp, Col, Expr, Lit, conjuncts
+from base.plan import RAW_STREAMS, BinOp, Col, Expr, Lit, conjuncts
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.rewrite.join_inputs import input_query

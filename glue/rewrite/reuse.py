@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from dsp.plan import Aggregate, AggSpec, BinOp, Expr, Filter, Plan, Source, conjuncts, expr_columns, output_columns
+from base.plan import Aggregate, AggSpec, BinOp, Expr, Filter, Plan, Source, conjuncts, expr_columns, output_columns
 from glue.catalog import ExportedView
 
 ROLLUP = {"count": "sum", "sum": "sum", "min": "min", "max": "max", "collect_set": "union_sets"}

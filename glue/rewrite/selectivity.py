@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from dsp.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, conjuncts, expr_columns, plain_comparison
+from base.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, conjuncts, expr_columns, plain_comparison
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.reference import evaluate_expr

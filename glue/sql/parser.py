@@ -27,7 +27,7 @@ from glue.sql.lexer import Pos, SqlError, Token, tokenize
 T = TypeVar("T")
 
 AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
-SCALAR_FUNCTIONS = ("product", "indicator")   # of an EPC URI: dsp.plan.FUNCTIONS says what each gives
+SCALAR_FUNCTIONS = ("product", "indicator")   # of an EPC URI: base.plan.FUNCTIONS says what each gives
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 INTERVAL_UNITS = ("millisecond", "second", "minute", "hour", "day")   # and their plurals
 

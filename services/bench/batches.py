@@ -71,8 +71,8 @@ def _publish(bootstrap: str, topic: str, backlog: int, start_ms: int, first: int
 
 
 def _drain(spark, bootstrap: str, backlog: int, path: str) -> Drain:
-    from dsp.part_spec import PartSpec
-    from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
+    from base.part_spec import PartSpec
+    from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.shared import SharedRuntime
     from services.bench.runtime import tree_cpu_s
     from services.judge import topic_rows

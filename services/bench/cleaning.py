@@ -4,11 +4,11 @@ evaluator run) over emulated readings, so the figures are about cleaning, not tr
 
 1. Presence per tag and epoch (edge.presence: tags with known read rates, static or entering and
    leaving range, and the mixed setting): raw reads, fixed windows, adaptive smoothing
-   (dsp.smurf). Errors per tag-epoch; the best fixed window is chosen in hindsight per setting.
+   (base.smurf). Errors per tag-epoch; the best fixed window is chosen in hindsight per setting.
 2. The supply-chain scenario (readers with two antennas, overlapping dock doors, ghost reads, a
    degrading reader), run offline: where arbitration puts each tag per epoch against where it is,
    and the per-location counts the core would report against the true counts.
-3. Faulty motes (dsp.mote_quality) on the real Intel Lab replay with injected faults: precision
+3. Faulty motes (base.mote_quality) on the real Intel Lab replay with injected faults: precision
    and recall per mote-period.
 """
 
@@ -20,8 +20,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dsp.mote_quality import MoteQuality
-from dsp.smurf import ReaderSmoother, smooth_adaptive, smooth_fixed
+from base.mote_quality import MoteQuality
+from base.smurf import ReaderSmoother, smooth_adaptive, smooth_fixed
 from edge.agent import ReceptorAgent
 from edge.intel_lab import INTEL_LAB_DATA, load_intel_lab, plan_faults, replay
 from edge.presence import TagTrace, answered_cycles, mixed_traces, moving_traces, static_traces

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from dsp.plan import EVENT_TIME, BinOp, Col, Expr, Lit, Match
+from base.plan import EVENT_TIME, BinOp, Col, Expr, Lit, Match
 from edge.agent import read_jsonl
 from edge.scenario import Scenario
 from edge.supply_chain import StagedEvent

@@ -1,4 +1,4 @@
-"""`hifi bench joins`: the W-join (dsp.window_join) against STEAM's nested-loop W-join, and the
+"""`hifi bench joins`: the W-join (base.window_join) against STEAM's nested-loop W-join, and the
 probe order the buffers' own statistics choose against the join's written order. Offline, one
 process, no Spark: what is measured is the join's state and probing, which is where a window
 join spends its time.
@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dsp.plan import JoinBound
-from dsp.window_join import Buffers
+from base.plan import JoinBound
+from base.window_join import Buffers
 from services.bench.report import figures_table
 
 WINDOW_MS = 1_000

@@ -75,9 +75,9 @@ def hour_batch(rate: int, batch: int, start_ms: int) -> pa.Table:
 
 
 def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None]) -> list[PastRun]:
+    from base.part_spec import PartSpec
+    from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.archive import hour_of
-    from dsp.part_spec import PartSpec
-    from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.shared import SharedRuntime
     from dsp.spark_partials import SparkBatches
     from services.bench.runtime import tree_cpu_s

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dsp.plan import RAW_RFID_SOURCE_COLUMNS, Window
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Window
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.planner import plan_query

@@ -13,9 +13,9 @@ A plan is a tree of operators ending in the rows a node's query emits:
   Aggregate(child, keys, aggregates, having, window)          GROUP BY (+ tumbling/sliding window)
   LookupJoin(child, relation, on, columns)                    stream-static equi-join (left outer)
   Union(children)                                             rows of several inputs
-  Smooth(child, epoch_ms, delta, max_window, from_ms)         adaptive per-tag smoothing (dsp.smurf), per
+  Smooth(child, epoch_ms, delta, max_window, from_ms)         adaptive per-tag smoothing (base.smurf), per
                                                               receptor and epoch
-  Qualify(child, period_ms, from_ms)                          faulty-mote detection (dsp.mote_quality), per
+  Qualify(child, period_ms, from_ms)                          faulty-mote detection (base.mote_quality), per
                                                               sampling period
 
 Windowed aggregates add `window_start` and `window_end` (TIMESTAMP) to their keys. An Aggregate
@@ -276,7 +276,7 @@ class Union_:
 
 @dataclass(frozen=True)
 class Smooth:
-    """Adaptive per-tag smoothing (dsp.smurf.ReaderSmoother) of raw reads: per receptor, epoch by
+    """Adaptive per-tag smoothing (base.smurf.ReaderSmoother) of raw reads: per receptor, epoch by
     epoch, a row for every tag reported present, with the reads in its window and the window's
     length in epochs. The child must give receptor_id, tag_id and an event time. Rows are stamped
     with their epoch's window_start, as a windowed view's are."""
@@ -290,7 +290,7 @@ class Smooth:
 
 @dataclass(frozen=True)
 class Qualify:
-    """Faulty-mote detection (dsp.mote_quality.MoteQuality) over mote samples: per sampling
+    """Faulty-mote detection (base.mote_quality.MoteQuality) over mote samples: per sampling
     period, every mote seen so far with its values (the period's mean), whether it is faulty, why,
     and a confidence in [0, 1] — the data stream with its quality beside it. The child must give
     receptor_id, x, y (a join with the motes' positions), the quantities and an event time."""
@@ -312,7 +312,7 @@ class MatchStep:
 
 @dataclass(frozen=True)
 class Match:
-    """Event patterns (dsp.events): per partition, the rows in event-time order against `steps`,
+    """Event patterns (base.events): per partition, the rows in event-time order against `steps`,
     all within `within_ms` of the first (0: unbounded). A match is emitted once, at its last row
     (a pattern ending in a negated step: once its bound has passed without one), as the
     `outputs` (name, step, column; step "" for a partition column) and its end time in
@@ -342,7 +342,7 @@ JOIN_TIME = "ts"
 
 @dataclass(frozen=True)
 class WindowJoin:
-    """A window join of several inputs (STEAM's W-join; dsp.window_join): every combination of one
+    """A window join of several inputs (STEAM's W-join; base.window_join): every combination of one
     row per input whose `keys` are equal (qualified column pairs) and whose times meet `bounds`
     (between aliases). A joined row holds each input's columns as `<alias>.<column>` (all but its
     event time column EVENT_TIME) and JOIN_TIME, the newest of its rows' times."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from itertools import permutations
 from typing import Any
 
-from dsp.plan import JoinBound
+from base.plan import JoinBound
 
 Row = dict[str, Any]
 Reach = dict[tuple[str, str], int | None]

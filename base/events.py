@@ -1,4 +1,4 @@
-"""Event patterns over a stream (dsp.plan.Match), incrementally, per partition. Pure.
+"""Event patterns over a stream (base.plan.Match), incrementally, per partition. Pure.
 
 Semantics (those of Flink CEP's `begin(a).followedBy(b).notFollowedBy(x)...within(T)` with
 AFTER MATCH SKIP PAST LAST ROW; the reference evaluator, glue.reference, computes the same by a
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsp.plan import Match, expr_columns
+from base.plan import Match, expr_columns
 
 Row = dict[str, Any]
 

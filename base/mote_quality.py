@@ -23,6 +23,9 @@ from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from base.plan import SAMPLE_QUANTITIES
+from wire.codec import ms_to_datetime
+
 LIMITS = {"temperature": (-20.0, 60.0), "humidity": (0.0, 100.0), "voltage": (2.2, 3.3)}
 DISAGREEMENT = {"temperature": 6.0, "humidity": 8.0, "voltage": 0.02}   # beyond a mote's usual offset
 
@@ -123,3 +126,21 @@ def _room_explains(excess: Mapping[str, float]) -> bool:
     comparable size is the room, not the mote (a spiking or dying mote moves temperature alone)."""
     t, h = excess.get("temperature", 0.0), excess.get("humidity", 0.0)
     return t * h < 0 and min(abs(t), abs(h)) >= 0.5 * max(abs(t), abs(h))
+
+
+def judge_periods(quality: MoteQuality, samples: dict[int, dict[str, tuple[float, float, dict[str, float]]]],
+                  first: int, last: int, period_ms: int) -> list[tuple]:
+    """QUALITY_COLUMNS rows for periods first..last; `samples` {period: {mote: (x, y, values)}}.
+    One code path for the sink and the reference evaluator."""
+    rows = []
+    for period in range(first, last + 1):
+        arrived = samples.get(period, {})
+        for mote, (x, y, _) in sorted(arrived.items()):
+            quality.add(mote, x, y)
+        values = {mote: v for mote, (_, _, v) in arrived.items()}
+        start, end = ms_to_datetime(period * period_ms), ms_to_datetime((period + 1) * period_ms)
+        for verdict in quality.step(period * period_ms, values):
+            seen = values.get(verdict.receptor_id, {})
+            rows.append((start, end, verdict.receptor_id, verdict.faulty, ",".join(verdict.reasons),
+                         verdict.confidence, *(seen.get(q) for q in SAMPLE_QUANTITIES)))
+    return rows

@@ -7,7 +7,7 @@ desired state in the MDR (`to_json`); the node deploys it from either (`from_pro
 from its topology's standing views, or from a dead node it adopts (`owner`); the runtime
 (dsp.shared) runs it. Pure: plain data and its encodings, no I/O.
 
->>> from dsp.plan import Source, RAW_RFID_SOURCE_COLUMNS
+>>> from base.plan import Source, RAW_RFID_SOURCE_COLUMNS
 >>> plan = Source(("hifi.raw.door1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 >>> part = PartSpec("q1", plan, "hifi.results.q1", node="door1", role="final", priority=2)
 >>> PartSpec.from_json("q1", part.to_json(), "door1") == part
@@ -34,7 +34,7 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from dsp.plan import PLAN_FORMAT, Plan, from_json, to_json
+from base.plan import PLAN_FORMAT, Plan, from_json, to_json
 from protos import hifi_pb2
 from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS
