@@ -257,6 +257,8 @@ class SharedRuntime:
             if part is None:
                 return self.spark_queries.cancel(query_id, drop_state)
             part.managed.status = "stopped"
+            # nothing writes its topic now: the process's producer forgets it before placement deletes it
+            bus.forget_topics(self._producer(), [part.managed.output_topic])
             still_read = self.parts.still_read()
             if self.ingest is not None:   # the data listener
                 still_read |= {("", self.ingest.raw_topic, "rfid"), ("", self.ingest.raw_topic, "samples")}

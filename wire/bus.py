@@ -59,6 +59,10 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> list[str]:
     try:
         existing = set(admin.list_topics())
         present = [t for t in dict.fromkeys(topics) if t in existing]
+        with _clients_lock:   # this process's writers forget them (other processes' nodes did at the cancel)
+            local = [p for address, p in _producers.items() if address == bootstrap]
+        for producer in local:
+            forget_topics(producer, present)
         if present:
             admin.delete_topics(present)
         return list(dict.fromkeys(topics))
@@ -80,39 +84,28 @@ def make_producer(bootstrap: str, **overrides) -> KafkaProducer:
               "max_in_flight_requests_per_connection": 1, "request_timeout_ms": 10_000,
               "delivery_timeout_ms": 20_000, **client_security()}
     config.update(overrides)
-    producer = KafkaProducer(**config)
-    _skip_gone_partitions(producer)
-    return producer
+    return KafkaProducer(**config)
 
 
-def _skip_gone_partitions(producer: KafkaProducer) -> None:
-    """Make the producer forget a partition it has no record for once the broker no longer knows
-    it (its topic deleted: services.placement's delete_retired_topics).
+def forget_topics(producer: KafkaProducer, topics: Sequence[str]) -> None:
+    """Make the producer forget the partitions of `topics` it holds nothing for: topics no part
+    writes any more (a cancelled query's), deleted a minute later (services.placement's
+    delete_retired_topics).
 
     kafka-python's accumulator keeps an entry for every partition ever written, and one whose
-    leader is unknown makes its sender ask for metadata again every retry_backoff_ms (100 ms), for
-    ever. Measured (300 topics written, 5 deleted, metadata_max_age_ms 5 s): the process then spent
-    10.0 s of CPU per 10 s from the first refresh after the deletion, and 0.0 s with this. Only
-    when the accumulator reports an unknown leader is anything dropped: an empty entry for such a
-    partition, under its lock and only while no send is appending (kafka-python's append takes
-    a partition's queue under the lock, lets go of it, and adds its new batch to that queue under
-    the lock again: a queue dropped in between would take the batch and never send it; seen once
-    in a benchmark, 20 s and an expired batch later)."""
-    accumulator = producer._accumulator
-    ready = accumulator.ready
-
-    def ready_over_known_partitions(cluster, now=None):
-        answer = ready(cluster, now)
-        if not answer[2]:   # every partition's leader known
-            return answer
-        for tp in [tp for tp, batches in list(accumulator._batches.items()) if not batches]:
-            if cluster.leader_for_partition(tp) in (None, -1):
-                with accumulator._tp_lock(tp):   # a send that begins now takes the lock after us
-                    if not accumulator._batches.get(tp) and not accumulator._appends_in_progress.get():
-                        accumulator._batches.pop(tp, None)
-        return ready(cluster, now)
-
-    accumulator.ready = ready_over_known_partitions
+    leader is unknown (its topic deleted) makes its sender ask for metadata every
+    retry_backoff_ms (100 ms), for ever. Measured (300 topics written, 5 deleted,
+    metadata_max_age_ms 5 s): the process then spent 10.0 s of CPU per 10 s from the first refresh
+    after the deletion. Only these topics' empty entries go (a live topic's are never touched), each
+    under its lock and only while no send is appending (kafka-python's append takes a partition's
+    queue under the lock, lets go of it, and adds its new batch to that queue under the lock again:
+    a queue dropped in between would take the batch and never send it). A later send to one of
+    them makes a new entry."""
+    accumulator, gone = producer._accumulator, set(topics)
+    for tp in [tp for tp in list(accumulator._batches) if tp.topic in gone]:
+        with accumulator._tp_lock(tp):   # a send that begins now takes the lock after us
+            if not accumulator._batches.get(tp) and not accumulator._appends_in_progress.get():
+                accumulator._batches.pop(tp, None)
 
 
 class DeliveryError(RuntimeError):
