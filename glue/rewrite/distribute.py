@@ -133,9 +133,8 @@ class _Builder:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.join = join    # a stream join's: what its root reads instead of a source
         self.nodes = placement.path_nodes(catalog)
-        self.tasks: list[PartSpec] = []
-        self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the tasks read
-        self.smoothing: dict[str, PartSpec] = {}
+        self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the parts read
+        self.smoothing: dict[str, PartSpec] = {}  # each producer's smoothing part, made with its plan
         self.naive = naive
         self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
         self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
@@ -171,8 +170,11 @@ class _Builder:
             self.smoothing[node] = PartSpec(f"view.{name}", Smooth(raw, self.q.smoothing.epoch_ms,
                                                                    self.q.smoothing.delta),
                                             view_topic(node, name), node, "smooth", name)
-            self.tasks.append(self.smoothing[node])
         return self.smoothing[node]
+
+    def smoothing_of(self, node: str) -> list[PartSpec]:
+        """The node's smoothing part, if its producer's plan made one (it goes first)."""
+        return [self.smoothing[node]] if node in self.smoothing else []
 
     def joined(self, plan: Plan, node: str) -> Plan:
         for join in self.q.joins:
@@ -324,25 +326,27 @@ class _Builder:
         reused = any(v.node == node and v.name == name and v.plan == plan for v in self.catalog.views)
         return PartSpec(f"view.{name}", plan, view_topic(node, name), node, role, name, reused=reused)
 
-    def build(self, node: str) -> PartSpec:
-        """Plan `node` (and, first, every child on the way to the producers); return its task."""
+    def build(self, node: str) -> list[PartSpec]:
+        """The parts of `node` and, first, of every child on the way to the producers, in the
+        order they are deployed: `node`'s own last."""
         root = node == self.placement.root
         if root and self.placement.producers == (node,) and not self.naive:
-            return self.root_task(node, self.local_plan(node))
-        children = self.feeding(node)
+            local = self.local_plan(node)
+            return [*self.smoothing_of(node), *self.root_parts(node, local)]
+        feeds, parts = self.feeding(node)
         if root:
-            return self.root_task(node, self.final_plan(children))
+            return [*parts, *self.root_parts(node, self.final_plan(feeds))]
         if node in self.placement.producers:
-            return children[0]
-        task = self.task(node, "merge", self.merge_plan(children))
-        self.tasks.append(task)
-        return task
+            return parts
+        return [*parts, self.task(node, "merge", self.merge_plan(feeds))]
 
-    def feeding(self, node: str) -> list[PartSpec]:
-        """The parts whose rows `node` reads: its own producer's (rolled up from a running view
-        that holds its partials already) when it is a producer, else its children's."""
+    def feeding(self, node: str) -> tuple[list[PartSpec], list[PartSpec]]:
+        """The parts whose rows `node` reads — its own producer's (rolled up from a running view
+        that holds its partials already) when it is a producer, else its children's — and every
+        part that takes, in the order they are deployed."""
         if node not in self.placement.producers:
-            return [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
+            built = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
+            return [parts[-1] for parts in built], [part for parts in built for part in parts]
         produced = self.task(node, "producer", self.producer_plan(node))
         # a running view's partials carry no triage annotations: an approximate query has its own
         found = None if produced.reused or self.naive or self.q.approximate else subsuming(
@@ -351,18 +355,15 @@ class _Builder:
             rollup, view = found
             produced = self.task(node, "producer", rollup)
             self.uses.append((view.node, f"view.{view.name}"))
-        self.tasks.append(produced)
-        return [produced]
+        return [produced], [*self.smoothing_of(node), produced]
 
-    def root_task(self, node: str, plan: Plan) -> PartSpec:
-        """The root's part (with arbitration, its windowed counts, then the contest over them)."""
-        if self.q.arbitration is not None:
-            windowed = self.task(node, "window", plan)
-            self.tasks.append(windowed)
-            plan = self.arbitration_plan(windowed)
-        task = self.task(node, "final", plan)
-        self.tasks.append(task)
-        return task
+    def root_parts(self, node: str, plan: Plan) -> list[PartSpec]:
+        """The root's parts: its final one (with arbitration, first its windowed counts, then the
+        contest over them)."""
+        if self.q.arbitration is None:
+            return [self.task(node, "final", plan)]
+        windowed = self.task(node, "window", plan)
+        return [windowed, self.task(node, "final", self.arbitration_plan(windowed))]
 
 
 def _iso(ms: int) -> str:
@@ -419,8 +420,8 @@ def build_parts(query: LogicalQuery, catalog: Catalog, query_id: str, placement:
         return _distribute_join(query, catalog, query_id, at)
     assert placement is not None
     builder = _Builder(query, catalog, query_id, placement, naive)
-    builder.build(placement.root)
-    return DistributedPlan(query_id, query, placement, builder.tasks, uses=builder.uses, estimates=estimates)
+    parts = builder.build(placement.root)
+    return DistributedPlan(query_id, query, placement, parts, uses=builder.uses, estimates=estimates)
 
 
 def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: str | None) -> DistributedPlan:
@@ -435,13 +436,13 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
         selection, terms = order_terms(input_query(query, given), catalog)
         rates[given.alias] = join_order.input_rate(where, given.predicate, catalog)
         builder = _Builder(selection, catalog, query_id, where)
-        feeds = builder.feeding(placement.root)
-        tasks.update((task.topic, task) for task in builder.tasks if task.topic not in tasks)
+        feeds, parts = builder.feeding(placement.root)
+        tasks.update((task.topic, task) for task in parts if task.topic not in tasks)
         children.append(builder.children_source(feeds))
         uses += builder.uses
         estimates += terms
     joined = WindowJoin(tuple(children), join.aliases, join.keys, join.bounds)
     root = _Builder(query, catalog, query_id, placement, join=joined)
-    root.root_task(placement.root, root.local_plan(placement.root))
-    return DistributedPlan(query_id, query, placement, [*tasks.values(), *root.tasks], uses=uses,
+    root_parts = root.root_parts(placement.root, root.local_plan(placement.root))
+    return DistributedPlan(query_id, query, placement, [*tasks.values(), *root_parts], uses=uses,
                            estimates=estimates, join_rates=rates)
