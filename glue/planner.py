@@ -3,7 +3,10 @@
 Each pass takes a `Planning` and returns the next one; `PLAN_PASSES` is the order, and
 `plan_query` runs them. What the placement service knows only from the outside world comes in
 as values: the query id, the root it is pinned to, and the time it answers from (`start_ms`, the
-submission's or a `--since`) and until.
+submission's or a `--since`) and until. A live query's start is taken only once the service has
+read its inputs' ends, and the ends are those of the topics the plan reads: the service plans it
+once without a start, reads the ends, and plans it again from its start (the same query id and
+catalog give the same parts; a plan takes ~0.2 ms, measured).
 
 >>> from glue.analyzer import analyze
 >>> from tests.catalogs import supply_chain_catalog

@@ -19,12 +19,12 @@ import grpc
 
 from base.part_spec import PartSpec
 from base.plan import PlanError, from_json, window_of
-from glue.analyzer import AccessError, analyze_statement, refuse_taken_view_name
+from glue.analyzer import AccessError, LogicalQuery, analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
 from glue.planner import plan_query
 from glue.proxy import sample_predicates
-from glue.rewrite.distribute import DistributedPlan, answering_from
+from glue.rewrite.distribute import DistributedPlan
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from mdr.repository import MDR, QueryRecord, now_ms
@@ -127,16 +127,28 @@ class QueryPlacer:
         """`principal`: who reads (its API callers' identity; in-process callers, the benchmarks and
         the tests, are the deployment itself and read everything). With `since_ms`: a query over
         the past (windows in [since, until)), and which nodes' archives begin after it."""
-        # syntax and admission limits first: a bad or oversized query is refused before the
-        # catalog (every view, relation and receptor) is read; parsed once
+        return self._planned(self._bound(sql, principal), f"q{uuid.uuid4().hex[:8]}", naive, since_ms, until_ms)
+
+    def _bound(self, sql: str, principal: str | Identity) -> tuple[LogicalQuery, Catalog]:
+        """The statement parsed once and bound to the catalog as `principal` reads. Syntax and
+        admission limits first: a bad or oversized query is refused before the catalog (every view,
+        relation and receptor) is read."""
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
         refuse_taken_view_name(statement, catalog)
-        query = analyze_statement(statement, catalog, principal or "*", sql)
-        plan = plan_query(query, catalog, f"q{uuid.uuid4().hex[:8]}", naive=naive, start_ms=since_ms,
-                          until_ms=until_ms if since_ms is not None else None,
-                          now_ms=now_ms() if since_ms is not None else None)
-        return plan if since_ms is None else replace(plan, archive_begins=self._archives_after(plan, since_ms))
+        return analyze_statement(statement, catalog, principal or "*", sql), catalog
+
+    def _planned(self, bound: tuple[LogicalQuery, Catalog], query_id: str, naive: bool = False,
+                 since_ms: int | None = None, until_ms: int | None = None,
+                 start_ms: int | None = None) -> DistributedPlan:
+        """The planner's plan (glue.planner): over the past from `since_ms` (with the nodes whose
+        archives begin after it), or live from `start_ms`; until `until_ms`."""
+        query, catalog = bound
+        if since_ms is None:
+            return plan_query(query, catalog, query_id, naive=naive, start_ms=start_ms,
+                              until_ms=until_ms if start_ms is not None else None)
+        plan = plan_query(query, catalog, query_id, naive=naive, start_ms=since_ms, until_ms=until_ms, now_ms=now_ms())
+        return replace(plan, archive_begins=self._archives_after(plan, since_ms))
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
                replay: bool = False, readers: tuple[str, ...] = (), since_ms: int | None = None,
@@ -156,7 +168,8 @@ class QueryPlacer:
         name = principal.principal if isinstance(principal, Identity) else principal
         view_readers = ("*",) if name in ("", "*") else tuple(dict.fromkeys((name, "role:operator", *readers)))
         with self._lock:  # plans see the views that earlier submissions created
-            plan = self.plan(sql, principal, naive, since_ms, until_ms)
+            bound = self._bound(sql, principal)
+            plan = self._planned(bound, f"q{uuid.uuid4().hex[:8]}", naive, since_ms, until_ms)
             if readers and plan.query.view_name is None:
                 raise SqlError("readers are given to a view: CREATE VIEW only")
             if since_ms is not None and replay:
@@ -173,9 +186,9 @@ class QueryPlacer:
             elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
-                # its start only now, after the ends were taken (so the planner's answer_from pass
-                # runs here, not with the others): anything stamped from here on is after them
-                plan = answering_from(plan, now_ms(), until_ms)
+                # planned again from its start, taken only now that the ends are read (the plan
+                # names the topics whose ends these are): anything stamped from here on is after them
+                plan = self._planned(bound, plan.query_id, naive, until_ms=until_ms, start_ms=now_ms())
                 history_from_ms = (plan.start_ms or 0) - LIVE_HISTORY_MARGIN_MS
             deployed: list[tuple[str, str]] = []
             desired: dict[str, dict[str, str]] = {}
