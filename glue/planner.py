@@ -20,13 +20,13 @@ catalog give the same parts; a plan takes ~0.2 ms, measured).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from base.plan import output_columns
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
-from glue.rewrite.distribute import DistributedPlan, answering_from, build_parts
+from glue.rewrite.distribute import DistributedPlan, Rollup, answering_from, build_parts, rollups_for
 from glue.rewrite.placement import Placement, place
 from glue.rewrite.selectivity import Estimate, order_terms
 from glue.sql.lexer import SqlError
@@ -46,6 +46,7 @@ class Planning:
     now_ms: int | None = None        # with start_ms: a query over the past (its answers from the archives)
     estimates: tuple[Estimate, ...] = ()
     placement: Placement | None = None
+    rollups: Mapping[str, Rollup] = field(default_factory=dict)   # producers that read a running view instead
     plan: DistributedPlan | None = None
 
 
@@ -84,12 +85,32 @@ def place_root(planning: Planning) -> Planning:
     return replace(planning, placement=place(planning.query, planning.catalog, planning.at))
 
 
+def reuse_running_views(planning: Planning) -> Planning:
+    """The producers whose partials a running view holds already (same node, a finer grouping and
+    panes, every partial it needs, no row it keeps left out: glue.rewrite.reuse): they roll that
+    view up instead of reading the stream again. Before the build: a part's topic is named after
+    its plan, and its parent's plan names that topic (a stream join's inputs are matched when it
+    is built).
+
+    >>> from glue.analyzer import analyze
+    >>> from tests.catalogs import supply_chain_catalog
+    >>> catalog = supply_chain_catalog()
+    >>> query = analyze("SELECT count(*) AS n FROM rfid_stream [range by '4 seconds']", catalog)
+    >>> reuse_running_views(place_root(Planning(query, catalog, "q"))).rollups   # no view runs yet
+    {}
+    """
+    if planning.query.stream_join is not None:
+        return planning
+    assert planning.placement is not None
+    return replace(planning, rollups=rollups_for(planning.query, planning.catalog, planning.query_id,
+                                                 planning.placement, planning.naive))
+
+
 def build(planning: Planning) -> Planning:
-    """Every node's part, bottom up (glue.rewrite.distribute): producers, merges, the root's;
-    a part whose running twin (same name, same plan) exists is marked reused, and a producer
-    whose partials a running view holds already rolls them up instead."""
+    """Every node's part, bottom up (glue.rewrite.distribute): producers (or their rollups),
+    merges, the root's; a part whose running twin (same name, same plan) exists is marked reused."""
     return replace(planning, plan=build_parts(planning.query, planning.catalog, planning.query_id, planning.placement,
-                                              list(planning.estimates), planning.naive, planning.at))
+                                              list(planning.estimates), planning.naive, planning.at, planning.rollups))
 
 
 def answer_from(planning: Planning) -> Planning:
@@ -126,8 +147,8 @@ def type_check(planning: Planning) -> Planning:
 
 
 # The passes, in order: each reads what the earlier ones found.
-PLAN_PASSES: tuple[Callable[[Planning], Planning], ...] = (order_where_terms, place_root, build, answer_from,
-                                                           type_check)
+PLAN_PASSES: tuple[Callable[[Planning], Planning], ...] = (order_where_terms, place_root, reuse_running_views, build,
+                                                           answer_from, type_check)
 
 
 def plan_query(query: LogicalQuery, catalog: Catalog, query_id: str, *, at: str | None = None, naive: bool = False,

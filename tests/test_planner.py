@@ -11,6 +11,7 @@ from glue.planner import (
     order_where_terms,
     place_root,
     plan_query,
+    reuse_running_views,
     type_check,
 )
 from glue.sql.lexer import SqlError
@@ -21,14 +22,14 @@ COUNTS = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 secon
 
 
 def test_the_passes_run_in_the_documented_order():
-    assert PLAN_PASSES == (order_where_terms, place_root, build, answer_from, type_check)
+    assert PLAN_PASSES == (order_where_terms, place_root, reuse_running_views, build, answer_from, type_check)
 
 
 def test_each_pass_adds_what_it_names_and_the_whole_is_plan_query():
     planning = Planning(analyze(COUNTS, CATALOG), CATALOG, "q1")
     placed = place_root(order_where_terms(planning))
     assert placed.plan is None and placed.placement is not None and placed.placement.root == "warehouse"
-    built = build(placed)
+    built = build(reuse_running_views(placed))
     assert [(p.node, p.role) for p in built.plan.tasks] == [("door1", "producer"), ("door2", "producer"),
                                                            ("warehouse", "final")]
     assert answer_from(built) is built   # no start: nothing to drop
@@ -54,3 +55,20 @@ def test_the_naive_baseline_is_refused_for_arbitration_before_anything_is_built(
     assert place_root(Planning(arbitration, CATALOG, "q")).placement is not None
     with pytest.raises(SqlError, match="naive baseline does not plan arbitration"):
         place_root(Planning(arbitration, CATALOG, "q", naive=True))
+
+
+def test_a_running_view_that_holds_a_producers_partials_is_rolled_up_instead():
+    from dataclasses import replace
+
+    from glue.catalog import exported_view
+
+    running = plan_query(analyze("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+                                 "GROUP BY receptor_id", CATALOG), CATALOG, "a")
+    catalog = replace(CATALOG, views=[*CATALOG.views, *(exported_view(t) for t in running.tasks if t.export_as)])
+    coarser = analyze("SELECT count(*) AS n FROM rfid_stream [range by '4 seconds']", catalog)
+    planning = reuse_running_views(place_root(order_where_terms(Planning(coarser, catalog, "b"))))
+    held = {(t.node, t.export_as) for t in running.tasks if t.role == "producer"}
+    assert {(view.node, view.name) for _, view in planning.rollups.values()} == held
+    plan = build(planning).plan
+    assert set(plan.uses) == {(node, f"view.{name}") for node, name in held}
+    assert reuse_running_views(place_root(Planning(coarser, catalog, "b", naive=True))).rollups == {}

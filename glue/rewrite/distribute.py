@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from base.part_spec import PartSpec
@@ -51,7 +52,7 @@ from base.plan import (
     to_json,
 )
 from glue.analyzer import LogicalQuery
-from glue.catalog import Catalog
+from glue.catalog import Catalog, ExportedView
 from glue.rewrite import join_order
 from glue.rewrite.join_inputs import input_query
 from glue.rewrite.partials import split_all
@@ -63,6 +64,7 @@ from wire.topics import raw_topic, results_topic, view_topic
 from wire.windows import duration_ms, pane_of
 
 WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
+Rollup = tuple[Plan, ExportedView]   # a producer's rollup over a running view's partials, and that view
 
 
 @dataclass
@@ -129,9 +131,11 @@ def _view_name(role: str, plan: Plan) -> str:
 
 class _Builder:
     def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
-                 naive: bool = False, join: WindowJoin | None = None) -> None:
+                 naive: bool = False, join: WindowJoin | None = None, rollups: Mapping[str, Rollup] | None = None
+                 ) -> None:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
         self.join = join    # a stream join's: what its root reads instead of a source
+        self.rollups = rollups or {}   # producers whose partials a running view holds (rollups_for)
         self.nodes = placement.path_nodes(catalog)
         self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the parts read
         self.smoothing: dict[str, PartSpec] = {}  # each producer's smoothing part, made with its plan
@@ -348,11 +352,8 @@ class _Builder:
             built = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
             return [parts[-1] for parts in built], [part for parts in built for part in parts]
         produced = self.task(node, "producer", self.producer_plan(node))
-        # a running view's partials carry no triage annotations: an approximate query has its own
-        found = None if produced.reused or self.naive or self.q.approximate else subsuming(
-            produced.plan, node, self.catalog.views)
-        if found is not None:   # a running view holds these partials already: roll them up
-            rollup, view = found
+        if node in self.rollups:   # a running view holds these partials already: roll them up
+            rollup, view = self.rollups[node]
             produced = self.task(node, "producer", rollup)
             self.uses.append((view.node, f"view.{view.name}"))
         return [produced], [*self.smoothing_of(node), produced]
@@ -408,8 +409,27 @@ def _between(column: str, start_ms: int, until_ms: int | None) -> BinOp:
     return after if until_ms is None else BinOp("AND", after, BinOp("<", at, Lit(until_ms)))
 
 
+def rollups_for(query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
+                naive: bool = False) -> dict[str, Rollup]:
+    """The producers of `query` whose partials a running view holds already (glue.rewrite.reuse),
+    each with the rollup that reads them instead: not one whose own part runs already (reused
+    as it is), nor the naive baseline's, nor an approximate query's (a running view's partials
+    carry no triage annotations)."""
+    if naive or query.approximate:
+        return {}
+    builder = _Builder(query, catalog, query_id, placement)
+    found = {}
+    for node in placement.producers:
+        produced = builder.task(node, "producer", builder.producer_plan(node))
+        rollup = None if produced.reused else subsuming(produced.plan, node, catalog.views)
+        if rollup is not None:
+            found[node] = rollup
+    return found
+
+
 def build_parts(query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement | None,
-                estimates: list[Estimate], naive: bool = False, at: str | None = None) -> DistributedPlan:
+                estimates: list[Estimate], naive: bool = False, at: str | None = None,
+                rollups: Mapping[str, Rollup] | None = None) -> DistributedPlan:
     """Every node's part of `query` placed at `placement`, bottom up (a stream join is placed
     here, input by input: glue.planner's passes leave it to this); SqlError when it cannot be
     planned. `naive` builds the baseline the lag benchmark compares with: every level re-forms
@@ -419,7 +439,7 @@ def build_parts(query: LogicalQuery, catalog: Catalog, query_id: str, placement:
             raise SqlError("the naive baseline does not plan joins")
         return _distribute_join(query, catalog, query_id, at)
     assert placement is not None
-    builder = _Builder(query, catalog, query_id, placement, naive)
+    builder = _Builder(query, catalog, query_id, placement, naive, rollups=rollups)
     parts = builder.build(placement.root)
     return DistributedPlan(query_id, query, placement, parts, uses=builder.uses, estimates=estimates)
 
@@ -435,7 +455,8 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
     for given, where in zip(join.inputs, placements, strict=True):
         selection, terms = order_terms(input_query(query, given), catalog)
         rates[given.alias] = join_order.input_rate(where, given.predicate, catalog)
-        builder = _Builder(selection, catalog, query_id, where)
+        rollups = rollups_for(selection, catalog, query_id, where)
+        builder = _Builder(selection, catalog, query_id, where, rollups=rollups)
         feeds, parts = builder.feeding(placement.root)
         tasks.update((task.topic, task) for task in parts if task.topic not in tasks)
         children.append(builder.children_source(feeds))
