@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from services.bench.registry import BENCHES
+from services.cli_help import DESCRIPTIONS, EPILOG
 from services.commands import (
     CLIError,
     become_from_standby,
@@ -230,7 +231,8 @@ def _certs_command(sub: argparse._SubParsersAction) -> None:
 
 def _users_command(sub: argparse._SubParsersAction) -> None:
     users = sub.add_parser("users", help="users' tokens: add (prints a new token once), remove, list")
-    users.add_argument("action", choices=["add", "remove", "list"])
+    users.add_argument("action", choices=["add", "remove", "list"],
+                       help="add: a new token for NAME (printed once); remove: revoke all of NAME's; list: every token")
     users.add_argument("name", nargs="?", default="", help="the principal (add, remove)")
     users.add_argument("--role", action="append", choices=["user", "operator", "service", "admin"], default=[],
                        help="a role of the new token (repeat; default user): user submits and reads its own "
@@ -248,7 +250,7 @@ def _queries_command(sub: argparse._SubParsersAction) -> None:
 
 def _cancel_command(sub: argparse._SubParsersAction) -> None:
     cancel = sub.add_parser("cancel", help="cancel a query: its remote queries and the views only it used")
-    cancel.add_argument("query_id")
+    cancel.add_argument("query_id", help="the query's id (hifi queries lists them)")
     cancel.set_defaults(func=cmd_cancel)
 
 
@@ -317,10 +319,13 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 
 def build_parser() -> argparse.ArgumentParser:
     """`hifi`'s parser: each command's own from COMMANDS, in the order `hifi --help` lists them."""
-    parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware")
+    parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware",
+                                     epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)
+    for name, command in sub.choices.items():   # what each does, in prose (docs/cli.md shows it too)
+        command.description = DESCRIPTIONS.get(name, command.description)
     return parser
 
 
