@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from wire import bus, range_fetch
 from wire.errors import HiFiError
 
 
@@ -72,6 +73,7 @@ class EmbeddedServers:
     redis_url: str = ""
     bootstrap: str = ""
     workdir: str = ""
+    own_broker: bool = False   # started here (not HIFI_KAFKA_BOOTSTRAP's): stopped with these servers
     _procs: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -102,6 +104,9 @@ class EmbeddedServers:
         self._broker().send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
+        if self.own_broker:   # ours to stop: this process's clients of it go first
+            bus.drop_clients(self.bootstrap)
+            range_fetch.drop_clients(self.bootstrap)
         for proc in reversed(self._procs):
             _stop(proc)
         self._procs.clear()
@@ -177,6 +182,7 @@ def embedded_or_external() -> Iterator[EmbeddedServers]:
         if not servers.bootstrap:
             servers.bootstrap, proc = start_broker(servers.workdir)
             servers._procs.append(proc)
+            servers.own_broker = True
         yield servers
     finally:
         servers.stop()

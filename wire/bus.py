@@ -170,6 +170,20 @@ def _shared(clients: dict, bootstrap: str, make: Callable[[str], Any]) -> Any:
         return client
 
 
+def drop_clients(bootstrap: str) -> None:
+    """Close and forget this process's shared clients of `bootstrap` and what they learned (its
+    broker is gone: an embedded one stopped). A benchmark runs hierarchy after hierarchy in one
+    process, each on a broker of its own; the clients of the ones before kept retrying theirs."""
+    with _clients_lock:
+        clients = [cache.pop(bootstrap) for cache in (_producers, _consumers) if bootstrap in cache]
+    for client in clients:
+        with contextlib.suppress(Exception):   # a client of a dead broker: nothing to flush
+            client.close(timeout=0) if isinstance(client, KafkaProducer) else client.close()
+    with _true_ends_lock:
+        for key in [k for k in _true_ends if k[0] == bootstrap]:
+            del _true_ends[key]
+
+
 def shared_consumer(bootstrap: str) -> KafkaConsumer:
     return _shared(_consumers, bootstrap, make_consumer)
 

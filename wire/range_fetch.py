@@ -82,6 +82,13 @@ def _consumer(client: str, bootstrap: str, make: Callable[[str], Any]) -> Any:
         return consumer
 
 
+def drop_clients(bootstrap: str) -> None:
+    """Close this process's consumers of `bootstrap` (its broker is gone: wire.bus.drop_clients)."""
+    with _consumers_lock:
+        for key in [k for k in _consumers if k[1] == bootstrap and k[2] == os.getpid()]:
+            _consumers.pop(key).close()
+
+
 def _close_orphans() -> None:
     """Close the consumers of this process's threads that ended."""
     alive = {thread.ident for thread in threading.enumerate()}
