@@ -100,6 +100,7 @@ class Hierarchy:
     admin_token: str = ""
     _placement_service: PlacementService | None = None
     _channels: dict[str, grpc.Channel] = field(default_factory=dict)
+    _mdr_urls: dict[str, str] = field(default_factory=dict)   # each service's Redis user's URL (mdr_url_for)
 
     def __post_init__(self) -> None:
         self.mdr = MDR.connect(self.redis_url)
@@ -166,15 +167,20 @@ class Hierarchy:
 
     def mdr_url_for(self, user: str) -> str:
         """The MDR's URL for the service whose Redis user is `user` (services.redis_acls: what it may
-        write), the user made with a new password; the deployment's own URL when the Redis given
-        cannot keep users (its user may not make them, or it has no ACL file)."""
+        write), the user made with a new password once per hierarchy (made again, it would lock out
+        whoever holds the first: a second dashboard once did that to the first, whose next
+        connections were refused); the deployment's own URL when the Redis given cannot keep users
+        (its user may not make them, or it has no ACL file)."""
+        if user in self._mdr_urls:
+            return self._mdr_urls[user]
         password = secrets.token_urlsafe(24)
         if not self.mdr.set_user(user, password, rules_by_user(self.topology)[user]):
             log.warning("the MDR cannot keep a user per service (its user may not make users, or it has no ACL "
                         "file): %s writes with the deployment's own user", user)
             return self.redis_url
         url = urlsplit(self.redis_url)
-        return urlunsplit(url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}"))
+        self._mdr_urls[user] = urlunsplit(url._replace(netloc=f"{user}:{password}@{url.hostname}:{url.port}"))
+        return self._mdr_urls[user]
 
     def start_dashboard(self, listen: str = "127.0.0.1:0") -> str:
         """Serve the operations dashboard (services.dashboard); returns its URL."""
