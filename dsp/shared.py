@@ -109,10 +109,12 @@ class SharedRuntime:
                  relations: Callable[[], Mapping[str, Sequence[tuple]]] = dict, trigger_ms: int = 1000,
                  ingest: Ingest | None = None, intake: Callable[[], IntakeRules] = IntakeRules,
                  mdr_url: str = "", archive_retention_ms: int = DEFAULT_RETENTION_MS,
-                 uplink_bytes_per_s: int = 0, stream_home: str = "") -> None:
+                 uplink_bytes_per_s: int = 0, stream_home: str = "", lane_order: int = 0) -> None:
         """`stream_home`: the process's one stream's directory, shared by the nodes of a process
-        (dsp.process_stream; `hifi up`); default: a stream of the node's own, in its state."""
+        (dsp.process_stream; `hifi up`); default: a stream of the node's own, in its state.
+        `lane_order`: the node's place in each of that stream's batches, lower first (its depth)."""
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
+        self.lane_order = lane_order
         self.relations, self.ingest = relations, ingest
         # the stream polls twice as often as the node's trigger: a level's wait for the next
         # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
@@ -227,7 +229,7 @@ class SharedRuntime:
         with self._locks.control():
             for stream in self.inputs.take_changed():
                 self.stream.attach(lane_name(self.node_id, stream), self.inputs.stream_topics(stream),
-                                   functools.partial(self.batches.run, stream))
+                                   functools.partial(self.batches.run, stream), self.lane_order)
 
     def _producer(self):
         # One producer per process, as the marker listener and the data sources use (kafka-python's

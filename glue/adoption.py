@@ -50,6 +50,26 @@ def may_adopt(topology: Topology, node: str, dead: str) -> bool:
     return node in candidates(topology, dead)
 
 
+def adoptable_by(topology: Topology, node: str) -> list[str]:
+    """The nodes `node` could ever adopt: those whose death it must watch for. An edge node under a
+    parent with no alternates watches none, so its reconcile round reads no node records (32
+    doors under one warehouse read 34 records each every 2 s: an eighth of the process's Python
+    time, measured 2026-11-28).
+
+    >>> from glue.topology import parse_topology
+    >>> t = parse_topology('''
+    ... name: t
+    ... nodes:
+    ...   - {id: hq, tier: core}
+    ...   - {id: wh, tier: aggregation, parent: hq}
+    ...   - {id: d1, tier: edge, parent: wh}
+    ... ''', "t")
+    >>> adoptable_by(t, "hq"), adoptable_by(t, "d1")
+    (['wh'], [])
+    """
+    return [dead for dead in topology.nodes if may_adopt(topology, node, dead)]
+
+
 def adopter(topology: Topology, dead: str, alive: Iterable[str]) -> str | None:
     """Who adopts the parts of `dead`: the first live one of its `candidates`; None when none lives."""
     live = set(alive)

@@ -102,8 +102,22 @@ class StatisticsKeys(Store):
     def record_history(self, node_id: str, sample: dict[str, float]) -> None:
         """Append one timestamped sample of the node's statistics (the oldest fall off)."""
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.rpush(self.k("stats", node_id, "history"), json.dumps({"ms": now_ms(), **sample}))
-            pipe.ltrim(self.k("stats", node_id, "history"), -HISTORY_LENGTH, -1)
+            self._record_history(pipe, node_id, sample)
+            pipe.execute()
+
+    def _record_history(self, pipe, node_id: str, sample: dict[str, float]) -> None:
+        pipe.rpush(self.k("stats", node_id, "history"), json.dumps({"ms": now_ms(), **sample}))
+        pipe.ltrim(self.k("stats", node_id, "history"), -HISTORY_LENGTH, -1)
+
+    def put_round(self, node_id: str, part_states: dict[str, dict[str, Any]], gauges: dict[str, float],
+                  sample: dict[str, float]) -> None:
+        """A node's round of statistics in one transaction: its parts' states (put_part_states),
+        its gauges (set_gauges) and a sample for its history (record_history). One round trip,
+        not three: 33 nodes of one process put theirs every second (services.node_gauges)."""
+        with self.r.pipeline(transaction=True) as pipe:
+            self._put_part_states(pipe, node_id, part_states)
+            pipe.hset(self.k("stats", node_id), mapping={**gauges, "updated_ms": now_ms()})
+            self._record_history(pipe, node_id, sample)
             pipe.execute()
 
     def history(self, node_id: str, limit: int = HISTORY_LENGTH) -> list[dict[str, float]]:
@@ -148,10 +162,13 @@ class StatisticsKeys(Store):
     def put_part_states(self, node_id: str, states: dict[str, dict[str, Any]]) -> None:
         """The node's query parts that are not running, with why (replaces what was there)."""
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.delete(self.k("parts", node_id))
-            if states:
-                pipe.hset(self.k("parts", node_id), mapping={q: json.dumps(v) for q, v in states.items()})
+            self._put_part_states(pipe, node_id, states)
             pipe.execute()
+
+    def _put_part_states(self, pipe, node_id: str, states: dict[str, dict[str, Any]]) -> None:
+        pipe.delete(self.k("parts", node_id))
+        if states:
+            pipe.hset(self.k("parts", node_id), mapping={q: json.dumps(v) for q, v in states.items()})
 
     def part_states(self, node_ids: Iterable[str]) -> dict[str, dict[str, dict[str, Any]]]:
         """node -> its failed query parts (see put_part_states), for the given nodes."""

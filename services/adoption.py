@@ -1,8 +1,8 @@
 """A node's side of re-parenting (glue.adoption): adopting a dead parent's parts, draining them
 at the hand-back, and taking its own parts back when it returns.
 
-Runs in the node's reconcile round (every 2 s): one SMEMBERS + HGETALL per adoption, and the
-node list the round reads anyway. Who adopts is decided by every node alike from the topology
+Runs in the node's reconcile round (every 2 s): one HGETALL of the adoptions and, for a node that
+may adopt or is in an adoption, the node list. Who adopts is decided by every node alike from the topology
 and the live set; the MDR's HSETNX lets only one claim a dead node.
 """
 
@@ -17,7 +17,7 @@ from base.part_spec import PartSpec
 from base.plan import PlanError, output_columns
 from dsp.bounds import OutputBounds, bounded_column
 from dsp.shared import SharedRuntime
-from glue.adoption import TailBatch, adopt_after_ms, adopter, handback_at, resume_point
+from glue.adoption import TailBatch, adopt_after_ms, adoptable_by, adopter, handback_at, resume_point
 from glue.operators import operator_parts
 from glue.standing import StandingView, standing_parts
 from glue.topology import Topology
@@ -86,6 +86,7 @@ class Adoptions:
     def __init__(self, node: AdoptingNode) -> None:
         self.node = node
         self.grace_ms = adopt_after_ms(node.topology)
+        self.adoptable = adoptable_by(node.topology, node.id)   # whose death it watches for
         self._dead_since: dict[str, float] = {}   # node -> when this node first saw it dead (monotonic)
         self.handback: Adoption | None = None      # this node's parts being taken back from an adopter
 
@@ -158,6 +159,8 @@ class Adoptions:
         this node is the adopter of; run (or drain) what it adopted."""
         node, mdr = self.node, self.node.mdr
         adoptions = mdr.adoptions()
+        if not self.adoptable and not any(node.id in (found.node, found.adopter) for found in adoptions.values()):
+            return   # nothing it could adopt, drain or take back: no node records to read
         records = mdr.nodes()
         alive = {n.id for n in records if n.alive}
         clock = time.monotonic()

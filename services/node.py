@@ -166,7 +166,8 @@ class HiFiNode:
                          read_budget_ms(topology.nodes[node_id].latency_target_ms)) if tier == "edge" else None)
         self.dsp = SharedRuntime(spark, node_id, bootstrap, state_dir, lambda: mdr.relations_at(node_id), trigger_ms,
                                  ingest, self.intake_rules, mdr.url, archive_retention_ms(topology.parameters),
-                                 topology.nodes[node_id].uplink_bytes_per_s, stream_home)
+                                 topology.nodes[node_id].uplink_bytes_per_s, stream_home,
+                                 lane_order=len(topology.ancestors(node_id)))   # parents' lanes first
         self.server: grpc.Server | None = None
         self.address = ""
         self._listen, self._advertise_host, self._metrics_port = listen, advertise_host, metrics_port

@@ -33,22 +33,22 @@ class NodeGauges:
         return on_batch
 
     def put(self) -> None:
-        """One round of gauges (the node calls it every second)."""
-        progress = self.dsp.progress()
-        newest = self._max_event_ms or int(self.mdr.stats(self.node_id).get("max_event_ms", 0))
+        """One round of gauges (the node calls it every second): one read of its statistics, one
+        write of the round (mdr put_round)."""
+        stats = self.mdr.stats(self.node_id)   # the counts others add; the newest event time; triaged
+        newest = self._max_event_ms or int(stats.get("max_event_ms", 0))
         queries = self.dsp.queries()
         failed = {q.query_id: {"status": q.status, "error": q.error, "restarts": q.restarts}
                   for q in queries if q.status == "failed"}
-        self.mdr.put_part_states(self.node_id, failed)
-        self.mdr.set_gauges(self.node_id, {**progress, "lag_ms": now_ms() - newest if newest else 0,
-                                           "running_queries": len(queries), "failed_parts": len(failed),
-                                           **self._archive_gauges(), **self._uplink_gauges()})
-        stats = self.mdr.stats(self.node_id)
+        gauges = {**self.dsp.progress(), "lag_ms": now_ms() - newest if newest else 0,
+                  "running_queries": len(queries), "failed_parts": len(failed),
+                  **self._archive_gauges(), **self._uplink_gauges()}
         triaged = int(stats.get("triaged", 0))   # records its raw reader left out (dsp.triage)
         if self._triaged_seen is not None and triaged > self._triaged_seen:
-            self.mdr.set_gauges(self.node_id, {"triaged_at_ms": now_ms()})
+            gauges["triaged_at_ms"] = now_ms()
         self._triaged_seen = triaged
-        self.mdr.record_history(self.node_id, {key: stats.get(key, 0.0) for key in HISTORY_FIELDS})
+        now = {**stats, **gauges}
+        self.mdr.put_round(self.node_id, failed, gauges, {key: now.get(key, 0.0) for key in HISTORY_FIELDS})
 
     def _archive_gauges(self) -> dict[str, float]:
         archived = self.dsp.archive.usage

@@ -143,6 +143,36 @@ def test_a_lane_detached_while_its_part_of_a_batch_runs_lets_go_once_that_part_i
         stream.detach("staying")
 
 
+def test_a_batchs_lanes_start_in_their_order_the_parents_first(servers, spark, tmp_path):
+    """A parent reads what its children sent in the batch before: its lane goes first in each
+    batch (a node's order is its depth, services.node), whatever order the lanes were attached in."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    topic = f"hifi.view.order{int(time.time() * 1000)}.v"
+    bus.ensure_topics(servers.bootstrap, [topic])
+    stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
+    stream._pool = ThreadPoolExecutor(1)   # one lane at a time: the order they start in is the order they run in
+    started: list[tuple[int, str]] = []   # (batch id, lane) as the lanes start
+
+    def lane(name: str):
+        def on_batch(batch_id: int, ends: dict, identity: str) -> None:
+            started.append((batch_id, name))
+        return on_batch
+
+    for name, order in (("door", 0), ("warehouse", 1), ("region", 2)):   # attached children first
+        stream.attach(name, [topic], lane(name), order=2 - order)
+    try:
+        _send(servers.bootstrap, topic, 0, 1)
+        wait_for(lambda: len(started) >= 3, 90, "a batch")
+        _send(servers.bootstrap, topic, 1, 1)   # a batch runs when its topics moved
+        wait_for(lambda: len(started) >= 6, 60, "a second batch")
+        for batch_id in {b for b, _ in started[:6]}:
+            assert [name for b, name in started if b == batch_id] == ["region", "warehouse", "door"]
+    finally:
+        for name in ("door", "warehouse", "region"):
+            stream.detach(name)
+
+
 @pytest.mark.parametrize("layout", ["a reader per topic", "a reader per form", "one stream per node"])
 def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved_it(servers, spark, tmp_path, layout):
     """A node that ran a Spark query per topic (before readers were shared), per form (before the

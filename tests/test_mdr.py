@@ -95,6 +95,17 @@ def test_batch_counts_are_added_once_per_batch_id(mdr):
     assert mdr.stats("n")["rows_out"] == 8
 
 
+def test_a_nodes_round_of_statistics_is_its_parts_states_gauges_and_a_history_sample_at_once(mdr):
+    mdr.put_part_states("n", {"old": {"status": "failed"}})
+    mdr.put_round("n", {"q": {"status": "failed", "error": "boom"}}, {"input_rate": 2.5, "lag_ms": 40},
+                  {"rows_in": 7, "input_rate": 2.5})
+    mdr.put_round("n", {}, {"input_rate": 3.0}, {"rows_in": 9, "input_rate": 3.0})
+    assert mdr.part_states(["n"]) == {"n": {}}   # replaced each round, the old state too
+    stats = mdr.stats("n")
+    assert (stats["input_rate"], stats["lag_ms"]) == (3.0, 40) and stats["updated_ms"] > 0
+    assert [(s["rows_in"], s["input_rate"]) for s in mdr.history("n")] == [(7, 2.5), (9, 3.0)]
+
+
 def test_raw_offset_ranges_are_counted_once(mdr):
     assert mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
     assert not mdr.add_range_counts("n", "hifi.raw.n", 0, 0, 10, 1000, {"rows_in": 30, "dead": 1})
