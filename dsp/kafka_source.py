@@ -506,14 +506,15 @@ class KafkaStreamReader(DataSourceStreamReader):
                 ranges.extend(OffsetRange(topic, partition, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False))
         return ranges
 
-    def read_here(self, start: dict, end: dict, fetched: dict | None = None) -> pa.Table | None:
+    def read_here(self, start: dict, end: dict, fetched: dict | None = None, owner: str = "") -> pa.Table | None:
         """The records from `start` to `end` read in this process when they are one task's worth
         (RECORDS_PER_TASK or fewer), None otherwise: Spark's tasks read more, in parallel. A
         hierarchy's steady micro-batches are small, and a Spark job for one costs ~0.3-0.4 s of
         latency and ~0.1 s of the JVM's CPU beside its ~0.05 s of reading (measured on the 2-core
         machine: five nodes' readers at 1.9 cores, `toArrow` of a 5-row batch 370-500 ms).
         `fetched`: each range's records by OffsetRange.key, those another form of the same topics
-        fetched for this batch (a raw topic's readings and samples); what this read fetches is added."""
+        fetched for this batch (a raw topic's readings and samples); what this read fetches is added.
+        `owner`: who reads (a node's lane), whose consumer fetches (wire.range_fetch)."""
         ranges = self.partitions(start, end)
         if sum(r.end - r.start for r in ranges) > self.RECORDS_PER_TASK:
             return None
@@ -525,10 +526,10 @@ class KafkaStreamReader(DataSourceStreamReader):
             if len(missing) > 1 and len({(r.topic, r.partition) for r in missing}) == len(missing):
                 # several partitions in one fetch (one range each: a batch this small is not split)
                 fetched.update(range_fetch.read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
-                                                                              for r in missing]))
+                                                                              for r in missing], owner))
             else:
                 fetched.update({r.key: list(range_fetch.read_range(self.bootstrap, r.topic, r.partition, r.start,
-                                                                   r.end)) for r in missing})
+                                                                   r.end, owner=owner)) for r in missing})
             return pa.Table.from_batches([b for r in ranges for b in self.read(r, fetched[r.key])], self.output)
 
     def commit(self, end: dict) -> None:

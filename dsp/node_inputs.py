@@ -302,7 +302,8 @@ class NodeInputs:
         if self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values())):
             return self._frame(reader, start, end).persist(), None
         local = self._local_readers.get(reader.key)
-        if local is not None and (table := local.read_here(start, end, fetched)) is not None:
+        lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own
+        if local is not None and (table := local.read_here(start, end, fetched, lane)) is not None:
             return None, table
         table = self._frame(reader, start, end).toArrow()
         return None, take_handoff(table) if self.settings.handoff_dir else table

@@ -36,6 +36,7 @@ from dsp.compiler import kafka_stream
 from dsp.kafka_source import OFFSETS_ONLY, lanes_of
 from dsp.manager import DSPManager
 from dsp.offset_log import Offsets, batch_end
+from wire import range_fetch
 
 QUERY_ID = "read:process"
 LANE_THREADS = 4
@@ -57,6 +58,7 @@ class ProcessStream:
                                   trigger_ms=trigger_ms)
         self._lanes: dict[str, tuple[tuple[str, ...], LaneBatch]] = {}
         self._order: dict[str, int] = {}   # lane -> its place in each batch (lower first; `attach`)
+        self._released: set[str] = set()   # lanes detached during a batch: their consumers to close
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix=LANE_THREAD)
         self._in_flight: dict[str, Future] = {}   # lane -> its part of the batch running now
@@ -100,6 +102,11 @@ class ProcessStream:
             in_flight = self._in_flight.get(lane)
         if in_flight is not None and not threading.current_thread().name.startswith(LANE_THREAD):
             in_flight.exception()   # done (its failure is the batch's, reported there)
+        if in_flight is None or in_flight.done():   # its reads' consumer (dsp.node_inputs names it after the lane)
+            range_fetch.release(lane)
+        else:
+            with self._lock:
+                self._released.add(lane)   # closed before the next batch, once this one is over
         if stop:
             self.manager.cancel(QUERY_ID, drop_state=False)
 
@@ -155,6 +162,9 @@ class ProcessStream:
             raise RuntimeError(f"the offset log of {self.checkpoint} does not say where batch {batch_id} ends")
         by_lane, identity = lanes_of(logged), self.identity
         with self._lock:   # submitted under the lock: a lane detached after this waits for its part
+            for lane in self._released - set(self._lanes):
+                range_fetch.release(lane)
+            self._released.clear()
             order = sorted(self._lanes, key=lambda lane: self._order[lane])
             self._in_flight = {lane: self._pool.submit(self._lanes[lane][1], batch_id, by_lane.get(lane, {}), identity)
                                for lane in order}

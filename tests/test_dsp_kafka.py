@@ -245,6 +245,34 @@ def test_a_long_range_read_with_librdkafka_is_the_range_kafka_python_reads(serve
     assert ours == theirs and [o for o, *_ in ours] == list(range(start, end))
 
 
+def test_an_owners_consumer_reads_its_topics_in_turn_keeping_them_assigned_and_is_released(servers):
+    """A lane's reads go through a consumer of its own that keeps every partition it read assigned
+    (the others paused, wire.bus.fetch_only): each range is exactly its records, whatever was read
+    before, alone or several at once; releasing the lane closes its consumer."""
+    from wire import range_fetch
+
+    topics = [f"hifi.view.owner{n}-{int(time.time() * 1000)}.v" for n in range(3)]
+    bus.ensure_topics(servers.bootstrap, topics)
+    producer = bus.make_producer(servers.bootstrap)
+    for n, topic in enumerate(topics):
+        for offset in range(20):
+            producer.send(topic, value=f"{n}:{offset}".encode())
+    producer.flush()
+    owner = "test-node/stream"
+    for start in (0, 5, 10):   # one topic after another, then all three in one fetch
+        for topic in topics:
+            got = [r.value for r in range_fetch.read_range(servers.bootstrap, topic, 0, start, start + 3, owner=owner)]
+            assert got == [f"{topics.index(topic)}:{o}".encode() for o in range(start, start + 3)]
+        together = range_fetch.read_short_ranges(servers.bootstrap, [(t, 0, start + 3, start + 5) for t in topics], owner)
+        assert {t: [r.value for r in together[(t, 0, start + 3)]] for t in topics} == {
+            t: [f"{n}:{o}".encode() for o in (start + 3, start + 4)] for n, t in enumerate(topics)}
+    (key,) = [k for k in range_fetch._consumers if k[3] == owner]
+    consumer = range_fetch._consumers[key]
+    assert {tp.topic for tp in consumer.assignment()} == set(topics)
+    range_fetch.release(owner)
+    assert key not in range_fetch._consumers
+
+
 def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spark, tmp_path):
     """dsp.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
     Spark logged for it (dsp.offset_log): the same rows, of the same types, as Spark's tasks read."""

@@ -66,30 +66,42 @@ def make_range_consumer(bootstrap: str) -> Consumer:
 
 
 def make_short_range_consumer(bootstrap: str) -> KafkaConsumer:
-    """kafka-python's consumer for short ranges. A thread's consumer reads one lane's partitions
-    after another's: each `assign` of new topics makes it ask for metadata, and a poll with nothing
-    fetchable yet sleeps `retry_backoff_ms` (100 ms by default). The 32 doors' lanes spent most of
-    their wall time in that sleep (measured 2026-11-28: the process's batch 1.9 s -> 1.2 s with
-    5 ms). `fetch_max_wait_ms` as librdkafka's below: a range's records exist already."""
+    """kafka-python's consumer for short ranges. A poll with nothing fetchable yet sleeps
+    `retry_backoff_ms` (100 ms by default), and a consumer whose assignment changed has nothing
+    fetchable for ~100 ms whatever that setting (measured on the embedded broker: a consumer
+    switching between 33 topics 102 ms a read, one per topic 5 ms). Hence one consumer per
+    *owner* (a node's lane, reading the same topics batch after batch: `_consumer`), and a short
+    backoff for when its topics change. `fetch_max_wait_ms` as librdkafka's above: a range's
+    records exist already."""
     return bus.make_consumer(bootstrap, retry_backoff_ms=5, fetch_max_wait_ms=10)
 
 
-# One consumer of each client per bootstrap, process and thread: librdkafka's threads do not
-# survive a fork (Spark forks its Python workers from a daemon), a range is read by one generator at
-# a time, and the driver reads small batches on several threads at once (dsp.shared) while other
-# threads of its process use wire.bus's shared consumer.
-_consumers: dict[tuple[str, str, int, int], Any] = {}
+# One consumer of each client per bootstrap, process and owner: librdkafka's threads do not survive
+# a fork (Spark forks its Python workers from a daemon), a range is read by one generator at a time,
+# and the driver reads small batches on several threads at once (dsp.shared) while other threads of
+# its process use wire.bus's shared consumer. The owner is the reading thread, or one who never
+# reads on two threads at once (a node's lane: dsp.process_stream runs it one batch at a time),
+# named by a string and closed by `release` (its lane is gone): an owner's consumer keeps every
+# partition it read assigned (wire.bus.fetch_only), a thread's does not.
+_consumers: dict[tuple[str, str, int, int | str], Any] = {}
 _consumers_lock = threading.Lock()
 
 
-def _consumer(client: str, bootstrap: str, make: Callable[[str], Any]) -> Any:
-    key = (client, bootstrap, os.getpid(), threading.get_ident())
+def _consumer(client: str, bootstrap: str, make: Callable[[str], Any], owner: str = "") -> Any:
+    key = (client, bootstrap, os.getpid(), owner or threading.get_ident())
     with _consumers_lock:
         consumer = _consumers.get(key)
         if consumer is None:
             _close_orphans()
             consumer = _consumers[key] = make(bootstrap)
         return consumer
+
+
+def release(owner: str) -> None:
+    """Close the consumers `owner` read with (a lane no longer read)."""
+    with _consumers_lock:
+        for key in [k for k in _consumers if k[3] == owner and k[2] == os.getpid()]:
+            _consumers.pop(key).close()
 
 
 def drop_clients(bootstrap: str) -> None:
@@ -102,31 +114,34 @@ def drop_clients(bootstrap: str) -> None:
 def _close_orphans() -> None:
     """Close the consumers of this process's threads that ended."""
     alive = {thread.ident for thread in threading.enumerate()}
-    for key in [k for k in _consumers if k[2] == os.getpid() and k[3] not in alive]:
+    for key in [k for k in _consumers if k[2] == os.getpid() and isinstance(k[3], int) and k[3] not in alive]:
         _consumers.pop(key).close()
 
 
-def read_short_ranges(bootstrap: str, ranges: list[tuple[str, int, int, int]]) -> dict[tuple[str, int, int], list]:
+def read_short_ranges(bootstrap: str, ranges: list[tuple[str, int, int, int]],
+                      owner: str = "") -> dict[tuple[str, int, int], list]:
     """(topic, partition, start) -> the records of each short range (topic, partition, start, end),
-    fetched together with kafka-python (a reader of many topics reads a small batch in one fetch)."""
-    consumer = _consumer("kafka-python", bootstrap, make_short_range_consumer)
-    found = bus.read_ranges(consumer, {KafkaTopicPartition(t, p): (lo, hi) for t, p, lo, hi in ranges})
+    fetched together with kafka-python (a reader of many topics reads a small batch in one fetch)
+    with `owner`'s consumer (`_consumer`)."""
+    consumer = _consumer("kafka-python", bootstrap, make_short_range_consumer, owner)
+    found = bus.read_ranges(consumer, {KafkaTopicPartition(t, p): (lo, hi) for t, p, lo, hi in ranges},
+                            keep_assigned=bool(owner))
     return {(t, p, lo): found[KafkaTopicPartition(t, p)] for t, p, lo, _ in ranges}
 
 
 def read_range(bootstrap: str, topic: str, partition: int, start: int, end: int,
-               idle_timeout_s: float = 30.0) -> Iterator[Record]:
+               idle_timeout_s: float = 30.0, owner: str = "") -> Iterator[Record]:
     """Yield the records of one partition with start <= offset < end, in order: a range of fewer
     than LIBRDKAFKA_FROM records with kafka-python (wire.bus.read_range, whose records have the same
     fields), a longer one with librdkafka. The records exist (the range ends at an offset the broker
     gave): `idle_timeout_s` is for a broker that stopped answering; under a 160 k readings/s
     overload the embedded broker went 5 s without a record now and then (the batch failed and its
-    query restarted: `hifi bench capacity`)."""
+    query restarted: `hifi bench capacity`). `owner`: whose kafka-python consumer (`_consumer`)."""
     if start >= end:
         return
     if end - start < LIBRDKAFKA_FROM:
-        yield from bus.read_range(_consumer("kafka-python", bootstrap, make_short_range_consumer),
-                                  KafkaTopicPartition(topic, partition), start, end)
+        yield from bus.read_range(_consumer("kafka-python", bootstrap, make_short_range_consumer, owner),
+                                  KafkaTopicPartition(topic, partition), start, end, keep_assigned=bool(owner))
         return
     consumer = _consumer("librdkafka", bootstrap, make_range_consumer)
     consumer.assign([TopicPartition(topic, partition, start)])
