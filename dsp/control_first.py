@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from dsp.turns import stepping_aside
+
 YIELD_S = 10.0
 
 
@@ -38,11 +40,19 @@ class ControlFirstLock:
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Hold the lock for a batch, once no control operation waits for it."""
+        """Hold the lock for a batch, once no control operation waits for it; a lane that must wait
+        steps aside meanwhile (dsp.turns: the other nodes' lanes go on)."""
         with self._gate:
-            self._gate.wait_for(lambda: self._waiting == 0, self.yield_s)
-        with self.lock:
+            free = self._waiting == 0
+        if not (free and self.lock.acquire(blocking=False)):
+            with stepping_aside():
+                with self._gate:
+                    self._gate.wait_for(lambda: self._waiting == 0, self.yield_s)
+                self.lock.acquire()
+        try:
             yield
+        finally:
+            self.lock.release()
 
     def waiting(self) -> int:
         """Control operations waiting for or holding the lock."""

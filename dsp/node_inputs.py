@@ -26,6 +26,7 @@ from dsp.compiler import CompileContext, Ingest, reader_options
 from dsp.kafka_source import KafkaStreamReader, local_reader, take_handoff
 from dsp.offset_log import Offsets, batch_end
 from dsp.spark_partials import SparkBatches
+from dsp.turns import stepping_aside
 from wire import bus
 from wire.intake import IntakeRules
 
@@ -305,7 +306,8 @@ class NodeInputs:
         lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own
         if local is not None and (table := local.read_here(start, end, fetched, lane)) is not None:
             return None, table
-        table = self._frame(reader, start, end).toArrow()
+        with stepping_aside():   # Spark's tasks read it: the other lanes go on meanwhile (dsp.turns)
+            table = self._frame(reader, start, end).toArrow()
         return None, take_handoff(table) if self.settings.handoff_dir else table
 
     def _frame(self, reader: Reader, start: Offsets, end: Offsets) -> DataFrame:

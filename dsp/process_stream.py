@@ -12,11 +12,12 @@ their children. Measured on the 2-core machine (2026-11-27), 32 doors under one 
 A `hifi node` process hosts one node: its lanes are the node's streams, the query's checkpoint in
 the node's state. `hifi up` hosts every node in one process and gives them one home (`home`).
 
-Each batch's lanes run at once (up to LANE_THREADS): a lane waiting on its node (a deploy goes
-first) does not hold the others; more threads only queue for the interpreter's lock (measured, the
-32 doors: 8 threads or 2, the same latency within the runs' noise; a door's batch ~26 ms of CPU,
-~200 ms of wall). A lane that fails fails the batch: Spark runs it again once the query restarts,
-and the lanes that saved it skip it (their fences).
+Each batch's lanes run on LANE_THREADS threads, parents first (`_batch`), one at a time
+(dsp.turns: lanes at once queue for the interpreter's lock at every pyarrow call), a lane waiting
+on its node (a deploy goes first) stepping aside so that it does not hold the others. A lane that
+fails fails the batch: Spark runs it again once the query restarts, and the lanes that saved it
+skip it (their fences). Measured 2026-11-28 with the 32 doors, a lane's reads through a consumer
+of its own (wire.range_fetch) and lanes in turn: the process's batch 1.9 -> 0.7 s.
 
 Measured after, `hifi bench fanin --whole 32` against the layout before, back to back: 1.41 -> 0.99
 cores; the warehouse's windows p50 / p95 17.7 / 22.1 -> 7.4 / 8.7 s after they close.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -36,10 +38,12 @@ from dsp.compiler import kafka_stream
 from dsp.kafka_source import OFFSETS_ONLY, lanes_of
 from dsp.manager import DSPManager
 from dsp.offset_log import Offsets, batch_end
+from dsp.turns import Turns
 from wire import range_fetch
 
 QUERY_ID = "read:process"
 LANE_THREADS = 4
+LANES_AT_ONCE = 1   # the others wait their turn (dsp.turns), but for one waiting for its node
 LANE_THREAD = "lane"   # the lanes' threads' names begin so
 # A lane's batch: (batch id, the lane's ends, the stream's identity: its checkpoint's id)
 LaneBatch = Callable[[int, Offsets, str], None]
@@ -61,6 +65,7 @@ class ProcessStream:
         self._released: set[str] = set()   # lanes detached during a batch: their consumers to close
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(LANE_THREADS, thread_name_prefix=LANE_THREAD)
+        self._turns = Turns(LANES_AT_ONCE)
         self._in_flight: dict[str, Future] = {}   # lane -> its part of the batch running now
         self._running = False
 
@@ -153,22 +158,41 @@ class ProcessStream:
             lambda batch, batch_id: self._batch(batch_id)).start()
 
     def _batch(self, batch_id: int) -> None:
-        """Every lane attached takes its part of the batch, at once, in their order; the first
-        failure fails it. A parent reads what its children sent in the batch before, so its lane
-        going first is what it adds to a window's latency (the 32 doors: the warehouse's lane last
-        added a whole batch, 1.3 s p50; measured 2026-11-28)."""
+        """Every lane attached takes its part of the batch, in their order, in turn (`_serve`); the
+        first failure fails it. A parent reads what its children sent in the batch before, so its
+        lane going first is what it adds to a window's latency (the 32 doors: the warehouse's lane
+        last added a whole batch, 1.3 s p50; measured 2026-11-28)."""
         logged = batch_end(self.checkpoint, batch_id)
         if logged is None:
             raise RuntimeError(f"the offset log of {self.checkpoint} does not say where batch {batch_id} ends")
         by_lane, identity = lanes_of(logged), self.identity
-        with self._lock:   # submitted under the lock: a lane detached after this waits for its part
+        with self._lock:   # made under the lock: a lane detached after this waits for its part
             for lane in self._released - set(self._lanes):
                 range_fetch.release(lane)
             self._released.clear()
             order = sorted(self._lanes, key=lambda lane: self._order[lane])
-            self._in_flight = {lane: self._pool.submit(self._lanes[lane][1], batch_id, by_lane.get(lane, {}), identity)
-                               for lane in order}
+            self._in_flight = {lane: Future() for lane in order}
+            waiting = deque((self._in_flight[lane], self._lanes[lane][1], by_lane.get(lane, {})) for lane in order)
             running = list(self._in_flight.values())
+        self._serve(waiting, batch_id, identity)
         errors = [exc for future in running if (exc := future.exception()) is not None]
         if errors:
             raise errors[0]
+
+    def _serve(self, waiting: deque, batch_id: int, identity: str) -> None:
+        """A thread of the pool runs the waiting lanes one after another; a lane that steps aside
+        (dsp.turns) has another thread go on with the rest meanwhile."""
+        def serve() -> None:
+            while True:
+                try:
+                    future, on_batch, ends = waiting.popleft()
+                except IndexError:
+                    return
+                with self._turns.taking(when_aside=lambda: self._pool.submit(serve)):
+                    try:
+                        on_batch(batch_id, ends, identity)
+                    except BaseException as exc:  # noqa: BLE001 - the batch's failure, raised by `_batch`
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(None)
+        self._pool.submit(serve)

@@ -24,6 +24,7 @@ from dsp.node_inputs import InputRate, NodeInputs, Reader, lane_name
 from dsp.offset_log import Offsets
 from dsp.parts import Parts, Reports
 from dsp.process_stream import ProcessStream
+from dsp.turns import stepping_aside
 from wire import bus
 
 log = logging.getLogger("hifi.dsp")
@@ -95,7 +96,8 @@ class StreamBatches:
                     read_at, read = taken.get(reader.key, (None, None))
                     frame, table = read if read_at == (start, end) else take(reader, start, end)
                     if frame is not None:
-                        rows += self.forms.on_cluster(reader, batch_id, frame, producer, sent, reports)
+                        with stepping_aside():   # Spark's jobs: the other nodes' lanes go on meanwhile
+                            rows += self.forms.on_cluster(reader, batch_id, frame, producer, sent, reports)
                     else:
                         rows += self.forms.on_driver(reader, batch_id, table, producer, sent, reports)
                 bus.deliver(producer, sent)

@@ -263,7 +263,8 @@ def test_an_owners_consumer_reads_its_topics_in_turn_keeping_them_assigned_and_i
         for topic in topics:
             got = [r.value for r in range_fetch.read_range(servers.bootstrap, topic, 0, start, start + 3, owner=owner)]
             assert got == [f"{topics.index(topic)}:{o}".encode() for o in range(start, start + 3)]
-        together = range_fetch.read_short_ranges(servers.bootstrap, [(t, 0, start + 3, start + 5) for t in topics], owner)
+        ranges = [(t, 0, start + 3, start + 5) for t in topics]
+        together = range_fetch.read_short_ranges(servers.bootstrap, ranges, owner)
         assert {t: [r.value for r in together[(t, 0, start + 3)]] for t in topics} == {
             t: [f"{n}:{o}".encode() for o in (start + 3, start + 4)] for n, t in enumerate(topics)}
     (key,) = [k for k in range_fetch._consumers if k[3] == owner]

@@ -4,6 +4,7 @@ every topic it reads is read by its one stream, a lane of its process's one stre
 added to that running query, one taken away shrinks it; nothing is lost or doubled across the
 change, and a node restarted on its state resumes where it stopped."""
 
+import contextlib
 import datetime as dt
 import os
 import threading
@@ -170,6 +171,44 @@ def test_a_batchs_lanes_start_in_their_order_the_parents_first(servers, spark, t
             assert [name for b, name in started if b == batch_id] == ["region", "warehouse", "door"]
     finally:
         for name in ("door", "warehouse", "region"):
+            stream.detach(name)
+
+
+def test_lanes_take_turns_and_one_waiting_for_its_node_steps_aside_for_the_others(servers, spark, tmp_path):
+    """A batch's lanes run one at a time (dsp.turns); a lane whose node runs a control operation
+    (a deploy goes first: dsp.control_first) waits without holding the lanes after it."""
+    from dsp.control_first import ControlFirstLock
+
+    topic = f"hifi.view.turns{int(time.time() * 1000)}.v"
+    bus.ensure_topics(servers.bootstrap, [topic])
+    stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
+    node_lock = ControlFirstLock()
+    at_once, most, ran = [0], [0], []
+    guard = threading.Lock()
+
+    def lane(name: str):
+        def on_batch(batch_id: int, ends: dict, identity: str) -> None:
+            with node_lock.batch() if name == "deploying" else contextlib.nullcontext():
+                with guard:
+                    at_once[0] += 1
+                    most[0] = max(most[0], at_once[0])
+                time.sleep(0.05)
+                with guard:
+                    at_once[0] -= 1
+                    ran.append(name)
+        return on_batch
+
+    names = ["deploying", "a", "b", "c"]
+    for name in names:
+        stream.attach(name, [topic], lane(name))
+    try:
+        with node_lock.control():   # a deploy holds the "deploying" lane's node
+            _send(servers.bootstrap, topic, 0, 1)
+            wait_for(lambda: ran == ["a", "b", "c"], 90, lambda: f"the other lanes, while one waits (ran {ran})")
+        wait_for(lambda: len(ran) == 4, 30, "the waiting lane, once the deploy is done")
+        assert ran[-1] == "deploying" and most[0] == 1   # never two lanes at once
+    finally:
+        for name in names:
             stream.detach(name)
 
 

@@ -24,8 +24,10 @@ last child's marker passed the window's end (p50 / p95).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from glue.topology import Topology, parse_topology
@@ -78,6 +80,8 @@ class FaninFigures:
     close_to_emit_ms: list[float] = field(default_factory=list)   # the warehouse's windows: emit - end
     added_ms: list[float] = field(default_factory=list)   # its emit - the last door's emit of that window
     readers: int = 0     # Spark streaming queries reading the warehouse's inputs
+    doors_ms: list[float] = field(default_factory=list)   # the doors' windows (smoothed_rfid_stream): emit - end
+    lag_ms: list[float] = field(default_factory=list)   # the warehouse's lag gauge, sampled every half second
 
 
 def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
@@ -100,7 +104,8 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
                 progress(f"{n} children: settling for {settle_s:.0f} s, then measuring for {duration_s:.0f} s")
                 time.sleep(settle_s)
                 since_ms, readings = int(time.time() * 1000), agent.stats.readings
-                cores, with_servers = cores_with_servers(duration_s, servers)
+                with sampling_lag(hierarchy.nodes[parent]) as lags:
+                    cores, with_servers = cores_with_servers(duration_s, servers)
                 rate = (agent.stats.readings - readings) / duration_s
                 time.sleep(5)
                 until_ms = int(time.time() * 1000) - 5_000
@@ -113,10 +118,29 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
         ends = [e for e in top if since_ms <= e <= until_ms]
         figures = FaninFigures(n, cores, with_servers, rate, [top[e] - e for e in ends],
                                [top[e] - max(d[e] for d in doors) for e in ends if all(e in d for d in doors)],
-                               readers)
+                               readers, [d[e] - e for d in doors for e in d if since_ms <= e <= until_ms], lags)
         found.append(figures)
         progress(f"{n} children: {cores:.2f} cores, windows p50 {_p(figures.close_to_emit_ms, 50)} s after they close")
     return found
+
+
+@contextlib.contextmanager
+def sampling_lag(node) -> Iterator[list[float]]:
+    """The node's `lag_ms` gauge (services.node_gauges: now - the newest event time it emitted),
+    read from the MDR every half second while the block runs."""
+    found: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.5):
+            found.append(node.mdr.stats(node.id).get("lag_ms", 0.0))
+    thread = threading.Thread(target=sample, name="lag-sampler", daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        done.set()
+        thread.join(5)
 
 
 def _p(values: list[float], q: int) -> str:
@@ -128,14 +152,17 @@ def _p(values: list[float], q: int) -> str:
 
 def fanin_table(figures: list[FaninFigures]) -> str:
     lines = ["children  readings/s  cores  x of first  with broker+Redis  parent's readers  "
-             "window end -> parent emit p50 / p95 s  parent adds p50 s  windows"]
+             "window end -> parent emit p50 / p95 s  parent adds p50 s  windows  "
+             "doors' windows p50 / p95 s  parent's lag p50 / max s"]
     base = figures[0].cores if figures else 0.0
     for f in figures:
         ratio = f.cores / base if base else 0.0
         lines.append(f"{f.children:>8}  {f.readings_per_s:>10,.0f}  {f.cores:>5.2f}  {ratio:>10.2f}  "
                      f"{f.cores_with_servers:>17.2f}  {f.readers:>16}  "
                      f"{_p(f.close_to_emit_ms, 50):>20} / {_p(f.close_to_emit_ms, 95):<17}  "
-                     f"{_p(f.added_ms, 50):>16}  {len(f.close_to_emit_ms):>7}")
+                     f"{_p(f.added_ms, 50):>16}  {len(f.close_to_emit_ms):>7}  "
+                     f"{_p(f.doors_ms, 50):>14} / {_p(f.doors_ms, 95):<9}  "
+                     f"{_p(f.lag_ms, 50):>12} / {max(f.lag_ms, default=0) / 1000:<5.2f}")
     return "\n".join(lines)
 
 
