@@ -99,25 +99,17 @@ class StatisticsKeys(Store):
             found.setdefault(receptor, {"reads": 0, "cycles": 0, "weak": 0})[what] = int(value)
         return found
 
-    def record_history(self, node_id: str, sample: dict[str, float]) -> None:
-        """Append one timestamped sample of the node's statistics (the oldest fall off)."""
-        with self.r.pipeline(transaction=True) as pipe:
-            self._record_history(pipe, node_id, sample)
-            pipe.execute()
-
-    def _record_history(self, pipe, node_id: str, sample: dict[str, float]) -> None:
-        pipe.rpush(self.k("stats", node_id, "history"), json.dumps({"ms": now_ms(), **sample}))
-        pipe.ltrim(self.k("stats", node_id, "history"), -HISTORY_LENGTH, -1)
-
     def put_round(self, node_id: str, part_states: dict[str, dict[str, Any]], gauges: dict[str, float],
                   sample: dict[str, float]) -> None:
         """A node's round of statistics in one transaction: its parts' states (put_part_states),
-        its gauges (set_gauges) and a sample for its history (record_history). One round trip,
-        not three: 33 nodes of one process put theirs every second (services.node_gauges)."""
+        its gauges (set_gauges) and one timestamped sample appended to its history (the oldest
+        fall off). One round trip, not three: 33 nodes of one process put theirs every second
+        (services.node_gauges)."""
         with self.r.pipeline(transaction=True) as pipe:
             self._put_part_states(pipe, node_id, part_states)
             pipe.hset(self.k("stats", node_id), mapping={**gauges, "updated_ms": now_ms()})
-            self._record_history(pipe, node_id, sample)
+            pipe.rpush(self.k("stats", node_id, "history"), json.dumps({"ms": now_ms(), **sample}))
+            pipe.ltrim(self.k("stats", node_id, "history"), -HISTORY_LENGTH, -1)
             pipe.execute()
 
     def history(self, node_id: str, limit: int = HISTORY_LENGTH) -> list[dict[str, float]]:

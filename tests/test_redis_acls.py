@@ -48,6 +48,7 @@ def test_each_service_writes_only_its_own_records(servers):
     assert region.add_counts("region", "q", 1, {"rows_in": 3})
     region.put_endpoints("node:region", {"grpc": "127.0.0.1:1"})
     region.put_part_states("region", {"q": {"status": "failed"}})
+    region.put_round("region", {}, {"input_rate": 2.0}, {"input_rate": 2.0})   # a node's second of statistics
     assert region.claim_adoption("warehouse", "region", ["door1", "door2"])
     region.end_adoption("warehouse")
     assert [n.id for n in region.nodes()] == ["region"] and region.stats("region")["rows_in"] == 3
@@ -57,6 +58,7 @@ def test_each_service_writes_only_its_own_records(servers):
     _refused(lambda: region.register_node("warehouse", "aggregation", "region", (), "10.0.0.1:1", {}, 1))
     _refused(lambda: region.export_view(_view("warehouse")))
     _refused(lambda: region.set_gauges("hq", {"input_rate": 1.0}))
+    _refused(lambda: region.put_round("hq", {}, {"input_rate": 1.0}, {"input_rate": 1.0}))
     _refused(lambda: region.claim_adoption("hq", "region", ["region"]))   # nobody adopts the top
 
     dashboard = _as(servers, admin, "dashboard")
