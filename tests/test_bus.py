@@ -44,6 +44,30 @@ def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it
         _stop(proc)
 
 
+def test_a_producer_keeps_asking_about_a_topic_it_wrote_while_it_knew_every_topic(tmp_path):
+    """kafka-python's first metadata holds every topic; a topic first written then was never
+    tracked, and the next refresh lost its leader: its sender asked for metadata in a busy loop."""
+    from kafka import TopicPartition
+
+    bootstrap, proc = start_broker(str(tmp_path))
+    bus.ensure_topics(bootstrap, ["early"])
+    producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)
+    try:
+        deadline = time.monotonic() + 10
+        while producer._metadata.partitions_for_topic("early") is None and time.monotonic() < deadline:
+            producer._metadata.request_update()   # the producer's first metadata: every topic
+            time.sleep(0.05)
+        bus.deliver(producer, [producer.send("early", b"1")])
+        bus.ensure_topics(bootstrap, ["later"])   # unknown to that metadata: tracked from its first send
+        bus.deliver(producer, [producer.send("later", b"2")])
+        time.sleep(2)   # refreshes of the topics it tracks come and go
+        assert producer._metadata.leader_for_partition(TopicPartition("early", 0)) not in (None, -1)
+        assert not producer._metadata._need_update
+    finally:
+        producer.close(timeout=1)
+        _stop(proc)
+
+
 def test_a_producer_keeps_a_partition_a_send_is_appending_to():
     """kafka-python's append takes a partition's queue under its lock, lets go, and adds the new
     batch to that queue under the lock again: dropping the queue in between would lose the batch
