@@ -19,7 +19,6 @@ from pyspark.sql import functions as F
 from base.plan import (
     EPC_SCHEME,
     PROGRESS_COLUMN,
-    SAMPLE_QUANTITIES,
     SGTIN_INDICATOR,
     Aggregate,
     AggSpec,
@@ -32,7 +31,6 @@ from base.plan import (
     Plan,
     PlanError,
     Project,
-    Qualify,
     Smooth,
     Source,
     Union_,
@@ -130,13 +128,11 @@ class CompileContext:
 
 
 def compile_plan(plan: Plan, ctx: CompileContext) -> DataFrame:
-    """The plan's rows as a streaming DataFrame; for a Smooth or a Qualify, the input of the
-    sink that runs them (see _smooth, _qualify)."""
+    """The plan's rows as a streaming DataFrame; for a Smooth, the input of the sink that runs
+    it (see _smooth)."""
     output_columns(plan)  # type-check the whole tree first: errors name the operator, not Spark
     if isinstance(plan, Smooth):
         return _smooth(plan, ctx)
-    if isinstance(plan, Qualify):
-        return _qualify(plan, ctx)
     return _compile(plan, ctx)
 
 
@@ -246,8 +242,8 @@ def _compile(plan: Plan, ctx: CompileContext) -> DataFrame:
         return _lookup_join(_compile(plan.child, ctx), plan, ctx)
     if isinstance(plan, Union_):
         return _union([_compile(child, ctx) for child in plan.children])
-    if isinstance(plan, Smooth | Qualify):
-        raise PlanError(f"{type(plan).__name__} runs at the root of a node's plan (its state lives in the sink)")
+    if isinstance(plan, Smooth):
+        raise PlanError("Smooth runs at the root of a node's plan (its state lives in the sink)")
     raise PlanError(f"not a plan operator: {type(plan).__name__}")
 
 
@@ -270,13 +266,6 @@ def _smooth(plan: Smooth, ctx: CompileContext) -> DataFrame:
     4.0.1 with pandas 3 applyInPandasWithState failed; on the pinned 4.3.0 it works, unused here.)"""
     return _per_epoch(_smooth_input(plan.child, ctx), event_time_column(plan.child), plan.epoch_ms,
                       ("receptor_id", "tag_id"), [F.count("tag_id").alias("reads")])
-
-
-def _qualify(plan: Qualify, ctx: CompileContext) -> DataFrame:
-    """Each mote's mean values per sampling period, with its position, emitted when the watermark
-    closes the period; the judging runs on them in the sink (dsp.quality)."""
-    return _per_epoch(_compile(plan.child, ctx), event_time_column(plan.child), plan.period_ms,
-                      ("receptor_id", "x", "y"), [F.avg(q).alias(q) for q in SAMPLE_QUANTITIES])
 
 
 def _per_epoch(df: DataFrame, time_col: str | None, epoch_ms: int, keys: Sequence[str],

@@ -38,6 +38,7 @@ The whole evaluator pickles (dsp.shared saves it after each batch, so a restart 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,11 +48,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from base.events import Found, PatternState, Step, order_key, ordering_columns
+from base.mote_quality import MoteQuality, judge_periods
 from base.plan import (
     ERROR_BOUND,
     EVENT_TIME,
     JOIN_TIME,
     PROGRESS_COLUMN,
+    SAMPLE_QUANTITIES,
     TRIAGED,
     Aggregate,
     AggSpec,
@@ -61,6 +64,7 @@ from base.plan import (
     Plan,
     PlanError,
     Project,
+    Qualify,
     Source,
     Union_,
     WindowJoin,
@@ -70,6 +74,7 @@ from base.plan import (
 )
 from base.window_join import Buffers
 from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
+from wire.windows import Window
 
 # aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
 # union_sets (hash_list has no kernel for list values in pyarrow 26)
@@ -273,8 +278,9 @@ class SourceOp(Operator):
 
 @dataclass
 class RowwiseOp(Operator):
-    """An operator over one child whose rows it maps row by row (a filter, a projection, a lookup
-    join): it reads what its child reads and its progress is its child's."""
+    """An operator over one child that maps each batch its child gives (a filter, a projection, a
+    lookup join row by row; the judging of mote quality period by period): it reads what its
+    child reads and its progress is its child's unless it says otherwise."""
 
     child: Operator
 
@@ -893,6 +899,58 @@ class MatchOp(Operator):
         return self.child.triaged()
 
 
+@dataclass
+class QualifyOp(RowwiseOp):
+    """Faulty-mote detection (base.plan.Qualify): its child is each mote's mean values per sampling
+    period (an AggregateOp, `qualify_means`), emitted as the input's bound closes the period; each
+    batch of closed periods is judged in order from the one after the last judged to the newest
+    (base.mote_quality.judge_periods), every mote seen so far in each: a mote with no sample in a
+    period is silent. Motes with no position are left out (their neighbours are unknown)."""
+
+    plan: Qualify
+    quality: MoteQuality = field(default_factory=lambda: MoteQuality({}))
+    judged: int | None = None      # the last period judged
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+        self.first_period = -(-self.plan.from_ms // self.plan.period_ms)
+
+    def apply(self, means: pa.Table | None) -> pa.Table | None:
+        if means is None or not means.num_rows:
+            return means if means is None else self.schema.empty_table()
+        samples: dict[int, dict[str, tuple[float, float, dict[str, float]]]] = defaultdict(dict)
+        values = [means[q].to_pylist() for q in SAMPLE_QUANTITIES]
+        for i, (start, mote, x, y) in enumerate(zip(epoch_ms(means["window_start"]).to_pylist(),
+                                                   *(means[c].to_pylist() for c in ("receptor_id", "x", "y")),
+                                                   strict=True)):
+            period = start // self.plan.period_ms
+            if period >= self.first_period and x is not None and y is not None:
+                samples[period][mote] = (x, y, {q: v[i] for q, v in zip(SAMPLE_QUANTITIES, values, strict=True)
+                                                if v[i] is not None})
+        if not samples:
+            return self.schema.empty_table()
+        first, last = self.judged + 1 if self.judged is not None else min(samples), max(samples)
+        rows = judge_periods(self.quality, samples, first, last, self.plan.period_ms)
+        self.judged = last if self.judged is None else max(last, self.judged)
+        return pa.Table.from_pylist([dict(zip(self.schema.names, row, strict=True)) for row in rows],
+                                    schema=self.schema)
+
+    def bound(self) -> int | None:
+        """A period the means closed but no sample has yet followed (every mote silent) is judged
+        later: no row to come is older than the period after the last judged."""
+        inner = self.child.bound()
+        if inner is None or self.judged is None:
+            return inner
+        return min(inner, (self.judged + 1) * self.plan.period_ms)
+
+
+def qualify_means(plan: Qualify) -> Aggregate:
+    """What a Qualify judges: each mote's mean values, with its position, per sampling period."""
+    return Aggregate(plan.child, ("receptor_id", "x", "y"), tuple(AggSpec(q, "avg", q) for q in SAMPLE_QUANTITIES),
+                     window=Window(plan.period_ms, plan.period_ms))
+
+
 def _truth(values: Any, n: int) -> list[bool]:
     """A condition's values as booleans (NULL is not true)."""
     if isinstance(values, pa.Scalar):
@@ -953,17 +1011,19 @@ def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:
         return MatchOp(plan, build(plan.child, relations))
     if isinstance(plan, WindowJoin):
         return WindowJoinOp(plan, [build(child, relations) for child in plan.children])
+    if isinstance(plan, Qualify):
+        return QualifyOp(plan=plan, child=build(qualify_means(plan), relations))
     raise PlanError(f"{type(plan).__name__} does not run in the shared runtime")
 
 
 def supported(plan: Plan) -> bool:
-    """Whether the evaluator runs every operator of the plan (Smooth and Qualify keep their own
-    Spark query: their state lives in their sink, dsp.smoothing and dsp.quality)."""
+    """Whether the evaluator runs every operator of the plan (Smooth keeps a Spark query of its
+    own: its state lives in its sink, dsp.smoothing)."""
     if isinstance(plan, Source):
         return True
     if isinstance(plan, Union_ | WindowJoin):
         return all(supported(child) for child in plan.children)
-    if isinstance(plan, Filter | Project | Aggregate | LookupJoin | Match):
+    if isinstance(plan, Filter | Project | Aggregate | LookupJoin | Match | Qualify):
         return supported(plan.child)
     return False
 

@@ -26,7 +26,6 @@ from base.part_spec import PartError, PartSpec
 from base.plan import (
     RAW_RFID_SOURCE_COLUMNS,
     Plan,
-    Qualify,
     Smooth,
     Source,
     event_time_column,
@@ -38,7 +37,6 @@ from base.plan import (
 from dsp.compiler import CompileContext, Ingest, compile_plan, read_source
 from dsp.kafka_sink import BatchHook, BatchTransform, RowBatchSink
 from dsp.progress import MarkerTarget, markers_for
-from dsp.quality import QUALIFY_INPUT_COLUMNS, QualityState
 from dsp.smoothing import SMOOTH_INPUT_COLUMNS, SmoothingState
 from wire.intake import IntakeRules
 
@@ -79,8 +77,6 @@ def _sink_transform(plan: Plan, state_path: str) -> tuple[BatchTransform | None,
     columns they take from Spark."""
     if isinstance(plan, Smooth):
         return SmoothingState(plan, state_path), SMOOTH_INPUT_COLUMNS
-    if isinstance(plan, Qualify):
-        return QualityState(plan, state_path), QUALIFY_INPUT_COLUMNS
     return None, None
 
 

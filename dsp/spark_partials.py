@@ -48,6 +48,7 @@ from dsp.engine import (
     Operator,
     Partial,
     ProjectOp,
+    QualifyOp,
     SourceOp,
     SourceProgress,
     UnionOp,
@@ -61,15 +62,16 @@ LATE = "__late"
 
 def computable(root: Operator) -> bool:
     """Whether Spark can compute `root`'s per-batch work (see the module): an Aggregate, under
-    filters and projections of its output (HAVING, a parent's final projection: the driver's)."""
+    filters and projections of its output (HAVING, a parent's final projection) or the judging
+    of mote quality (its periods' means): the driver's."""
     aggregate = _split(root)[1]
     return aggregate is not None and not aggregate.plan.annotate and _prefix_computable(aggregate.child)
 
 
 def _split(root: Operator) -> tuple[list[Operator], AggregateOp | None]:
-    """The filters and projections over `root`'s Aggregate (top first), and the Aggregate."""
+    """The filters, projections and mote-quality judging over `root`'s Aggregate (top first), and the Aggregate."""
     above = []
-    while isinstance(root, FilterOp | ProjectOp):
+    while isinstance(root, FilterOp | ProjectOp | QualifyOp):
         above.append(root)
         root = root.child
     return above, root if isinstance(root, AggregateOp) else None
@@ -298,7 +300,8 @@ def _fold(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | None],
             row_by_row[i] = f"__best{i}"
             aggregates += _row_by_row(partial, row_by_row[i])
         else:
-            aggregates += [agg.alias(f"__p{len(aggregates)}") for agg in _arrow_twins(partial, weighted, types)]
+            twins = _arrow_twins(partial, weighted, types)   # avg: two (its sum and count)
+            aggregates += [agg.alias(f"__p{len(aggregates) + n}") for n, agg in enumerate(twins)]
     grouped = _finish_row_by_row(rows.groupBy(LATE, *keys).agg(*aggregates), root.partials, row_by_row)
     table = grouped.toArrow()
     is_late = table[LATE]

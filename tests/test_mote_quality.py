@@ -1,8 +1,18 @@
 """Faulty mote detection (pure) on hand-built periods whose right answer is known, and on the real
 Intel Lab readings with injected faults."""
 
+import pickle
+import random
+
+import pyarrow as pa
+
 from base.mote_quality import MoteQuality
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, LookupJoin, Qualify, Source
+from dsp.arrow_exprs import arrow_schema
+from dsp.engine import build, rows_of
+from glue.reference import mote_quality_rows
 from services.bench.cleaning import mote_detection
+from wire.codec import ms_to_datetime
 
 GRID = {f"m{i}": (float(i % 3) * 3, float(i // 3) * 3) for i in range(9)}
 
@@ -65,22 +75,49 @@ def test_injected_faults_in_the_intel_lab_replay_are_found_with_precision_and_re
     assert tp / (tp + fp) >= 0.9 and tp / (tp + fn) >= 0.9, (tp, fp, fn)
 
 
-def test_the_sink_judges_periods_as_they_close_and_a_replay_continues_exactly(tmp_path):
-    from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, Qualify, Source
-    from dsp.quality import QualityState
-    from wire.codec import ms_to_datetime
+def _sample_batch(samples: list[tuple[int, str | None, dict[str, float]]]) -> pa.Table:
+    """A samples reader's batch of (ms, mote, values); a mote of None is the reader's clock row."""
+    return pa.Table.from_pylist([{"receptor_id": mote, **{q: values.get(q) for q in SAMPLE_QUANTITIES},
+                                  "ts": ms_to_datetime(ms)} for ms, mote, values in samples],
+                                schema=arrow_schema(RAW_SAMPLE_SOURCE_COLUMNS))
 
-    plan = Qualify(Source(("hifi.raw.door1",), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts", 1000), 1000)
+
+def _judged(table: pa.Table) -> list[tuple]:
+    return [(row[0].timestamp(), *row[2:]) for row in rows_of(table)]
+
+
+RAW = "hifi.raw.door1"
+QUALIFY = Qualify(LookupJoin(Source((RAW,), "samples", RAW_SAMPLE_SOURCE_COLUMNS, "ts", 1000), "mote_positions",
+                             "receptor_id", (("x", "double"), ("y", "double"))), 1000)
+POSITIONS = {"mote_positions": [(mote, x, y) for mote, (x, y) in GRID.items()]}
+
+
+def grid_samples() -> tuple[list[tuple[int, str, dict[str, float]]], list[pa.Table]]:
+    """Twelve periods of the grid's samples (m4 silent in period 7), and RAW's batches of them:
+    three periods each, out of order within the lateness, then the clock moving on with no sample."""
     periods = [_period(t) for t in range(12)]
-    del periods[7]["m4"]                                  # m4 misses one period: silent then
-    batches = [[(ms_to_datetime(t * 1000), mote, *GRID[mote], *(v.get(q) for q in SAMPLE_QUANTITIES))
-                for t in range(first, first + 3) for mote, v in periods[t].items()] for first in (0, 3, 6, 9)]
-    straight = QualityState(plan, str(tmp_path / "a.json"))
-    expected = [straight(batch, i) for i, batch in enumerate(batches)]
-    assert [len(rows) for rows in expected] == [27, 27, 27, 27]          # every mote, every period
-    silent = [row for rows in expected for row in rows if row[3]]
-    assert [(row[0].timestamp(), row[2], row[4]) for row in silent] == [(7.0, "m4", "silent")]
-    first = QualityState(plan, str(tmp_path / "b.json"))
-    assert first(batches[0], 0) == expected[0] and first(batches[1], 1) == expected[1]
-    restarted = QualityState(plan, str(tmp_path / "b.json"))   # batch 1 is replayed after a restart
-    assert [restarted(batches[i], i) for i in (1, 2, 3)] == expected[1:]
+    del periods[7]["m4"]
+    samples = [(t * 1000 + 10 * i, mote, v) for t in range(12) for i, (mote, v) in enumerate(periods[t].items())]
+    chunks = [[s for s in samples if first * 1000 <= s[0] < (first + 3) * 1000] for first in (0, 3, 6, 9)]
+    batches = [_sample_batch(random.Random(n).sample(chunk, len(chunk))) for n, chunk in enumerate(chunks)]
+    return samples, [*batches, _sample_batch([(20_000, None, {})])]   # the clock: periods 12..19 close
+
+
+def test_the_engine_judges_periods_as_they_close_equal_to_the_central_judgement_and_resumes_exactly():
+    """Each period judged once its means close, the whole equal to the central evaluation; the
+    evaluator pickled mid-way (a restart) goes on exactly."""
+    raw, plan, relations = RAW, QUALIFY, POSITIONS
+    samples, batches = grid_samples()
+    straight = build(plan, relations)
+    expected = [_judged(straight.push(raw, batch)) for batch in batches]
+    assert [len(rows) for rows in expected] == [9, 27, 27, 27, 18]   # a period waits out the lateness
+    assert straight.bound() == 12_000   # the silent periods after the last sample are not judged yet
+    logged = [{"samples": [{"receptor_id": mote, "timestamp_ms": ms, "values": v} for ms, mote, v in samples]}]
+    central = [(row[0].timestamp(), *row[2:]) for row in mote_quality_rows(logged, 1000, GRID)]
+    assert sorted(r for rows in expected for r in rows) == sorted(central)
+    silent = [row for rows in expected for row in rows if row[2]]
+    assert [(row[0], row[1], row[3]) for row in silent] == [(7.0, "m4", "silent")]
+    first = build(plan, relations)
+    assert [_judged(first.push(raw, batch)) for batch in batches[:2]] == expected[:2]
+    restarted = pickle.loads(pickle.dumps(first))
+    assert [_judged(restarted.push(raw, batch)) for batch in batches[2:]] == expected[2:]

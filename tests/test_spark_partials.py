@@ -163,3 +163,17 @@ def test_spark_computes_every_batch_of_generated_plans_as_the_driver_does(spark)
                 spark.conf.set(key, value)
     assert all(n >= len(parts) for (n, _), (_, _, parts) in zip(checked, queries_drawn, strict=True))
     assert sum(late for _, late in checked) > 0, "no twin met a late row"
+
+
+def test_spark_computes_the_mote_quality_part_as_the_driver_does(spark):
+    """A Qualify's per-period means on Spark, the judging on the driver: rows and state equal."""
+    from tests.test_mote_quality import POSITIONS, QUALIFY, RAW, grid_samples
+
+    driver, twin = build(QUALIFY, POSITIONS), build(QUALIFY, POSITIONS)
+    assert computable(twin)
+    for batch in grid_samples()[1]:
+        want = driver.push(RAW, batch)
+        got = push(twin, BatchOnSpark.progress(spark.createDataFrame(batch), [RAW], sources_under(twin)))
+        assert same_table(got, want) and got.num_rows == want.num_rows, (got, want)
+        assert (twin.judged, twin.quality.to_json()) == (driver.judged, driver.quality.to_json())
+    assert driver.judged == 11
