@@ -209,6 +209,10 @@ class SharedRuntime:
         resumed = saved is not None and saved[0] == to_json(plan)
         if resumed:
             part.take_back(saved)
+        elif os.path.isdir(self.spark_queries.spark_checkpoint(spec.query_id)):
+            log.warning("%s: part %s has state of an older layout (a Spark query of its own, before mote quality "
+                        "ran in the shared runtime): not resumed, it starts from the node's readers", self.node_id,
+                        spec.query_id)
         return part, resumed
 
     def set_bounds(self, query_id: str, bounds: OutputBounds | None) -> None:
