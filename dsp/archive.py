@@ -3,7 +3,8 @@ children's views above it), kept as Parquet under the node's state directory, so
 can be answered over the past (`hifi query --since`, dsp.history_feed) after the stream moved on.
 
 Layout: `<state>/archive/<hour>/<reader>/<batch id>.parquet`, the hour (UTC, `2026-11-25T19`) the
-node took the batch in, and per hour a file `order` with a line `<taken ms> <reader key> <batch id>`
+node took the batch in (a reader of many topics, its whole batch, each row with its topic:
+dsp.node_inputs.Reader.archive_keys), and per hour a file `order` with a line `<taken ms> <reader key> <batch id>`
 per batch in the order the node's parts saw them (across its readers: a part reading two topics
 must see them interleaved as it did live). A batch is archived inside its micro-batch, before its
 fence: a batch Spark runs again after a failure overwrites its file, and its second line in
@@ -89,6 +90,9 @@ class Archive:
         self.root, self.retention_ms = root, retention_ms
         self.usage = ArchiveUsage()
         self._pruned_hour = ""
+        # the reader folders of the current hour already made: a makedirs per batch and topic was
+        # a third of archiving a small batch (py-spy, the default hierarchy)
+        self._made: tuple[str, set[str]] = ("", set())
         self._lock = threading.Lock()   # compaction and pruning against reading an hour
         self._compacting = threading.Lock()   # one compaction at a time
         shutil.rmtree(os.path.join(root, SCRATCH), ignore_errors=True)   # what Spark wrote for a node that stopped
@@ -130,7 +134,11 @@ class Archive:
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         hour = hour_of(now_ms)
         folder = os.path.join(self.root, hour, file_name(reader_key))
-        os.makedirs(folder, exist_ok=True)
+        if self._made[0] != hour:
+            self._made = (hour, set())
+        if folder not in self._made[1]:
+            os.makedirs(folder, exist_ok=True)
+            self._made[1].add(folder)
         size = put(_batch_file(os.path.join(self.root, hour), reader_key, batch_id))
         with open(os.path.join(self.root, hour, ORDER), "a", encoding="utf-8") as order:
             order.write(f"{now_ms} {reader_key} {batch_id}\n")

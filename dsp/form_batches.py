@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from dsp import spark_partials
 from dsp.archive import Archive
 from dsp.engine import sources_under
-from dsp.kafka_source import by_topic
+from dsp.kafka_source import TOPIC_COLUMN, by_topic
 from dsp.node_inputs import Reader
 from dsp.parts import Part, Parts, Reports, push_many
 
@@ -43,7 +43,7 @@ class FormBatches:
         # 2 M-row batch, measured), and before the batch is recorded
         archiving = None
         if not reader.owner and archive:
-            archiving = threading.Thread(target=self._archive, args=(reader, batch_id, pieces), name="archive-batch")
+            archiving = threading.Thread(target=self._archive, args=(reader, batch_id, table), name="archive-batch")
             archiving.start()
         try:
             for part, read in self.parts.pieces_by_part(reader, pieces):
@@ -73,23 +73,27 @@ class FormBatches:
                            skip=lambda part: id(part) in done, archive=False)
         return batch.rows
 
-    def _archive(self, reader: Reader, batch_id: int, pieces: list[tuple[str, pa.Table]]) -> None:
-        """A batch's rows, topic by topic. A batch the archive cannot take (a full disk) is logged
-        and the stream goes on: the answers of the present come before the record of the past."""
-        for topic, rows in pieces:
-            key = reader.archive_keys(topic)[0]
-            try:
-                self.archive.append(key, batch_id, rows)
-            except Exception:  # noqa: BLE001 - see the docstring
-                self.archive.usage.failures += 1
-                log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, key)
+    def _archive(self, reader: Reader, batch_id: int, table: pa.Table) -> None:
+        """A batch's rows in one file, each with its topic (a shared reader's: its children's
+        views). A batch the archive cannot take (a full disk) is logged and the stream goes on:
+        the answers of the present come before the record of the past."""
+        tagged = TOPIC_COLUMN in table.column_names
+        if reader.shared and not tagged:   # a batch of a reader of one topic
+            table = table.append_column(TOPIC_COLUMN, pa.array([reader.topics[0]] * table.num_rows, pa.string()))
+        elif not reader.shared and tagged:   # a raw topic's rows: the reader's key names the topic
+            table = table.drop_columns([TOPIC_COLUMN])
+        try:
+            self.archive.append(reader.key, batch_id, table)
+        except Exception:  # noqa: BLE001 - see the docstring
+            self.archive.usage.failures += 1
+            log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, reader.key)
 
     def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame) -> None:
         """The batch archived by Spark's tasks (one Parquet folder per topic); as `_archive`, a
         failure is logged and the stream goes on."""
         try:
             for topic, written in spark_partials.write_by_topic(frame, reader.topics, self.archive.scratch()).items():
-                self.archive.adopt(reader.archive_keys(topic)[0], batch_id, written)
+                self.archive.adopt(reader.topic_archive_key(topic), batch_id, written)
         except Exception:  # noqa: BLE001 - see _archive
             self.archive.usage.failures += 1
             log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)

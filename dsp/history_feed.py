@@ -10,15 +10,16 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
 from dsp import spark_partials, spark_past
 from dsp.archive import Archive
 from dsp.engine import lateness_seen, raw_sources, sources_under
+from dsp.kafka_source import by_topic
 from dsp.node_inputs import Reader
-from dsp.parts import Part, Parts, Reports, push_one
+from dsp.parts import Part, Parts, Reports, push_many
 from dsp.spark_partials import SparkBatches
 from wire import bus
 
@@ -49,8 +50,11 @@ class HistoryFeed:
         came late."""
         joined = {key: reader for key, reader in readers.items()
                   if not reader.owner and any((t, reader.format) in part.inputs for t in reader.topics)}
-        archived = {archive_key: topic for reader in joined.values() for topic in reader.topics
-                    if (topic, reader.format) in part.inputs for archive_key in reader.archive_keys(topic)}
+        archived: dict[str, list[str]] = {}   # archive key -> the part's topics among its rows
+        for reader in joined.values():
+            for topic in [t for t in reader.topics if (t, reader.format) in part.inputs]:
+                for archive_key in reader.archive_keys(topic):
+                    archived.setdefault(archive_key, []).append(topic)
         if past and self._on_spark(part, since_ms, archived):
             return
         late_ms = self._lateness_seen(joined, since_ms) if past else 0
@@ -60,7 +64,8 @@ class HistoryFeed:
         producer, sent, reports = self.producer(), [], []
         batches = 0
         for key, table in self.archive.batches(since_ms, archived):
-            self.parts.feed(part, functools.partial(push_one, archived[key], table), producer, sent, reports)
+            pieces = by_topic(table, archived[key])   # a whole batch's file: the part's topics of it
+            self.parts.feed(part, functools.partial(push_many, pieces), producer, sent, reports)
             batches += 1
         for source in sources:   # the live stream's own lateness from the seam on
             source.history_lateness_ms = 0
@@ -68,7 +73,7 @@ class HistoryFeed:
         log.info("node %s: part %s fed %d archived batches from %d on (rows up to %d ms late kept)", self.node_id,
                  part.managed.query_id, batches, since_ms, late_ms)
 
-    def _on_spark(self, part: Part, since_ms: int, archived: Mapping[str, str]) -> bool:
+    def _on_spark(self, part: Part, since_ms: int, archived: Mapping[str, Sequence[str]]) -> bool:
         """The part's past computed by Spark over the archive's files as one batch (dsp.spark_past)
         when Spark can compute the part and `SparkBatches.past` says so; whether it was."""
         if not spark_partials.computable(part.root) or not self.spark_batches.past(int(time.time() * 1000) - since_ms):
@@ -78,7 +83,7 @@ class HistoryFeed:
             stored = self.archive.stored(since_ms, archived)
             frame = spark_past.archived_frame(self.spark, stored, archived)
             if frame is not None:
-                batch = spark_partials.BatchOnSpark.progress(frame, sorted(set(archived.values())),
+                batch = spark_partials.BatchOnSpark.progress(frame, sorted({t for ts in archived.values() for t in ts}),
                                                              sources_under(part.root))
                 self.parts.feed(part, functools.partial(spark_partials.push, batch=batch, together=True),
                                 producer, sent, reports)

@@ -90,11 +90,19 @@ class Reader:
         return f"{READER_PREFIX}{self.owner + '@' if self.owner else ''}{self.format}:{topic}"
 
     def archive_keys(self, topic: str) -> tuple[str, ...]:
-        """Where the archive keeps this form's batches of `topic`: the first is where they go now;
-        the others hold those of a node that ran before readers were shared (read back too)."""
+        """Where the archive keeps this form's rows of `topic`. The driver's path archives a batch
+        whole under the reader's key (a shared reader's rows each with its topic, TOPIC_COLUMN);
+        Spark's tasks a topic's rows under `topic_archive_key`; a node that ran before readers were
+        shared wrote under the per-topic key. Every one is read back."""
         if not self.shared:
             return (self.key,)
-        return f"{self.key}~{topic}", self._per_topic_key(topic)
+        return self.key, self.topic_archive_key(topic), self._per_topic_key(topic)
+
+    def topic_archive_key(self, topic: str) -> str:
+        """Where the archive keeps this form's batches of `topic` alone: Spark's tasks write a
+        topic's rows apart (and so did the driver's path before 2026-11-28: a file per child's
+        topic per batch was a third of a 64-child parent's Python time)."""
+        return f"{self.key}~{topic}" if self.shared else self.key
 
     def older_queries(self, topic: str) -> tuple[str, ...]:
         """The Spark queries that read `topic` in this form on a node of an older layout: a reader

@@ -120,7 +120,10 @@ class SharedRuntime:
         # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
         # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
         # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
-        # 1.71 -> 1.78 cores
+        # 1.71 -> 1.78 cores. A quarter (250 ms), measured 2026-11-28: region p50 3.31 -> 2.80 s for
+        # 0.36 -> 0.60 cores in that hierarchy (each batch's fixed work in every lane, twice as often),
+        # the fan-in bench's parent adding 0.31 / 0.47 s at 4 / 64 children for 0.10 / 0.20 cores
+        # (0.58 / 0.78 s and 0.07 / 0.19 at half): not the default; `--trigger-ms 500` chooses it
         self.reader_trigger_ms = max(100, trigger_ms // 2)
         self.spark_queries = DSPManager(spark, node_id, bootstrap, state_dir, relations, trigger_ms, None, intake,
                                         mdr_url)

@@ -29,10 +29,11 @@ from dsp.kafka_source import TOPIC_COLUMN
 
 
 def archived_frame(spark: SparkSession, stored: Sequence[tuple[str, str | pa.Table]],
-                   topic_of: Mapping[str, str]) -> DataFrame | None:
+                   topics_of: Mapping[str, Sequence[str]]) -> DataFrame | None:
     """One DataFrame of the archived batches `stored` names (dsp.archive.Archive.stored: paths
-    Spark reads, tables of a compacted hour's row groups), each row with its reader key's topic
-    (`topic_of`) in the topic column; None when there is none."""
+    Spark reads, tables of a compacted hour's row groups), each row with its topic in the topic
+    column: a whole batch's file has it (only `topics_of` its key's rows are kept), a topic's
+    file is its key's one topic's; None when there is none."""
     paths: dict[str, list[str]] = {}
     tables: dict[str, list[pa.Table]] = {}
     for key, where in stored:
@@ -40,10 +41,18 @@ def archived_frame(spark: SparkSession, stored: Sequence[tuple[str, str | pa.Tab
             paths.setdefault(key, []).append(where)
         else:
             tables.setdefault(key, []).append(where)
-    frames = [spark.read.option("mergeSchema", "true").parquet(*found).withColumn(TOPIC_COLUMN, F.lit(topic_of[key]))
+    frames = [_topics(spark.read.option("mergeSchema", "true").parquet(*found), topics_of[key])
               for key, found in paths.items()]
-    frames += [spark.createDataFrame(pa.concat_tables(found, promote_options="default"))
-               .withColumn(TOPIC_COLUMN, F.lit(topic_of[key])) for key, found in tables.items()]
+    frames += [_topics(spark.createDataFrame(pa.concat_tables(found, promote_options="default")), topics_of[key])
+               for key, found in tables.items()]
     if not frames:
         return None
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def _topics(frame: DataFrame, topics: Sequence[str]) -> DataFrame:
+    """An archive key's rows with their topic: those of `topics` (a whole batch's file tags each
+    row), else all of its one topic's (a topic's own file)."""
+    if TOPIC_COLUMN in frame.columns:
+        return frame.where(F.col(TOPIC_COLUMN).isin(list(topics)))
+    return frame.withColumn(TOPIC_COLUMN, F.lit(topics[0]))

@@ -396,3 +396,19 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
         assert answers["driver", name] == answers["spark", name]
         # every reading once, but those of the newest window (still open: the live stream closes it)
         assert readings - 10 * 40 <= sum(n for *_, n in answers["spark", name]) < readings
+
+
+def test_spark_reads_the_past_of_whole_batch_files_and_of_a_topics_own_files(spark, tmp_path):
+    """dsp.spark_past: a whole batch's file tags each row with its topic (the part's topics of it
+    kept), a topic's own file (an older layout, Spark's tasks') is its one topic's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dsp.kafka_source import TOPIC_COLUMN
+    from dsp.spark_past import archived_frame
+
+    whole = str(tmp_path / "whole.parquet")
+    pq.write_table(pa.table({"n": [1, 2, 3], TOPIC_COLUMN: ["a", "b", "c"]}), whole)
+    frame = archived_frame(spark, [("form", whole), ("form~d", pa.table({"n": [4]}))],
+                           {"form": ["a", "c"], "form~d": ["d"]})
+    assert sorted((r["n"], r[TOPIC_COLUMN]) for r in frame.collect()) == [(1, "a"), (3, "c"), (4, "d")]

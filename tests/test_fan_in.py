@@ -251,3 +251,38 @@ def test_a_batch_of_several_topics_splits_by_topic_in_the_readers_order():
         [("a", [2], ["n"]), ("b", [1, 3], ["n"])]
     assert [t for t, _ in by_topic(pa.table({"n": [1]}), ["only"])] == ["only"]
     assert by_topic(pa.table({"n": [5], TOPIC_COLUMN: ["a"]}), ["a", "b"])[0][1].num_rows == 1
+
+
+def test_a_parents_batch_is_archived_whole_and_a_part_over_the_past_reads_it_and_an_older_layouts(
+        servers, spark, tmp_path):
+    """A batch of many children's views is one archive file, each row with its topic (a file per
+    child's topic per batch was a third of a 64-child parent's Python time); a part deployed over
+    the past reads those files, and the per-topic files of a node of the older layout, as the live
+    part saw the rows."""
+    import pyarrow as pa
+
+    from base.plan import PROGRESS_COLUMN
+    from dsp.kafka_source import TOPIC_COLUMN
+
+    children = [f"hifi.view.arch{n}.v" for n in range(3)]
+    live_out, past_out = "hifi.rqs.arch-live.parent", "hifi.rqs.arch-past.parent"
+    bus.ensure_topics(servers.bootstrap, [*children, live_out, past_out])
+    for topic in children:
+        _send(servers.bootstrap, topic, 0, 3)
+    runtime = SharedRuntime(spark, "arch-parent", servers.bootstrap, str(tmp_path), trigger_ms=500)
+    try:
+        runtime.deploy(PartSpec("live", _plan(children), live_out))
+        wait_for(lambda: len(topic_rows(servers.bootstrap, live_out)) >= 9, 90, "the children's rows")
+        (reader,) = runtime.inputs.readers.values()
+        archived = list(runtime.archive.batches(0, [reader.key]))
+        assert archived and all(TOPIC_COLUMN in table.column_names for _, table in archived)
+        assert not list(runtime.archive.batches(0, [reader.topic_archive_key(t) for t in children]))
+        older = pa.Table.from_pylist([{"window_start": NOW, "tag_id": "older-0", "reads": 0, PROGRESS_COLUMN: None}],
+                                     schema=archived[0][1].drop_columns([TOPIC_COLUMN]).schema)
+        runtime.archive.append(reader.topic_archive_key(children[1]), 10_000, older)   # a node before today's layout
+        runtime.deploy(PartSpec("past", _plan(children), past_out, history_from_ms=0))
+        wait_for(lambda: len(topic_rows(servers.bootstrap, past_out)) >= 10, 60, "the past part's rows")
+        time.sleep(1)
+        assert _tags(servers.bootstrap, past_out) == sorted([*_tags(servers.bootstrap, live_out), "older-0"])
+    finally:
+        runtime.stop_all()
