@@ -71,8 +71,8 @@ class Deployment:
             env.pop(name, None)
         if "HIFI_ADVERTISE_HOST" in env:
             env["HIFI_ADVERTISE_HOST"] = "127.0.0.1"
-        if "HIFI_METRICS_PORT" in env:
-            env["HIFI_METRICS_PORT"] = str(free_port())
+        if "HIFI_METRICS_PORT" in env:   # any free port, bound by the service itself: a port picked here
+            env["HIFI_METRICS_PORT"] = "0"   # was once taken meanwhile (a client's ephemeral port: CI, 2026-11-28)
         for name in ("HIFI_STATE_DIR", "HIFI_RECEPTOR_DIR"):
             if name in env:
                 env[name] = str(self.workdir / service / name.lower())
