@@ -59,8 +59,9 @@ the next batch: no batch missing or doubled at the seam, since both happen under
 lock. Topics it reads that the stream does not read yet start where `start_offsets` say (a query
 over the past: the topic's beginning). dsp.history_feed feeds it.
 
-Adaptive smoothing and mote quality, whose state lives in their sinks, still run as their own
-Spark queries (dsp.manager), which also restarts streams that die.
+Adaptive smoothing, whose state lives in its sink, still runs as a Spark query of its own
+(dsp.manager), which also restarts streams that die; mote quality is a part like the others
+(engine.QualifyOp).
 """
 
 from __future__ import annotations

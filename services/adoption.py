@@ -214,7 +214,7 @@ class Adoptions:
             try:
                 node.deploy(replace(part, query_id=query_id, export_as="", owner=found.node,
                                     history_from_ms=None), bounds)
-            except PlanError as exc:   # a part run as a Spark query of its own (adaptive smoothing, mote quality)
+            except PlanError as exc:   # a part run as a Spark query of its own (adaptive smoothing)
                 log.warning("node %s: part %s of %s not adopted: %s", node.id, part.query_id, found.node, exc)
                 parts[query_id] = -1
                 continue
