@@ -37,9 +37,10 @@ The whole evaluator pickles (dsp.shared saves it after each batch, so a restart 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -74,6 +75,7 @@ from base.plan import (
 )
 from base.window_join import Buffers
 from dsp.arrow_exprs import arrow_schema, arrow_type, column, epoch_ms, evaluate, timestamps
+from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
 from wire.windows import Window
 
 # aggregates Arrow has no hash kernel for: argmax (the row with the largest `by`) and
@@ -129,6 +131,11 @@ class Operator:
         outs = [out for topic, batch in pieces if (out := self.push(topic, batch)) is not None]
         return _together(outs)
 
+    def push_tagged(self, batch: TopicBatch) -> pa.Table | None:
+        """A shared reader's micro-batch (dsp.topic_batch), as `push_many` of its pieces would
+        return it; an Aggregate over children's views takes it whole (AggregateOp.push_tagged)."""
+        return self.push_many(batch.pieces)
+
     def bound(self) -> int | None:
         raise NotImplementedError
 
@@ -141,8 +148,8 @@ class Operator:
 
 
 def carry_hidden(source: pa.Table, out: pa.Table) -> pa.Table:
-    """`out` (computed row for row from `source`) with `source`'s triage weights, if it has them."""
-    for name in HIDDEN:
+    """`out` (computed row for row from `source`) with `source`'s triage weights and topic, if it has them."""
+    for name in (*HIDDEN, TOPIC_COLUMN):
         if name in source.column_names:
             out = out.append_column(name, source[name])
     return out
@@ -242,6 +249,19 @@ class SourceOp(Operator):
         if progress.newest_ms is not None and not self.plan.markers:
             self.newest_ms = _none_max(self.newest_ms, progress.newest_ms)
 
+    def tagged_rows(self, batch: TopicBatch, topics: set[str]) -> pa.Table | None:
+        """Its rows of `topics` of a batch of children's views, each with its topic (no progress
+        taken in: `advance_topics` does that); None when it reads none of them."""
+        mine = [t for t in batch.topics if t in topics and self.reads(t, batch.names)]
+        if not mine:
+            return None
+        keep = pc.invert(batch.is_marker)
+        if len(mine) < len(batch.whole.topics):
+            keep = pc.and_(keep, pc.is_in(batch.table[TOPIC_COLUMN], pa.array(mine, pa.string())))
+        rows = batch.table.filter(keep)
+        out = rows.select([name for name, _ in self.plan.columns]).cast(self.schema)
+        return out.append_column(TOPIC_COLUMN, rows[TOPIC_COLUMN])
+
     def bound(self) -> int | None:
         if self.plan.markers:
             if not self.marks:
@@ -293,6 +313,9 @@ class RowwiseOp(Operator):
 
     def push_many(self, pieces: Sequence[tuple[str, pa.Table]]) -> pa.Table | None:
         return self.apply(self.child.push_many(pieces))
+
+    def push_tagged(self, batch: TopicBatch) -> pa.Table | None:
+        return self.apply(self.child.push_tagged(batch))
 
     def bound(self) -> int | None:
         return self.child.bound()
@@ -638,8 +661,26 @@ class AggregateOp(Operator):
             self._fold(self._windowed(rows) if self.plan.window is not None else rows)
         return self.emit()
 
-    def _on_time(self, rows: pa.Table, before: int | None) -> pa.Table:
-        """`rows` but those late against `before`, the input's bound before they came (counted)."""
+    def push_tagged(self, batch: TopicBatch) -> pa.Table | None:
+        """A batch of children's views taken whole: each topic's progress taken in, in the
+        reader's order, noting the bound before it; the rows through the stateless prefix at
+        once, each judged late against its topic's bound before; one fold, one emit. What
+        `push_many` of its pieces does, with the per-topic work one group-by (dsp.topic_batch)."""
+        if TOPIC_COLUMN not in batch.table.column_names or self.plan.annotate or not takes_whole(self.child):
+            return self.push_many(batch.pieces)
+        befores = advance_topics(self, batch.topics, batch.names, functools.partial(view_progress, batch))
+        if not befores:
+            return None
+        rows = tagged_rows(self.child, batch, set(befores))
+        if rows is not None and rows.num_rows:
+            rows = self._on_time(rows.drop_columns([TOPIC_COLUMN]), _per_row(rows[TOPIC_COLUMN], befores))
+            if rows.num_rows:
+                self._fold(self._windowed(rows) if self.plan.window is not None else rows)
+        return self.emit()
+
+    def _on_time(self, rows: pa.Table, before: int | pa.Array | None) -> pa.Table:
+        """`rows` but those late against `before`, the input's bound before they came (counted;
+        per row when their topics' bounds differ)."""
         if not rows.num_rows or before is None or self.time_column is None:
             return rows
         on_time = pc.fill_null(pc.greater_equal(epoch_ms(rows[self.time_column]), before), True)
@@ -816,6 +857,63 @@ class AggregateOp(Operator):
         if self.plan.having is not None and table.num_rows:
             table = table.filter(evaluate(self.plan.having, table))
         return table
+
+
+def takes_whole(op: Operator) -> bool:
+    """Whether `op` (an Aggregate's input) computes a batch of children's views at once: sources
+    of views under filters, projections, lookup joins and unions (spark_partials' prefix too)."""
+    if isinstance(op, SourceOp):
+        return op.plan.format == "rows"
+    if isinstance(op, UnionOp):
+        return all(takes_whole(child) for child in op.children)
+    return isinstance(op, FilterOp | ProjectOp | LookupJoinOp) and takes_whole(op.child)
+
+
+Progress = Callable[["SourceOp", str], SourceProgress]   # what a batch's rows of a topic tell a source
+
+
+def advance_topics(aggregate: AggregateOp, topics: Sequence[str], names: Sequence[str], progress: Progress,
+                   together: bool = False) -> dict[str, int | None]:
+    """Each of a batch's `topics` (in order) taken in by the sources under `aggregate` reading it
+    (`progress`: what its rows tell a source); per topic read, its input's bound before it — the
+    bound its rows are late against (`together`: the bound before the batch, for all). Both the
+    driver's whole batch (AggregateOp.push_tagged) and Spark's (dsp.spark_partials) go through here."""
+    befores: dict[str, int | None] = {}
+    first, under = aggregate.child.bound(), sources_under(aggregate)
+    for topic in topics:
+        readers = [s for s in under if s.reads(topic, names)]
+        if not readers:
+            continue
+        befores[topic] = first if together else aggregate.child.bound()
+        for source in readers:
+            source.advance(topic, progress(source, topic))
+    return befores
+
+
+def view_progress(batch: TopicBatch, source: SourceOp, topic: str) -> SourceProgress:
+    """What a batch's rows of `topic` tell a source of children's views (as SourceOp.push finds it)."""
+    newest, mark = batch.times(source.plan.event_time).get(topic, (None, None))
+    return SourceProgress(newest_ms=newest, mark_ms=mark)
+
+
+def tagged_rows(op: Operator, batch: TopicBatch, topics: set[str]) -> pa.Table | None:
+    """`op`'s rows (`takes_whole`) of the batch's `topics`, each with its topic."""
+    if isinstance(op, SourceOp):
+        return op.tagged_rows(batch, topics)
+    if isinstance(op, UnionOp):
+        found = [rows for child in op.children if (rows := tagged_rows(child, batch, topics)) is not None]
+        return _together(found)
+    assert isinstance(op, RowwiseOp)
+    return op.apply(tagged_rows(op.child, batch, topics))
+
+
+def _per_row(topics: pa.ChunkedArray, befores: Mapping[str, int | None]) -> pa.Array | None:
+    """Each row's bound from its topic's (`befores`; null where a topic had none)."""
+    known = [(topic, before) for topic, before in befores.items() if before is not None]
+    if not known:
+        return None
+    index = pc.index_in(topics, value_set=pa.array([t for t, _ in known], pa.string()))
+    return pc.take(pa.array([b for _, b in known], pa.int64()), index)
 
 
 def group_rows(grouped: pa.Table, keys: Sequence[str]) -> list[tuple]:

@@ -1,6 +1,6 @@
 """One form's share of a micro-batch through the parts that read it, and into the archive.
 
-Who computes it: the driver's Arrow engine (dsp.engine) over its rows, topic by topic; or — on a
+Who computes it: the driver's Arrow engine (dsp.engine) over its rows (dsp.topic_batch); or — on a
 cluster, and locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the
 parts it can compute, only their partials coming back (dsp.spark_partials), the others taking
 the rows. Every form's batch the node's own stream takes in is archived (dsp.archive) inside its
@@ -20,9 +20,9 @@ from pyspark.sql import DataFrame
 from dsp import spark_partials
 from dsp.archive import Archive
 from dsp.engine import sources_under
-from dsp.kafka_source import TOPIC_COLUMN, by_topic
 from dsp.node_inputs import Reader
-from dsp.parts import Part, Parts, Reports, push_many
+from dsp.parts import Part, Parts, Reports, push_tagged
+from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
 
 log = logging.getLogger("hifi.dsp")
 
@@ -36,9 +36,9 @@ class FormBatches:
 
     def on_driver(self, reader: Reader, batch_id: int, table: pa.Table, producer, sent: list, reports: Reports,
                   skip: Callable[[Part], bool] = lambda part: False, archive: bool = True) -> int:
-        """The batch's rows, here, topic by topic through every part reading them (but `skip`'s);
+        """The batch's rows, here, through every part reading them (but `skip`'s);
         how many rows it had."""
-        pieces = by_topic(table, reader.topics)
+        batch = TopicBatch(table, reader.topics)
         # archived while the parts take the batch in (parquet writes without the GIL: 0.3 s of a
         # 2 M-row batch, measured), and before the batch is recorded
         archiving = None
@@ -46,9 +46,9 @@ class FormBatches:
             archiving = threading.Thread(target=self._archive, args=(reader, batch_id, table), name="archive-batch")
             archiving.start()
         try:
-            for part, read in self.parts.pieces_by_part(reader, pieces):
+            for part, topics in self.parts.topics_by_part(reader, batch.topics):
                 if not skip(part):
-                    self.parts.feed(part, functools.partial(push_many, read), producer, sent, reports)
+                    self.parts.feed(part, functools.partial(push_tagged, batch.only(topics)), producer, sent, reports)
         finally:
             if archiving is not None:
                 archiving.join()

@@ -17,10 +17,10 @@ from pyspark.sql import SparkSession
 from dsp import spark_partials, spark_past
 from dsp.archive import Archive
 from dsp.engine import lateness_seen, raw_sources, sources_under
-from dsp.kafka_source import by_topic
 from dsp.node_inputs import Reader
-from dsp.parts import Part, Parts, Reports, push_many
+from dsp.parts import Part, Parts, Reports, push_tagged
 from dsp.spark_partials import SparkBatches
+from dsp.topic_batch import TopicBatch
 from wire import bus
 
 log = logging.getLogger("hifi.dsp")
@@ -64,8 +64,8 @@ class HistoryFeed:
         producer, sent, reports = self.producer(), [], []
         batches = 0
         for key, table in self.archive.batches(since_ms, archived):
-            pieces = by_topic(table, archived[key])   # a whole batch's file: the part's topics of it
-            self.parts.feed(part, functools.partial(push_many, pieces), producer, sent, reports)
+            batch = TopicBatch(table, archived[key])   # a whole batch's file: the part's topics of it
+            self.parts.feed(part, functools.partial(push_tagged, batch), producer, sent, reports)
             batches += 1
         for source in sources:   # the live stream's own lateness from the seam on
             source.history_lateness_ms = 0

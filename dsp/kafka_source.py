@@ -100,6 +100,7 @@ from pyspark.sql.types import (
 )
 
 from base.plan import PROGRESS_COLUMN
+from dsp.topic_batch import TOPIC_COLUMN
 from dsp.triage import Triage
 from wire import bus, range_fetch
 from wire.codec import (
@@ -214,24 +215,6 @@ class OffsetRange(InputPartition):
 
 
 HANDOFF_COLUMN = "__handoff"
-
-
-TOPIC_COLUMN = "__topic"
-
-
-def by_topic(table: pa.Table, topics: Sequence[str]) -> list[tuple[str, pa.Table]]:
-    """A batch's rows split by the topic they came from (`topic_column`), the column dropped, in
-    the order of `topics` (a replayed batch splits alike); a batch without the column is all of
-    its only topic's."""
-    if TOPIC_COLUMN not in table.column_names:
-        return [(topics[0], table)] if len(topics) == 1 else []
-    import pyarrow.compute as pc
-
-    column, rows = table.column(TOPIC_COLUMN), table.drop_columns([TOPIC_COLUMN])
-    present = set(pc.unique(column).to_pylist())
-    if len(present) == 1:   # the usual small batch: no copy
-        return [(topic, rows) for topic in topics if topic in present]
-    return [(topic, rows.filter(pc.equal(column, topic))) for topic in topics if topic in present]
 
 
 def take_handoff(table: pa.Table) -> pa.Table:

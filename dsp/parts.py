@@ -21,6 +21,7 @@ from dsp.engine import Operator, build, rows_of, view_batch
 from dsp.kafka_sink import BatchHook, BatchReport, new_run, send_marker, send_rows
 from dsp.manager import RESTART_AFTER_S, ManagedQuery, failure_cause
 from dsp.node_inputs import Reader
+from dsp.topic_batch import TopicBatch
 from dsp.uplink import Uplink
 
 log = logging.getLogger("hifi.dsp")
@@ -73,9 +74,9 @@ def push_one(topic: str, rows: pa.Table, root: Operator) -> pa.Table | None:
     return root.push(topic, rows)
 
 
-def push_many(pieces: list[tuple[str, pa.Table]], root: Operator) -> pa.Table | None:
-    """A batch's rows of several topics pushed into an evaluator by the driver (dsp.engine)."""
-    return root.push_many(pieces)
+def push_tagged(batch: TopicBatch, root: Operator) -> pa.Table | None:
+    """A batch of several topics pushed into an evaluator by the driver (dsp.engine)."""
+    return root.push_tagged(batch)
 
 
 class Parts:
@@ -93,13 +94,13 @@ class Parts:
         return [p for p in self.by_id.values() if topic in p.topics - p.local_topics and p.feeds
                 and p.owner == reader.owner and (topic, reader.format) in p.inputs]
 
-    def pieces_by_part(self, reader: Reader, pieces: list[tuple[str, pa.Table]]) -> list[tuple[Part, list]]:
-        """Each part reading some of the batch's topics, with those topics' rows (in the batch's
-        order): a part takes a batch of many children's views in one push (engine.push_many)."""
-        found: dict[str, tuple[Part, list]] = {}
-        for topic, rows in pieces:
+    def topics_by_part(self, reader: Reader, topics: list[str]) -> list[tuple[Part, set[str]]]:
+        """Each part reading some of a batch's `topics`, with those it reads: a part takes a
+        batch of many children's views in one push (engine.push_tagged)."""
+        found: dict[str, tuple[Part, set[str]]] = {}
+        for topic in topics:
             for part in self.reading(reader, topic):
-                found.setdefault(part.managed.query_id, (part, []))[1].append((topic, rows))
+                found.setdefault(part.managed.query_id, (part, set()))[1].add(topic)
         return list(found.values())
 
     def still_read(self) -> set[tuple[str, str, str]]:

@@ -52,10 +52,10 @@ from dsp.engine import (
     SourceOp,
     SourceProgress,
     UnionOp,
+    advance_topics,
     group_rows,
-    sources_under,
 )
-from dsp.kafka_source import TOPIC_COLUMN
+from dsp.topic_batch import TOPIC_COLUMN
 
 LATE = "__late"
 
@@ -181,17 +181,15 @@ def push(root: Operator, batch: BatchOnSpark, together: bool = False) -> pa.Tabl
 
 
 def _push_aggregate(root: AggregateOp, batch: BatchOnSpark, together: bool) -> pa.Table | None:
-    befores: dict[str, int | None] = {}
-    weighted, first = False, root.child.bound()
-    for topic in batch.topics:
-        readers = [s for s in sources_under(root) if s.reads(topic, batch.names)]
-        if not readers:
-            continue
-        befores[topic] = first if together else root.child.bound()
-        for source in readers:
-            progress = batch.progress_of(source, topic)
-            weighted = weighted or progress.triaged_span is not None
-            source.advance(topic, progress)
+    weighted = False
+
+    def progress(source: SourceOp, topic: str) -> SourceProgress:
+        nonlocal weighted
+        found = batch.progress_of(source, topic)
+        weighted = weighted or found.triaged_span is not None
+        return found
+
+    befores = advance_topics(root, batch.topics, batch.names, progress, together)
     if not befores:
         return None
     rows = _rows(root.child, batch, set(befores), weighted)

@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dsp.kafka_source import TOPIC_COLUMN
+from dsp.topic_batch import TOPIC_COLUMN
 
 
 def archived_frame(spark: SparkSession, stored: Sequence[tuple[str, str | pa.Table]],

@@ -404,7 +404,7 @@ def test_spark_reads_the_past_of_whole_batch_files_and_of_a_topics_own_files(spa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dsp.kafka_source import TOPIC_COLUMN
+    from dsp.topic_batch import TOPIC_COLUMN
     from dsp.spark_past import archived_frame
 
     whole = str(tmp_path / "whole.parquet")

@@ -243,7 +243,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
 def test_a_batch_of_several_topics_splits_by_topic_in_the_readers_order():
     import pyarrow as pa
 
-    from dsp.kafka_source import TOPIC_COLUMN, by_topic
+    from dsp.topic_batch import TOPIC_COLUMN, by_topic
 
     table = pa.table({"n": [1, 2, 3, 4], TOPIC_COLUMN: ["b", "a", "b", "c"]})
     split = by_topic(table, ["a", "b"])   # "c" is no longer read
@@ -262,7 +262,7 @@ def test_a_parents_batch_is_archived_whole_and_a_part_over_the_past_reads_it_and
     import pyarrow as pa
 
     from base.plan import PROGRESS_COLUMN
-    from dsp.kafka_source import TOPIC_COLUMN
+    from dsp.topic_batch import TOPIC_COLUMN
 
     children = [f"hifi.view.arch{n}.v" for n in range(3)]
     live_out, past_out = "hifi.rqs.arch-live.parent", "hifi.rqs.arch-past.parent"

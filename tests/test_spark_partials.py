@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from base.plan import to_json
 from dsp.engine import AggregateOp, Operator, build, sources_under
-from dsp.kafka_source import TOPIC_COLUMN
+from dsp.topic_batch import TOPIC_COLUMN
 from dsp.spark_partials import BatchOnSpark, computable, push
 from glue.analyzer import analyze
 from glue.planner import plan_query
