@@ -6,6 +6,8 @@ import math
 import os
 import time
 
+import pytest
+
 from base.part_spec import PartSpec
 from base.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
 from dsp.compiler import Ingest
@@ -274,19 +276,61 @@ def test_an_owners_consumer_reads_its_topics_in_turn_keeping_them_assigned_and_i
     assert key not in range_fetch._consumers
 
 
-def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spark, tmp_path):
-    """dsp.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
-    Spark logged for it (dsp.offset_log): the same rows, of the same types, as Spark's tasks read."""
-    from dsp.compiler import CompileContext, kafka_stream, reader_options
-    from dsp.kafka_source import local_reader, take_handoff
-    from dsp.offset_log import batch_bounds
+def _publish_views(bootstrap, topics, first, count):
+    """`count` batches of a view's rows on each topic, each followed by its marker; and one record
+    that is no row batch (refused by both paths)."""
+    import datetime as dt
+
+    from dsp.kafka_sink import new_run, send_marker, send_rows
+
+    producer, run, now = bus.make_producer(bootstrap), new_run(), int(time.time() * 1000)
+    futures = []
+    for n in range(first, first + count):
+        for i, topic in enumerate(topics):
+            at = dt.datetime.fromtimestamp((now - 20_000 + n * 100) / 1000, dt.UTC)
+            rows = [(at, n), (at, n + 1)]
+            futures += send_rows(producer, topic, f"child{i}", "v", ["ts", "reads"], rows, 2 * n + 1, run)
+            futures.append(send_marker(producer, topic, f"child{i}", "v", 2 * n + 2, now - 20_000 + n * 100, run))
+    futures.append(producer.send(topics[-1], value=b"not a row batch"))
+    bus.deliver(producer, futures)
+    producer.close()
+
+
+def _raw_reader(spark, servers, tmp_path):
+    from dsp.compiler import CompileContext, reader_options
     from wire.intake import IntakeRules
 
     raw = "hifi.raw.driver-read"
     bus.ensure_topics(servers.bootstrap, [raw])
-    _publish_cycles(servers.bootstrap, raw, 0, 20)
     options = reader_options(CompileContext(spark, servers.bootstrap, intake=IntakeRules(),
                                             handoff_dir=str(tmp_path / "handoff")), (raw,), "rfid")
+    return options, lambda first: _publish_cycles(servers.bootstrap, raw, first, 20), 3 * 20
+
+
+def _views_reader(spark, servers, tmp_path):
+    from dsp.compiler import CompileContext, reader_options
+    from wire.intake import IntakeRules
+
+    topics = tuple(f"hifi.view.child{i}.v" for i in range(3))
+    bus.ensure_topics(servers.bootstrap, list(topics))
+    options = reader_options(CompileContext(spark, servers.bootstrap, intake=IntakeRules(),
+                                            handoff_dir=str(tmp_path / "handoff")), topics, "rows",
+                             [("ts", "timestamp"), ("reads", "long")], markers=True, event_time="ts")
+    options["topic_column"] = "true"
+    return options, lambda first: _publish_views(servers.bootstrap, topics, first // 20, 4), 3 * 4 * 3
+
+
+@pytest.mark.parametrize("reader", [_raw_reader, _views_reader], ids=["raw", "children's views"])
+def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spark, tmp_path, reader):
+    """dsp.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
+    Spark logged for it (dsp.offset_log): the same rows, of the same types, as Spark's tasks read —
+    a raw topic's, and several children's views at once, each row with its topic."""
+    from dsp.compiler import kafka_stream
+    from dsp.kafka_source import local_reader, take_handoff
+    from dsp.offset_log import batch_bounds
+
+    options, publish, rows_each = reader(spark, servers, tmp_path)
+    publish(0)
     here, checkpoint, compared = local_reader(options), str(tmp_path / "spark"), []
 
     def both(batch, batch_id):
@@ -298,14 +342,14 @@ def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spar
     try:
         wait_for(lambda: compared, 60, "the first batch")
         for first in (20, 40):   # later batches: bounds in the log
-            _publish_cycles(servers.bootstrap, raw, first, 20)
-            expected = (first + 20) * 3
+            publish(first)
+            expected = rows_each * (first // 20 + 1)
             wait_for(lambda n=expected: sum(t.num_rows for t, _ in compared) >= n, 60, "the batch")
     finally:
         query.stop()
     assert compared[0][1] is None   # batch 0: its start is not logged, Spark reads it
     later = compared[1:]
-    assert sum(t.num_rows for t, _ in later) == 120
+    assert sum(t.num_rows for t, _ in later) == 2 * rows_each
     for by_spark, by_driver in later:
         assert by_driver is not None
         assert by_driver.to_pylist() == by_spark.to_pylist()
@@ -404,8 +448,8 @@ def test_spark_reads_the_past_of_whole_batch_files_and_of_a_topics_own_files(spa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dsp.topic_batch import TOPIC_COLUMN
     from dsp.spark_past import archived_frame
+    from dsp.topic_batch import TOPIC_COLUMN
 
     whole = str(tmp_path / "whole.parquet")
     pq.write_table(pa.table({"n": [1, 2, 3], TOPIC_COLUMN: ["a", "b", "c"]}), whole)
