@@ -57,8 +57,8 @@ class ProcessStream:
     _homes: dict[str, ProcessStream] = {}
     _homes_lock = threading.Lock()
 
-    def __init__(self, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int) -> None:
-        self.home, self.bootstrap = home, bootstrap
+    def __init__(self, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int, raw_every_ms: int = 0) -> None:
+        self.home, self.bootstrap, self.raw_every_ms = home, bootstrap, raw_every_ms
         # its directory is `home`; its Spark query is named after it (unique in the session)
         self.manager = DSPManager(spark, os.path.basename(home), bootstrap, os.path.dirname(home),
                                   trigger_ms=trigger_ms)
@@ -72,12 +72,14 @@ class ProcessStream:
         self._running = False
 
     @classmethod
-    def at(cls, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int) -> ProcessStream:
-        """The stream of `home` in this process (made on first use)."""
+    def at(cls, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int,
+           raw_every_ms: int = 0) -> ProcessStream:
+        """The stream of `home` in this process (made on first use): it polls every `trigger_ms`,
+        and reads raw topics' new records every `raw_every_ms` (dsp.kafka_source.paced_ends)."""
         with cls._homes_lock:
             found = cls._homes.get(home)
             if found is None:
-                found = cls._homes[home] = cls(spark, home, bootstrap, trigger_ms)
+                found = cls._homes[home] = cls(spark, home, bootstrap, trigger_ms, raw_every_ms)
             return found
 
     # ------------------------------------------------------------ lanes
@@ -155,7 +157,7 @@ class ProcessStream:
 
     def _start(self, writer: Callable):
         options = {"bootstrap": self.bootstrap, "format": OFFSETS_ONLY, "topics": "",
-                   "topics_file": self._lanes_path()}
+                   "topics_file": self._lanes_path(), "raw_every_ms": str(self.raw_every_ms)}
         return writer(kafka_stream(self.manager.spark, options)).foreachBatch(
             lambda batch, batch_id: self._batch(batch_id)).start()
 

@@ -117,20 +117,21 @@ class SharedRuntime:
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.lane_order = lane_order
         self.relations, self.ingest = relations, ingest
-        # the stream polls twice as often as the node's trigger: a level's wait for the next
-        # trigger goes from ~0.5 to ~0.25 s. A batch of a few records costs ~0.2 s now that the
-        # driver reads it (~0.8 s before); measured for the raw readers on the pipeline bench's
-        # hierarchy: the doors emit 0.5 s sooner (2.13 -> 1.65 s after a window's end) for
-        # 1.71 -> 1.78 cores. A quarter (250 ms), measured 2026-11-28: region p50 3.31 -> 2.80 s for
-        # 0.36 -> 0.60 cores in that hierarchy (each batch's fixed work in every lane, twice as often),
-        # the fan-in bench's parent adding 0.31 / 0.47 s at 4 / 64 children for 0.10 / 0.20 cores
-        # (0.58 / 0.78 s and 0.07 / 0.19 at half): not the default; `--trigger-ms 500` chooses it
-        self.reader_trigger_ms = max(100, trigger_ms // 2)
+        # The stream polls four times as often as the node's trigger and reads raw topics every
+        # other poll (dsp.kafka_source.paced_ends): readers write raw topics all the time, and a
+        # batch's fixed work in every lane twice as often cost the pipeline bench's hierarchy
+        # 0.36 -> 0.60 cores at a 250 ms poll (2026-11-28); a child's view, a partial or a marker
+        # comes once a window, and a parent waiting for the next poll is what a level adds to a
+        # window's latency. Spark's triggers fall on multiples of their interval, so a child's
+        # emit lands just after a tick and waits for the next: at a 500 ms poll the fan-in
+        # bench's parent added 0.56-0.61 s (p50 at 4 and 64 children, one run), 0.31-0.47 s at 250.
+        self.reader_trigger_ms = max(100, trigger_ms // 4)
+        raw_every_ms = max(self.reader_trigger_ms, trigger_ms // 2)
         self.spark_queries = DSPManager(spark, node_id, bootstrap, state_dir, relations, trigger_ms, None, intake,
                                         mdr_url)
         state = self.spark_queries.state_dir
         home = stream_home or os.path.join(state, f"{node_id}.stream")
-        self.stream = ProcessStream.at(spark, home, bootstrap, self.reader_trigger_ms)
+        self.stream = ProcessStream.at(spark, home, bootstrap, self.reader_trigger_ms, raw_every_ms)
         self._locks = ControlFirstLock()   # a deploy or cancel goes before the next batch
         os.makedirs(state, exist_ok=True)
         self.checkpoint = BatchCheckpoint(state, node_id)   # fences, parts' state, intent
