@@ -100,6 +100,7 @@ from pyspark.sql.types import (
 )
 
 from base.plan import PROGRESS_COLUMN
+from dsp.poll_pace import LANE_SEPARATOR, PollPace
 from dsp.topic_batch import TOPIC_COLUMN
 from dsp.triage import Triage
 from wire import bus, range_fetch
@@ -128,7 +129,7 @@ from wire.intake import (
     arrival_ms,
     rows_problem,
 )
-from wire.topics import dead_topic, raw_topic
+from wire.topics import dead_topic
 
 if TYPE_CHECKING:
     from mdr.repository import MDR
@@ -173,7 +174,6 @@ def _key(topic: str, partition: int) -> str:
     return bus.offset_key(topic, partition)
 
 
-LANE_SEPARATOR = "|"   # in no topic's name and no node's
 
 
 def lane_offset_key(lane: str, key: str) -> str:
@@ -183,26 +183,6 @@ def lane_offset_key(lane: str, key: str) -> str:
     'wh/read:node|hifi.view.d1.v:0'
     """
     return f"{lane}{LANE_SEPARATOR}{key}"
-
-
-RAW_TOPICS = raw_topic("")   # the prefix of the topics readers write
-
-
-def paced_ends(ends: Mapping[str, int], start: Mapping[str, int], raw_due: bool) -> dict[str, int]:
-    """A stream of lanes' ends for its next batch: a raw topic's held where the last batch ended
-    until its turn (`raw_due`), every other topic's as they are now. Readers write raw topics all
-    the time, so their batches keep the node's pace; what else a node reads (children's views and
-    partials, markers) comes once a window, and is read at the stream's next poll.
-
-    >>> paced_ends({"a|hifi.raw.d1:0": 9, "a|hifi.view.d1.v:0": 4}, {"a|hifi.raw.d1:0": 5}, raw_due=False)
-    {'a|hifi.raw.d1:0': 5, 'a|hifi.view.d1.v:0': 4}
-    >>> paced_ends({"a|hifi.raw.d1:0": 9}, {"a|hifi.raw.d1:0": 5}, raw_due=True)
-    {'a|hifi.raw.d1:0': 9}
-    """
-    if raw_due:
-        return dict(ends)
-    return {key: start.get(key, end) if key.partition(LANE_SEPARATOR)[2].startswith(RAW_TOPICS) else end
-            for key, end in ends.items()}
 
 
 def lanes_of(offsets: Mapping[str, int]) -> dict[str, dict[str, int]]:
@@ -460,8 +440,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self.topics_file = options.get("topics_file", "")
         self._topics_seen = b""   # the topics file as last read
         self.lanes: dict[str, frozenset[str]] = {}   # OFFSETS_ONLY: each lane's topics
-        self.raw_every_ms = int(options.get("raw_every_ms", "0"))   # OFFSETS_ONLY: see paced_ends
-        self._raw_slot = -1
+        self.pace = PollPace(int(options.get("raw_every_ms", "0")))   # OFFSETS_ONLY: what each poll lets in
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)
@@ -484,20 +463,12 @@ class KafkaStreamReader(DataSourceStreamReader):
         lanes (OFFSETS_ONLY): each lane's partitions' ends."""
         self._follow_topics()
         if self.format == OFFSETS_ONLY:
-            return paced_ends(self._lane_ends(), start, self._raw_due())
+            time.sleep(self.pace.wait_ms(int(time.time() * 1000)) / 1000)
+            return self.pace.ends(self._lane_ends(), start, int(time.time() * 1000))
         ends = self._offsets("latest")
         new = [key for key in ends if key not in start]
         begins = self._offsets("earliest") if any(key not in self.first for key in new) else {}
         return {key: end if key in start else self.first.get(key, begins.get(key, 0)) for key, end in ends.items()}
-
-    def _raw_due(self) -> bool:
-        """Whether raw topics' new records go into this batch: once every `raw_every_ms` of the
-        clock (0: every batch)."""
-        if not self.raw_every_ms:
-            return True
-        slot = int(time.time() * 1000) // self.raw_every_ms
-        due, self._raw_slot = slot != self._raw_slot, slot
-        return due
 
     def _lane_ends(self) -> dict:
         """Every lane's partitions' ends now, one request for all their topics."""

@@ -117,14 +117,8 @@ class SharedRuntime:
         self.spark, self.node_id, self.bootstrap = spark, node_id, bootstrap
         self.lane_order = lane_order
         self.relations, self.ingest = relations, ingest
-        # The stream polls four times as often as the node's trigger and reads raw topics every
-        # other poll (dsp.kafka_source.paced_ends): readers write raw topics all the time, and a
-        # batch's fixed work in every lane twice as often cost the pipeline bench's hierarchy
-        # 0.36 -> 0.60 cores at a 250 ms poll (2026-11-28); a child's view, a partial or a marker
-        # comes once a window, and a parent waiting for the next poll is what a level adds to a
-        # window's latency. Spark's triggers fall on multiples of their interval, so a child's
-        # emit lands just after a tick and waits for the next: at a 500 ms poll the fan-in
-        # bench's parent added 0.56-0.61 s (p50 at 4 and 64 children, one run), 0.31-0.47 s at 250.
+        # the stream polls four times as often as the node's trigger, raw topics every other
+        # poll (dsp.poll_pace: why, and what it was measured to cost and save)
         self.reader_trigger_ms = max(100, trigger_ms // 4)
         raw_every_ms = max(self.reader_trigger_ms, trigger_ms // 2)
         self.spark_queries = DSPManager(spark, node_id, bootstrap, state_dir, relations, trigger_ms, None, intake,
