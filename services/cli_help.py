@@ -11,7 +11,8 @@ DESCRIPTIONS: dict[str, str] = {
         'reads: alerts, trends, and the mote-quality rows of faulty motes). `--duration` stops cleanly after '
         'S seconds; `--receptor-dir` is where the agents write `readings.jsonl` and `truth.jsonl` (default '
         "`<state dir>/receptors`); `--trigger-ms` is every query's micro-batch interval (default 1000; a "
-        "node's shared readers poll its inputs at half of it). `--processes` runs each node as a `hifi node` "
+        "node's stream polls its inputs at a quarter of it, its raw topics at half). `--processes` runs each "
+        "node as a `hifi node` "
         'process of its own (its own Spark; its log at `<state dir>/<node>.log`) under a supervisor that '
         'starts a node process that dies again after 0.25 s, from a warm spare process it keeps beside the '
         'nodes (`hifi node --standby`, started 15 s after the nodes and 15 s after each use); by default '
