@@ -7,9 +7,9 @@ every lane at every poll nearly doubled the default hierarchy's CPU (0.36 -> 0.6
 go into the next batch: Spark's triggers fall on multiples of their interval, so a child's emit
 (itself made on a tick) lands just after its parent's tick and waited a whole 500 ms poll; at
 250 ms the fan-in bench's parent adds ~0.3 s instead of ~0.6. A stream with nothing new in any
-topic for QUIET_POLLS polls waits for the raw topics' next turn before it asks again (an idle
-process polls every `raw_every_ms`, as before: `hifi bench idle` 0.005 cores at 500 ms, 0.011 at
-250 without this). Pure: the clock is passed in.
+topic for QUIET_MS waits for the raw topics' next turn before it asks again: an idle process polls
+every `raw_every_ms`, as before (`hifi bench idle` 0.005 cores at a 500 ms poll, 0.011 at 250
+without this). Pure: the clock is passed in.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from wire.topics import raw_topic
 
 RAW_TOPICS = raw_topic("")   # the prefix of the topics readers write
 LANE_SEPARATOR = "|"         # a lane's offsets are keyed "<lane>|<topic>:<partition>" (in no topic's name, no node's)
-QUIET_POLLS = 4
+# A stream that found nothing new for this long polls at the raw topics' pace: long enough that a
+# parent whose children emit every few seconds never slows (between emits its inputs are quiet)
+QUIET_MS = 10_000
 
 
 def paced_ends(ends: Mapping[str, int], start: Mapping[str, int], raw_due: bool) -> dict[str, int]:
@@ -48,25 +50,25 @@ class PollPace:
     ({'a|hifi.raw.d1:0': 9}, 0)
     >>> pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 9}, now_ms=1_250)   # not its turn
     {'a|hifi.raw.d1:0': 9}
-    >>> for now in (1_500, 1_750, 2_000, 2_250):   # nothing new, four polls
-    ...     _ = pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, now_ms=now)
-    >>> pace.wait_ms(now_ms=2_250)   # quiet: the next poll waits for the raw topics' turn
-    250
+    >>> _ = pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, now_ms=1_500)
+    >>> pace.wait_ms(now_ms=9_250), pace.wait_ms(now_ms=11_250)   # nothing new since 1.25 s: quiet from 11.25 s
+    (0, 250)
     """
 
     raw_every_ms: int
     raw_slot: int = -1
-    quiet: int = 0   # polls in a row that found nothing new in any topic
+    news_ms: int = 0   # when a poll last found something new in some topic
 
     def wait_ms(self, now_ms: int) -> int:
         """How long the next poll should wait first: till the raw topics' next turn when quiet."""
-        if not self.raw_every_ms or self.quiet < QUIET_POLLS:
+        if not self.raw_every_ms or now_ms - self.news_ms < QUIET_MS:
             return 0
         return -now_ms % self.raw_every_ms
 
     def ends(self, ends: Mapping[str, int], start: Mapping[str, int], now_ms: int) -> dict[str, int]:
         """The ends of this poll's batch (`paced_ends`), given every topic's `ends` now."""
-        self.quiet = 0 if any(start.get(key) != end for key, end in ends.items()) else self.quiet + 1
+        if any(start.get(key) != end for key, end in ends.items()):
+            self.news_ms = now_ms
         slot = now_ms // self.raw_every_ms if self.raw_every_ms else self.raw_slot + 1
         due, self.raw_slot = slot != self.raw_slot, slot
         return paced_ends(ends, start, due)
