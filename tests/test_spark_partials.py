@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from base.plan import to_json
 from dsp.engine import AggregateOp, Operator, build, sources_under
-from dsp.topic_batch import TOPIC_COLUMN
 from dsp.spark_partials import BatchOnSpark, computable, push
+from dsp.topic_batch import TOPIC_COLUMN
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError
