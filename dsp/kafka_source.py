@@ -79,7 +79,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -172,8 +172,6 @@ def marker_row(schema: StructType, watermark_ms: int) -> tuple:
 
 def _key(topic: str, partition: int) -> str:
     return bus.offset_key(topic, partition)
-
-
 
 
 def lane_offset_key(lane: str, key: str) -> str:
@@ -299,13 +297,17 @@ class RangeDecoder:
         """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
         checks is refused (dead-lettered with its reason by the reader that owns that, counted,
         and skipped), so no record can stop a query."""
-        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
         records = prefetched if prefetched is not None else range_fetch.read_range(
             self.bootstrap, partition.topic, partition.partition, partition.start, partition.end)
         schema = arrow_schema(self.schema)
+        if self.format == "rows":
+            rows = self.view_rows(partition, records)
+            for at in range(0, len(rows), self.ROWS_PER_ARROW_BATCH):
+                yield _to_arrow(rows[at:at + self.ROWS_PER_ARROW_BATCH], schema)
+            return
+        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
         names = self.schema.fieldNames()
         ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
-        refused: list[Refusal] = []
         rows: list[tuple] = []
         cycles: list[RawCycle] = []   # rfid: read cycles, decoded a chunk at a time (wire.cycle_columns)
         cycle_bytes = 0
@@ -330,11 +332,8 @@ class RangeDecoder:
                 if cycle_bytes >= self.CYCLE_BYTES_PER_CHUNK:
                     yield from self._cycle_batches(cycles, partition.partition, recent, ingest)
                     cycles, cycle_bytes = [], 0
-            elif self.format == "samples":
-                if is_sensor_batch(record.headers):
-                    rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
-            else:
-                self._view_record(record, arrival, recent, names, rows, refused)
+            elif is_sensor_batch(record.headers):   # samples
+                rows.extend(decode_sample_rows(record.value, names[1:-1], arrival, self.rules, self.heartbeats)[0])
             if len(rows) >= self.ROWS_PER_ARROW_BATCH:
                 yield _to_arrow(rows, schema)
                 rows = []
@@ -354,36 +353,29 @@ class RangeDecoder:
             recent.reached(partition.end)
         if ingest is not None:
             ingest.flush(self.bootstrap, self.ingest_node, self.mdr_url)
-        if refused and self.rules.node:
-            dead_letter_once(self.bootstrap, self.mdr_url, self.rules.node, partition.topic, partition.partition,
-                             refused)
 
-    def _view_record(self, record, arrival: int, recent: RecentCycles | None, names: list[str], rows: list[tuple],
-                     refused: list[Refusal]) -> None:
-        """A record of a child's view: its rows (or its marker's) added to `rows`, or it refused."""
-        batch, problem = parse_row_batch(record.value)
-        if batch is not None:
-            # a batch its producer sent again (it crashed before recording it) is dropped
-            earlier = recent.seen(batch.identity, record.offset) if batch.identity and recent else None
-            problem = (f"{DUPLICATE_BATCH} {batch.batch_id} (chunk {batch.chunk}) of {batch.producer}/"
-                       f"{batch.stream} (as at offset {earlier})" if earlier is not None
-                       else self._batch_problem(batch, arrival))
-        if problem:
-            refused.append(Refusal(record.offset, problem, record.value or b""))
-        elif batch.rows:
-            rows.extend(project_rows(batch, names))
-        elif self.markers and batch.watermark_ms:
-            rows.append(marker_row(self.schema, batch.watermark_ms))
-
-    def view_rows(self, partition: OffsetRange, records: list) -> list[tuple]:
-        """A range of a child's view topic as row tuples (the reader's columns), refusals
-        dead-lettered as `rows` does: the driver converts a small batch's ranges at once (read_here)."""
+    def view_rows(self, partition: OffsetRange, records: Iterable) -> list[tuple]:
+        """A range of a child's view topic as row tuples (the reader's columns): each record's rows,
+        or its marker's row, or it refused (dead-lettered). The driver converts a small batch's
+        ranges at once (read_here); `rows` a range's."""
         recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
         names, now_ms = self.schema.fieldNames(), int(time.time() * 1000)
         rows: list[tuple] = []
         refused: list[Refusal] = []
         for record in records:
-            self._view_record(record, arrival_ms(record.timestamp, now_ms), recent, names, rows, refused)
+            batch, problem = parse_row_batch(record.value)
+            if batch is not None:
+                # a batch its producer sent again (it crashed before recording it) is dropped
+                earlier = recent.seen(batch.identity, record.offset) if batch.identity and recent else None
+                problem = (f"{DUPLICATE_BATCH} {batch.batch_id} (chunk {batch.chunk}) of {batch.producer}/"
+                           f"{batch.stream} (as at offset {earlier})" if earlier is not None
+                           else self._batch_problem(batch, arrival_ms(record.timestamp, now_ms)))
+            if problem:
+                refused.append(Refusal(record.offset, problem, record.value or b""))
+            elif batch.rows:
+                rows.extend(project_rows(batch, names))
+            elif self.markers and batch.watermark_ms:
+                rows.append(marker_row(self.schema, batch.watermark_ms))
         if recent is not None:
             recent.reached(partition.end)
         if refused and self.rules.node:

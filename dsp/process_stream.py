@@ -75,7 +75,7 @@ class ProcessStream:
     def at(cls, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int,
            raw_every_ms: int = 0) -> ProcessStream:
         """The stream of `home` in this process (made on first use): it polls every `trigger_ms`,
-        and reads raw topics' new records every `raw_every_ms` (dsp.kafka_source.paced_ends)."""
+        and reads raw topics' new records every `raw_every_ms` (dsp.poll_pace)."""
         with cls._homes_lock:
             found = cls._homes.get(home)
             if found is None:

@@ -4,7 +4,8 @@ A parent of N children reads their N view topics through one Spark streaming que
 (dsp.node_inputs); the batch holds every child's rows, tagged with their topic (TOPIC_COLUMN).
 Parts evaluate it in one of two ways (dsp.engine): whole, the topic a column like any other
 (an Aggregate over children's views: `AggregateOp.push_tagged`), or split into one table per topic
-(`pieces`) for operators whose state takes rows in order (patterns, window joins). Both see the
+(`pieces`) for the rest (patterns and window joins, whose state takes rows in order; annotated
+aggregates; raw sources). Both see the
 same rows in the same order and judge a row late against the bound before its topic's rows.
 
 Measured on a parent of 64 children (one row and one marker a child a batch, 2 batches/s): split
