@@ -338,6 +338,9 @@ class JoinBound:
 
 # The event time of a joined row (WindowJoin): the newest of its inputs' rows' times.
 JOIN_TIME = "ts"
+# ... and the oldest: a query reading a join another query started keeps the rows it would have
+# joined itself, those whose every row is from its own start on (glue.rewrite.distribute)
+JOIN_OLDEST = "__oldest_ts"
 
 
 @dataclass(frozen=True)
@@ -345,7 +348,8 @@ class WindowJoin:
     """A window join of several inputs (STEAM's W-join; base.window_join): every combination of one
     row per input whose `keys` are equal (qualified column pairs) and whose times meet `bounds`
     (between aliases). A joined row holds each input's columns as `<alias>.<column>` (all but its
-    event time column EVENT_TIME) and JOIN_TIME, the newest of its rows' times."""
+    event time column EVENT_TIME), JOIN_OLDEST, the oldest of its rows' times, and JOIN_TIME, the
+    newest."""
 
     children: tuple[Plan, ...]
     aliases: tuple[str, ...]
@@ -514,7 +518,7 @@ def _join_columns(plan: WindowJoin) -> tuple[Column, ...]:
     for bound in plan.bounds:
         if {bound.left, bound.right} - set(plan.aliases) or bound.left == bound.right:
             raise PlanError(f"window join: a bound between {bound.left!r} and {bound.right!r}, not two inputs")
-    return (*out, (JOIN_TIME, "timestamp"))
+    return (*out, (JOIN_OLDEST, "timestamp"), (JOIN_TIME, "timestamp"))
 
 
 # each operator's columns, checked (output_columns)
@@ -550,8 +554,9 @@ def event_time_column(plan: Plan) -> str | None:
 
 def carries_markers(columns: Sequence[str]) -> bool:
     """Whether a part's output goes out with progress markers (dsp.progress): rows a reader orders
-    by window_start, or a selection's rows by their event time (an event pattern above waits for them)."""
-    return "window_start" in columns or EVENT_TIME in columns
+    by window_start, a selection's rows by their event time (an event pattern above waits for
+    them), or a join's (a final part windows them)."""
+    return "window_start" in columns or EVENT_TIME in columns or JOIN_OLDEST in columns
 
 
 def window_of(plan: Plan) -> Window | None:

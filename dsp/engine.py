@@ -53,6 +53,7 @@ from base.mote_quality import MoteQuality, judge_periods
 from base.plan import (
     ERROR_BOUND,
     EVENT_TIME,
+    JOIN_OLDEST,
     JOIN_TIME,
     PROGRESS_COLUMN,
     SAMPLE_QUANTITIES,
@@ -475,9 +476,12 @@ class WindowJoinOp(Operator):
                 for name, _ in child.columns:
                     if name != EVENT_TIME:
                         values[f"{alias}.{name}"].append(row[name])
-            values[JOIN_TIME].append(max(t for t, _ in combination.values()))
-        arrays = [pa.array(values[name], arrow_type(kind)) for name, kind in self.columns[:-1]]
-        return pa.Table.from_arrays([*arrays, timestamps(values[JOIN_TIME])], schema=self.schema)
+            times = [t for t, _ in combination.values()]
+            values[JOIN_OLDEST].append(min(times))
+            values[JOIN_TIME].append(max(times))
+        arrays = [pa.array(values[name], arrow_type(kind)) for name, kind in self.columns[:-2]]
+        return pa.Table.from_arrays([*arrays, timestamps(values[JOIN_OLDEST]), timestamps(values[JOIN_TIME])],
+                                    schema=self.schema)
 
     def bound(self) -> int | None:
         """No joined row to come is older than the oldest input's bound: its newest row is one

@@ -78,8 +78,8 @@ def _split(root: Operator) -> tuple[list[Operator], AggregateOp | None]:
 
 
 def _prefix_computable(op: Operator) -> bool:
-    if isinstance(op, SourceOp):
-        return True
+    if isinstance(op, SourceOp):   # not a join's rows: Spark reads `a.tag_id` as a field of `a`
+        return not any("." in name for name, _ in op.columns)
     if isinstance(op, UnionOp):
         return all(_prefix_computable(child) for child in op.children)
     if isinstance(op, FilterOp):

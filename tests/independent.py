@@ -134,6 +134,16 @@ def _view_windowed(range_ms: int, slide_ms: int, where: str = "TRUE") -> str:
             f"AS window_start FROM smoothed_rfid_stream WHERE {where})")
 
 
+def _pairs_across_doors(range_ms: int, aggregates: str) -> str:
+    """A tag's reads at door1 and at door2 within a second of each other, per tumbling window of
+    the pair's time (its newer read's)."""
+    return (f"SELECT window_start, window_start + {range_ms} AS window_end, {aggregates} FROM ("
+            f"SELECT a.tag_id AS a_tag, unnest(window_starts(greatest(a.ts, b.ts), {range_ms}, {range_ms})) "
+            "AS window_start FROM rfid_stream a, rfid_stream b WHERE a.tag_id = b.tag_id "
+            "AND b.ts BETWEEN a.ts - 1000 AND a.ts + 1000 AND a.receptor_id IN ('door1-r1', 'door1-r2') "
+            "AND b.receptor_id IN ('door2-r1', 'door2-r2')) GROUP BY window_start")
+
+
 ONE_RECEPTOR, OTHER_RECEPTOR = "receptor_id = 'door1-r1'", "receptor_id = 'door1-r2'"
 TWO_DOORS = "receptor_id IN ('door1-r2', 'door2-r1')"
 TWINS: dict[str, str] = {
@@ -190,8 +200,125 @@ TWINS: dict[str, str] = {
         "SELECT window_start, window_start + 2000 AS window_end, receptor_id, "
         "count(DISTINCT tag_id)::DOUBLE / count(*) AS distinct_share "
         f"FROM {_windowed(2000, 2000, 'cleaned_rfid_stream')} GROUP BY window_start, receptor_id",
+    "a window join: tags read at door1 and at door2 within a second, counted per window":
+        _pairs_across_doors(4000, "count(DISTINCT a_tag) AS tags, count(*) AS pairs"),
+    "a second window join over the same inputs, windows of its own: it reads the first one's joined rows":
+        _pairs_across_doors(2000, "count(*) AS pairs"),
     "sensor_stream: the dock motes' temperature and humidity per mote (their door is the root)":
         "SELECT window_start, window_start + 4000 AS window_end, receptor_id, avg(temperature) AS temperature, "
         f"max(humidity) AS humidity, count(*) AS samples FROM {_windowed(4000, 2000, 'sensor_stream')} "
         "GROUP BY window_start, receptor_id",
 }
+
+
+# Each window join's DuckDB twin (tests/test_stream_joins.py's SENSOR_JOINS and RFID_JOINS, by
+# name), its columns named and ordered as the query's. A joined row's time is the newest of its rows' times (a
+# view's rows: their window_start); a window on the first source windows the joined rows by it.
+def _joined_windows(range_ms: int, slide_ms: int, rows: str, times: str) -> str:
+    return f"(SELECT *, unnest(window_starts(greatest({times}), {range_ms}, {slide_ms})) AS window_start FROM {rows})"
+
+
+def _product_counts() -> str:
+    """The default topology's product_counts view: per window, each tag goes to the receptor with
+    the most smoothed reads of it (ties: the smallest id); a receptor's row counts the tags it won."""
+    return ("(SELECT window_start, receptor_id, count(DISTINCT tag_id) AS tags FROM ("
+            "  SELECT window_start, receptor_id, tag_id, row_number() OVER (PARTITION BY window_start, tag_id "
+            "    ORDER BY sum(reads) DESC, receptor_id) AS place "
+            "  FROM smoothed_rfid_stream GROUP BY window_start, receptor_id, tag_id) WHERE place = 1 "
+            "GROUP BY window_start, receptor_id)")
+
+
+JOIN_TWINS: dict[str, str] = {
+    "2-way, a mote hotter than another within a second after":
+        "SELECT a.receptor_id, b.receptor_id AS other, a.temperature, b.temperature AS hotter, "
+        "greatest(a.ts, b.ts) AS ts FROM sensor_stream a, sensor_stream b WHERE b.ts >= a.ts AND b.ts <= a.ts + 1000 "
+        "AND a.temperature > 35 AND b.temperature > a.temperature AND a.receptor_id != b.receptor_id",
+    "2-way symmetric window, aggregated per mote":
+        "SELECT window_start, window_start + 4000 AS window_end, a_mote AS receptor_id, count(*) AS pairs, "
+        "avg(b_temperature) AS near FROM " + _joined_windows(
+            4000, 4000, "(SELECT a.receptor_id AS a_mote, b.temperature AS b_temperature, a.ts AS a_ts, b.ts AS b_ts "
+            "FROM sensor_stream a, sensor_stream b WHERE b.ts >= a.ts - 500 AND b.ts <= a.ts + 500 "
+            "AND a.receptor_id != b.receptor_id)", "a_ts, b_ts") + " GROUP BY window_start, a_mote",
+    "2-way on an equal key, sliding windows, HAVING":
+        "SELECT window_start, window_start + 6000 AS window_end, mote AS receptor_id, "
+        "max(b_humidity) - min(a_humidity) AS rise FROM " + _joined_windows(
+            6000, 2000, "(SELECT a.receptor_id AS mote, a.humidity AS a_humidity, b.humidity AS b_humidity, "
+            "a.ts AS a_ts, b.ts AS b_ts FROM sensor_stream a, sensor_stream b WHERE a.receptor_id = b.receptor_id "
+            "AND b.ts > a.ts AND b.ts <= a.ts + 2000)", "a_ts, b_ts") +
+        " GROUP BY window_start, mote HAVING count(*) >= 3",
+    "2-way, the time said in WHERE and the other way round":
+        "SELECT a.receptor_id, b.receptor_id AS other, greatest(a.ts, b.ts) AS ts "
+        "FROM sensor_stream a, sensor_stream b WHERE a.ts >= b.ts - 300 AND a.ts <= b.ts "
+        "AND a.humidity > 55 AND b.humidity < 35",
+    "3-way chain, a uniform window":
+        "SELECT a.receptor_id, c.humidity, greatest(a.ts, b.ts, c.ts) AS ts FROM sensor_stream a, sensor_stream b, "
+        "sensor_stream c WHERE b.ts BETWEEN a.ts AND a.ts + 1000 AND c.ts BETWEEN b.ts AND b.ts + 1000 "
+        "AND a.temperature > 38 AND b.temperature > 38 AND c.humidity > 68",
+    "3-way, a window per pair, a key between two":
+        "SELECT a.receptor_id, c.humidity, greatest(a.ts, b.ts, c.ts) AS ts FROM sensor_stream a, sensor_stream b, "
+        "sensor_stream c WHERE b.receptor_id = a.receptor_id AND b.ts > a.ts AND b.ts <= a.ts + 1000 "
+        "AND c.ts BETWEEN b.ts AND b.ts + 600 AND a.temperature > 30 AND b.temperature > 30 AND c.humidity > 60",
+    "3-way, no bound between b and c (bounded through a), counted":
+        "SELECT window_start, window_start + 4000 AS window_end, count(*) AS n, max(c_temperature) AS top "
+        "FROM " + _joined_windows(
+            4000, 4000, "(SELECT c.temperature AS c_temperature, a.ts AS a_ts, b.ts AS b_ts, c.ts AS c_ts "
+            "FROM sensor_stream a, sensor_stream b, sensor_stream c WHERE b.ts BETWEEN a.ts AND a.ts + 1000 "
+            "AND c.ts BETWEEN a.ts - 1000 AND a.ts AND a.temperature > 37 AND b.humidity > 60 AND c.humidity < 30)",
+            "a_ts, b_ts, c_ts") + " GROUP BY window_start",
+    "4-way STEAM spread: door1's motes, then door2's, within travel times":
+        "SELECT a.receptor_id, d.temperature, greatest(a.ts, b.ts, c.ts, d.ts) AS ts FROM sensor_stream a, "
+        "sensor_stream b, sensor_stream c, sensor_stream d WHERE b.ts BETWEEN a.ts AND a.ts + 1000 "
+        "AND c.ts BETWEEN b.ts AND b.ts + 2000 AND d.ts BETWEEN a.ts AND a.ts + 3000 "
+        "AND d.receptor_id = c.receptor_id AND a.receptor_id = 'door1-m1' AND b.receptor_id = 'door1-m2' "
+        "AND c.receptor_id = 'door2-m1' AND a.temperature > 30 AND b.temperature > 30 AND c.temperature > 30",
+    "2-way on a key, a rise between a mote's next samples, the residual over both inputs":
+        "SELECT a.receptor_id, b.temperature - a.temperature AS rise, greatest(a.ts, b.ts) AS ts FROM sensor_stream a, "
+        "sensor_stream b WHERE a.receptor_id = b.receptor_id AND b.ts BETWEEN a.ts + 400 AND a.ts + 600 "
+        "AND b.temperature - a.temperature > 15",
+    "2-way, scoped to one door: placed at that door":
+        "SELECT a.receptor_id, b.receptor_id AS other, greatest(a.ts, b.ts) AS ts "
+        "FROM sensor_stream a, sensor_stream b WHERE b.ts BETWEEN a.ts AND a.ts + 250 "
+        "AND a.receptor_id = 'door1-m1' AND b.receptor_id = 'door1-m2' "
+        "AND a.temperature > b.temperature",
+    "a tag read at door1, then at door2 within 1-3 s":
+        "SELECT a.tag_id, a.receptor_id AS first, b.receptor_id AS then, greatest(a.ts, b.ts) AS ts "
+        "FROM rfid_stream a, rfid_stream b "
+        "WHERE a.tag_id = b.tag_id AND b.ts BETWEEN a.ts + 1000 AND a.ts + 3000 "
+        "AND a.receptor_id = 'door1-r1' AND b.receptor_id = 'door2-r2'",
+    "tags read at both doors within half a second, counted per window":
+        "SELECT window_start, window_start + 4000 AS window_end, count(DISTINCT a_tag) AS tags, count(*) AS pairs "
+        "FROM " + _joined_windows(
+            4000, 4000, "(SELECT a.tag_id AS a_tag, a.ts AS a_ts, b.ts AS b_ts FROM rfid_stream a, rfid_stream b "
+            "WHERE a.tag_id = b.tag_id AND b.ts BETWEEN a.ts - 500 AND a.ts + 500 "
+            "AND a.receptor_id IN ('door1-r1', 'door1-r2') AND b.receptor_id IN ('door2-r1', 'door2-r2'))",
+            "a_ts, b_ts") + " GROUP BY window_start",
+    "a view joined with itself: smoothed at door1, then at door2":
+        "SELECT a.tag_id, b.window_start AS seen, greatest(a.window_start, b.window_start) AS ts "
+        "FROM smoothed_rfid_stream a, "
+        "smoothed_rfid_stream b WHERE a.tag_id = b.tag_id "
+        "AND b.window_start BETWEEN a.window_start + 2000 AND a.window_start + 4000 "
+        "AND a.receptor_id = 'door1-r1' AND b.receptor_id = 'door2-r1'",
+    "a definition-only view (cleaned readings) joined with the raw stream, per-pair sliding windows":
+        "SELECT window_start, window_start + 4000 AS window_end, c_receptor AS receptor_id, "
+        "max(r_strength) AS strongest, count(*) AS pairs FROM " + _joined_windows(
+            4000, 2000, "(SELECT c.receptor_id AS c_receptor, r.read_strength AS r_strength, c.ts AS c_ts, "
+            "r.ts AS r_ts FROM cleaned_rfid_stream c, rfid_stream r WHERE c.tag_id = r.tag_id "
+            "AND r.ts BETWEEN c.ts - 250 AND c.ts AND c.receptor_id != r.receptor_id)", "c_ts, r_ts") +
+        " GROUP BY window_start, c_receptor",
+    "a view joined with a raw stream: each window's counts beside the reads in it":
+        "SELECT p.receptor_id, p.tags, r.tag_id, greatest(p.window_start, r.ts) AS ts FROM " + _product_counts() +
+        " p, rfid_stream r WHERE p.receptor_id = r.receptor_id AND r.ts >= p.window_start "
+        "AND r.ts < p.window_start + 2000 AND r.read_strength > 0.9",
+}
+
+
+def reading_lines(rows: Iterable[tuple[str, str, float, int]], antenna: int = 1) -> list[dict[str, Any]]:
+    """(receptor, tag, strength, ts ms) rows as the readings log has them: one read cycle each."""
+    return [{"receptor": receptor, "t": ts, "reads": [[tag, antenna, strength]]}
+            for receptor, tag, strength, ts in rows]
+
+
+def sample_lines(rows: Iterable[tuple[str, dict[str, float], int]]) -> list[dict[str, Any]]:
+    """(mote, {quantity: value}, ts ms) rows as the readings log has them: one sample each."""
+    return [{"t": ts, "samples": [{"receptor_id": mote, "values": values, "timestamp_ms": ts}]}
+            for mote, values, ts in rows]

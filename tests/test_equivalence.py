@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, carries_markers, output_columns, sources
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, sources
 from dsp.arrow_exprs import arrow_schema
-from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp, build, rows_of, view_batch
+from dsp.bottom_up import BottomUp, Pushes, pushed
+from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation, exported_view
 from glue.planner import plan_query
@@ -87,14 +88,6 @@ def feeding(tasks: list[tuple[str, Plan]], wanted: list[tuple[str, Plan]]) -> li
     return [*reversed(kept), *wanted]
 
 
-Pushes = Callable[[Operator, list[tuple[str, pa.Table]]], list[pa.Table | None]]
-
-
-def pushed(root: Operator, batches: list[tuple[str, pa.Table]]) -> list[pa.Table | None]:
-    """What `root` returns for each (topic, batch), pushed in order (the driver's engine)."""
-    return [root.push(topic, table) for topic, table in batches]
-
-
 def evaluator_state(op: Operator) -> Any:
     """What an evaluator keeps between batches, comparable."""
     if isinstance(op, SourceOp):
@@ -135,10 +128,7 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
     its rows (or its readers' batches: readings and samples), `sentinel` the row (a minute past
     `end_ms`, the data's end) that closes every window of the data; each edge's rows are split
     into `batches` micro-batches; `push` pushes a round's batches into a task's evaluator."""
-    push = push or pushed
-    roots = [(topic, view, build(view, relations)) for topic, view in tasks]
-    markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
-    emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
+    parts = BottomUp(tasks, relations, push or pushed)
     for n in range(batches + 1):
         pending: dict[str, list[pa.Table]] = {}
         for edge, rows in by_edge.items():
@@ -146,19 +136,8 @@ def run_bottom_up(tasks: list[tuple[str, Plan]], by_edge: dict[str, list],
             chunk = rows[n * size:(n + 1) * size] if n < batches else [sentinel(edge, end_ms + 60_000)]
             made = raw(chunk)
             pending[raw_topic(edge)] = made if isinstance(made, list) else [made]
-        for out_topic, view, root in roots:
-            read = dict.fromkeys(topic for source in sources(view) for topic in source.topics)   # a topic once
-            outputs = push(root, [(topic, table) for topic in read for table in pending.get(topic, [])])
-            rows = pa.concat_tables([o for o in outputs if o is not None and o.num_rows]) \
-                if any(o is not None and o.num_rows for o in outputs) else None
-            bound = root.bound()
-            marker = bound if carries_markers(dict(output_columns(view))) and bound is not None and \
-                bound != markers[out_topic] else None
-            markers[out_topic] = bound if marker is not None else markers[out_topic]
-            pending.setdefault(out_topic, []).append(view_batch(output_columns(view), rows, marker))
-            if rows is not None:
-                emitted[out_topic].extend(rows_of(rows))
-    return emitted
+        parts.round(pending)
+    return parts.emitted
 
 
 def without_sentinel(plan, got: list[tuple]) -> list[tuple]:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from base.plan import output_columns, sources
+from dsp.bottom_up import pushed
 from dsp.engine import AggregateOp, Operator, build, takes_whole
 from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
 from glue.analyzer import analyze
@@ -29,7 +30,6 @@ from tests.test_equivalence import (
     START_MS,
     close,
     evaluator_state,
-    pushed,
     queries,
     readings,
     run_bottom_up,

@@ -99,6 +99,10 @@ QUERIES = {
         "JOIN rfid_stream b ON a.tag_id = b.tag_id AND b.ts BETWEEN a.ts - INTERVAL '1' SECOND AND "
         "a.ts + INTERVAL '1' SECOND WHERE a.receptor_id IN ('door1-r1', 'door1-r2') AND "
         "b.receptor_id IN ('door2-r1', 'door2-r2')", "warehouse"),
+    "a second window join over the same inputs, windows of its own: it reads the first one's joined rows": (
+        "SELECT count(*) AS pairs FROM rfid_stream a [range by '2 seconds'] JOIN rfid_stream b "
+        "ON a.tag_id = b.tag_id AND b.ts BETWEEN a.ts - INTERVAL '1' SECOND AND a.ts + INTERVAL '1' SECOND "
+        "WHERE a.receptor_id IN ('door1-r1', 'door1-r2') AND b.receptor_id IN ('door2-r1', 'door2-r2')", "warehouse"),
 }
 
 
@@ -123,6 +127,12 @@ def test_hierarchical_answers_equal_the_reference(hierarchy, submitted, name):
         assert_equal_to_reference(hierarchy, plan, twin=independent.TWINS.get(name))
     finally:
         hierarchy.placement.cancel(plan.query_id)
+
+
+def test_a_window_join_over_a_running_ones_inputs_reads_its_joined_rows(submitted):
+    first, second = (submitted[name] for name in list(QUERIES)[-2:])
+    joins = [[t for t in plan.tasks if t.role == "join"] for plan in (first, second)]
+    assert [t.reused for t in joins[1]] == [True] and joins[0][0].topic == joins[1][0].topic, second.explain()
 
 
 def test_a_second_query_reuses_the_first_ones_views_and_outlives_its_cancel(hierarchy):

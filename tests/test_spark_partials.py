@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from base.plan import to_json
+from dsp.bottom_up import pushed
 from dsp.engine import AggregateOp, Operator, build, sources_under
 from dsp.spark_partials import BatchOnSpark, computable, push
 from dsp.topic_batch import TOPIC_COLUMN
@@ -38,7 +39,6 @@ from tests.test_equivalence import (
     close,
     evaluator_state,
     feeding,
-    pushed,
     queries,
     readings,
     run_bottom_up,

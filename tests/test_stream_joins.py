@@ -17,12 +17,15 @@ from base.window_join import Buffers
 from dsp.arrow_exprs import arrow_schema
 from dsp.engine import WindowJoinOp, build, rows_of, view_batch
 from glue.analyzer import analyze
+from glue.catalog import exported_view
 from glue.planner import plan_query
 from glue.reference import Reference
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from services.judge import as_ms, same_rows
+from services.paths import DEFAULT_TOPOLOGY
+from tests import independent
 from tests.test_equivalence import (
     CATALOG,
     MOTES,
@@ -198,7 +201,7 @@ def test_explain_shows_each_inputs_estimated_rate_and_the_order_it_chooses():
 def test_a_window_join_plan_round_trips_through_json_and_types_its_columns():
     assert from_json(to_json(JOIN)) == JOIN
     assert output_columns(JOIN) == (("a.id", "string"), ("a.v", "long"), ("b.id", "string"), ("b.v", "long"),
-                                    ("ts", "timestamp"))
+                                    ("__oldest_ts", "timestamp"), ("ts", "timestamp"))
 
 
 # ------------------------------------------------------------------ hierarchical == central
@@ -252,10 +255,17 @@ SENSOR_JOINS = {
 }
 
 
+def _judged(name: str, lines: list[dict]) -> list[tuple]:
+    """The independent judge's rows of join `name` (tests/independent.py's DuckDB twin)."""
+    parameters = independent.topology_parameters(DEFAULT_TOPOLOGY)
+    return [tuple(row.values()) for row in independent.evaluate(independent.JOIN_TWINS[name], lines, parameters)]
+
+
 def _sensor_answers(sql: str, seed: int, disorder: random.Random | None = None,
-                    batches: int = 12) -> tuple[list, list, object]:
+                    batches: int = 12) -> tuple[list, list, object, list[dict]]:
     """The hierarchy's rows and the reference's for the motes' samples of `seed` (with `disorder`,
-    neighbours swapped within 900 ms: out of order, within the raw sources' 1 s lateness)."""
+    neighbours swapped within 900 ms: out of order, within the raw sources' 1 s lateness), and
+    the samples as the readings log has them (the independent judge's input)."""
     by_edge = samples(seed)
     for rows in by_edge.values() if disorder else ():
         for _ in range(len(rows)):
@@ -270,7 +280,9 @@ def _sensor_answers(sql: str, seed: int, disorder: random.Random | None = None,
     rows = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9, "ts": ms}
             for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
     want = [tuple(r[c] for c in plan.columns) for r in Reference([], SENSOR_CATALOG, samples=rows).run(query)]
-    return _before_the_sentinel(plan, emitted[plan.result_topic]), want, plan
+    lines = independent.sample_lines((r["receptor_id"], {"temperature": r["temperature"], "humidity": r["humidity"],
+                                                        "voltage": r["voltage"]}, r["ts"]) for r in rows)
+    return _before_the_sentinel(plan, emitted[plan.result_topic]), want, plan, lines
 
 
 def _before_the_sentinel(plan, emitted: list[tuple]) -> list[tuple]:
@@ -284,22 +296,57 @@ def _before_the_sentinel(plan, emitted: list[tuple]) -> list[tuple]:
 @pytest.mark.parametrize("name", SENSOR_JOINS)
 def test_a_join_of_sensor_streams_planned_over_the_hierarchy_equals_the_central_answer(name):
     for seed in (3, 4):
-        got, want, plan = _sensor_answers(SENSOR_JOINS[name], seed)
+        got, want, plan, lines = _sensor_answers(SENSOR_JOINS[name], seed)
         assert want and same_rows(got, want), (seed, plan.explain(), sorted(got)[:5], sorted(want)[:5])
+        judged = _judged(name, lines)
+        assert same_rows(got, judged), (seed, sorted(got)[:5], sorted(judged)[:5])
 
 
 def test_a_join_runs_at_the_lca_of_its_inputs_each_filtered_at_its_producers_a_self_join_read_once():
     plan = plan_query(analyze(SENSOR_JOINS["3-way, a window per pair, a key between two"], SENSOR_CATALOG),
                       SENSOR_CATALOG, "q")
-    assert plan.placement.root == "warehouse" and [t.role for t in plan.tasks] == ["producer"] * 4 + ["final"]
+    assert plan.placement.root == "warehouse" and [t.role for t in plan.tasks] == ["producer"] * 4 + ["join", "final"]
     # a and b read the same selection of the motes (temperature > 30, receptor_id): one part per door
-    assert len({t.topic for t in plan.tasks}) == 5
+    assert len({t.topic for t in plan.tasks}) == 6
     explained = plan.explain()
     assert "join a JOIN b JOIN c ON a.receptor_id = b.receptor_id" in explained
     assert "a row of a probes b, c" in explained and "a row of c probes b, a" in explained
     scoped = plan_query(analyze(SENSOR_JOINS["2-way, scoped to one door: placed at that door"], SENSOR_CATALOG),
                         SENSOR_CATALOG, "q")
     assert scoped.placement.root == "door1"
+
+
+def test_a_query_over_a_running_join_reads_it_and_answers_as_if_it_ran_alone():
+    """A second query whose inputs, keys and bounds are a running query's reads that one's joined
+    rows (every part but its final one reused, none deployed again) though it starts later: it
+    keeps the combinations whose every row is from its own start on, so its answer is the
+    reference's from that start (the first one's join also holds combinations it must drop)."""
+    first_sql = SENSOR_JOINS["2-way, a mote hotter than another within a second after"]
+    second_sql = ("SELECT a.receptor_id, b.temperature - a.temperature AS rise, ts FROM sensor_stream a "
+                  "JOIN sensor_stream b ON b.ts BETWEEN a.ts AND a.ts + INTERVAL '1' SECOND WHERE a.temperature > 35 "
+                  "AND b.temperature > a.temperature + 2 AND a.receptor_id != b.receptor_id")
+    later = START_MS + 6_250
+    first = plan_query(analyze(first_sql, SENSOR_CATALOG), SENSOR_CATALOG, "q1", start_ms=START_MS)
+    running = replace(SENSOR_CATALOG, views=[*SENSOR_CATALOG.views,
+                                             *(exported_view(t) for t in first.tasks if t.role != "final")])
+    query = analyze(second_sql, running)
+    second = plan_query(query, running, "q2", start_ms=later)
+    join = next(t for t in first.tasks if t.role == "join")
+    assert [t.reused for t in second.tasks] == [True] * (len(second.tasks) - 1) + [False], second.explain()
+    assert join.topic in {t.topic for t in second.tasks if t.role == "join"}, second.explain()
+    by_edge = samples(8)
+    tasks = [(t.topic, t.plan) for t in first.tasks if t.role != "final"]
+    tasks.append((second.result_topic, second.tasks[-1].plan))
+    emitted = run_bottom_up(tasks, by_edge, sample_batch, lambda edge, ms: (MOTES[edge][0], 0.0, 0.0, ms),
+                            SENSOR_RELATIONS)
+    oldest, newest = (output_columns(join.plan).index((name, "timestamp")) for name in ("__oldest_ts", "ts"))
+    assert any(row[oldest] < later <= row[newest] for row in (tuple(as_ms(v) for v in r) for r in emitted[join.topic]))
+    rows = [{"receptor_id": m, "temperature": t, "humidity": h, "light": None, "sound": None, "voltage": 2.9, "ts": ms}
+            for edge_rows in by_edge.values() for m, t, h, ms in edge_rows]
+    want = [tuple(r[c] for c in second.columns)
+            for r in Reference([], SENSOR_CATALOG, start_ms=later, samples=rows).run(query)]
+    got = _before_the_sentinel(second, emitted[second.result_topic])
+    assert want and same_rows(got, want), (sorted(got)[:5], sorted(want)[:5])
 
 
 RFID_JOINS = {
@@ -341,14 +388,17 @@ def test_a_join_of_readings_and_views_planned_over_the_hierarchy_equals_the_cent
                 for edge_rows in by_edge.values() for r, t, s, ts in edge_rows]
         want = [tuple(r[c] for c in plan.columns) for r in Reference(rows, CATALOG).run(query)]
         assert want and same_rows(got, want), (seed, plan.explain(), sorted(got)[:5], sorted(want)[:5])
+        judged = _judged(name, independent.reading_lines(row for edge_rows in by_edge.values() for row in edge_rows))
+        assert same_rows(got, judged), (seed, sorted(got)[:5], sorted(judged)[:5])
 
 
 def test_out_of_order_delivery_within_the_lateness_gives_the_same_joined_rows():
     """The samples with neighbours swapped within 900 ms, in 30 micro-batches: the joined rows are
     the reference's, which orders nothing."""
     for name in ("2-way, a mote hotter than another within a second after", "3-way chain, a uniform window"):
-        got, want, _ = _sensor_answers(SENSOR_JOINS[name], 5, random.Random(7), batches=30)
+        got, want, _, lines = _sensor_answers(SENSOR_JOINS[name], 5, random.Random(7), batches=30)
         assert want and same_rows(got, want), name
+        assert same_rows(got, _judged(name, lines)), name
 
 
 def test_the_w_join_finds_what_steams_nested_loop_finds():

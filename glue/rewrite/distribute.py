@@ -5,13 +5,15 @@
                filters, and emits tumbling pane partials (aggregates) or the selected rows
     merge      a node between the root and the producers: merges its children's panes per pane
                (or passes rows through), so each level sends one row per pane and key upward
+    join       a window join's, at the root: joins its inputs' selections (each input a producer
+               up to there); the final part reads the joined rows
     final      the root: assembles range/slide windows from panes, finishes the aggregates,
                applies HAVING, and projects the select list; with arbitration a second root
                query ("window" -> "final") runs the contest over the windowed counts
 
-Producer and merge outputs are exported as views named after a hash of their plan, so a second
-query that needs the same partial stream reuses it instead of deploying it again (the shared view
-infrastructure). Every parent reads each child as its own stream with progress markers, so it
+Producer, merge and join outputs are exported as views named after a hash of their plan, so a
+second query that needs the same partial stream (or joined rows) reuses it instead of deploying it
+again (the shared view infrastructure). Every parent reads each child as its own stream with progress markers, so it
 closes a window as soon as the slowest child has passed it.
 """
 
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from base.part_spec import PartSpec
 from base.plan import (
     EVENT_TIME,
+    JOIN_OLDEST,
+    JOIN_TIME,
     RAW_RFID_SOURCE_COLUMNS,
     SMOOTH_COLUMNS,
     TRIAGE_COLUMNS,
@@ -131,10 +135,10 @@ def _view_name(role: str, plan: Plan) -> str:
 
 class _Builder:
     def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
-                 naive: bool = False, join: WindowJoin | None = None, rollups: Mapping[str, Rollup] | None = None
+                 naive: bool = False, join: Source | None = None, rollups: Mapping[str, Rollup] | None = None
                  ) -> None:
         self.q, self.catalog, self.query_id, self.placement = query, catalog, query_id, placement
-        self.join = join    # a stream join's: what its root reads instead of a source
+        self.join = join    # a stream join's joined rows: what its root reads instead of a source
         self.rollups = rollups or {}   # producers whose partials a running view holds (rollups_for)
         self.nodes = placement.path_nodes(catalog)
         self.uses: list[tuple[str, str]] = []     # (node, query id) of running views the parts read
@@ -327,7 +331,8 @@ class _Builder:
             return PartSpec(self.query_id, plan, results_topic(self.query_id, node), node, role)
         name = _view_name(role, plan)
         # the same name and the same plan: a view of another name-alike is never read as this part
-        reused = any(v.node == node and v.name == name and v.plan == plan for v in self.catalog.views)
+        # (a running join's from its own query's start: the reader keeps what it would have joined)
+        reused = any(v.node == node and v.name == name and _joining_from(v.plan, 0) == plan for v in self.catalog.views)
         return PartSpec(f"view.{name}", plan, view_topic(node, name), node, role, name, reused=reused)
 
     def build(self, node: str) -> list[PartSpec]:
@@ -395,10 +400,13 @@ def answering_from(plan: DistributedPlan, start_ms: int, until_ms: int | None = 
 
 
 def _joining_from(plan: Plan, start_ms: int) -> Plan:
-    """`plan` with its window join, if any, joining only rows from `start_ms` on: a query's joined
-    rows are those of rows it saw whole (the reference's too)."""
+    """`plan` with its window join, if any, joining only rows from `start_ms` on, and its reader of
+    joined rows keeping only those: a query's joined rows are those of rows it saw whole (the
+    reference's too), also when it reads a join another query started earlier."""
     if isinstance(plan, WindowJoin):
         return replace(plan, from_ms=start_ms)
+    if isinstance(plan, Source) and JOIN_OLDEST in dict(plan.columns):
+        return Filter(plan, BinOp(">=", Func("epoch_ms", (Col(JOIN_OLDEST),)), Lit(start_ms))) if start_ms else plan
     child = getattr(plan, "child", None)
     return plan if child is None else replace(plan, child=_joining_from(child, start_ms))
 
@@ -462,8 +470,10 @@ def _distribute_join(query: LogicalQuery, catalog: Catalog, query_id: str, at: s
         children.append(builder.children_source(feeds))
         uses += builder.uses
         estimates += terms
-    joined = WindowJoin(tuple(children), join.aliases, join.keys, join.bounds)
-    root = _Builder(query, catalog, query_id, placement, join=joined)
+    joined = _Builder(query, catalog, query_id, placement).task(
+        placement.root, "join", WindowJoin(tuple(children), join.aliases, join.keys, join.bounds))
+    rows = Source((joined.topic,), "rows", output_columns(joined.plan), JOIN_TIME, 0, True)
+    root = _Builder(query, catalog, query_id, placement, join=rows)
     root_parts = root.root_parts(placement.root, root.local_plan(placement.root))
-    return DistributedPlan(query_id, query, placement, [*tasks.values(), *root_parts], uses=uses,
+    return DistributedPlan(query_id, query, placement, [*tasks.values(), joined, *root_parts], uses=uses,
                            estimates=estimates, join_rates=rates)

@@ -221,19 +221,24 @@ def _past(args: argparse.Namespace) -> Outcome:
 
 
 def _joins(args: argparse.Namespace) -> Outcome:
+    from glue.standing import topology_catalog
     from glue.topology import load_topology
     from services.bench import hazmat
     from services.bench.joins import algorithms_table, orders_table, run_algorithms, run_orders
+    from services.bench.shared_joins import run_shared_joins, shared_joins_table
 
     algorithms = run_algorithms(args.rates, progress)
     orders = run_orders(progress)
     plant = load_topology(HAZMAT_TOPOLOGY)
+    shared = run_shared_joins(plant, topology_catalog(plant), progress)
     scores = [hazmat.run_offline(plant, 300.0)]
     progress(f"hazmat offline: precision {scores[0].precision}, recall {scores[0].recall}")
     if args.hazmat_duration:
         scores.append(hazmat.run_live(plant, args.hazmat_duration, progress))
-    return Outcome("\n\n".join([algorithms_table(algorithms), orders_table(orders), hazmat.hazmat_table(scores)]),
-                   {"algorithms": algorithms, "orders": orders, "hazmat": scores})
+    tables = [algorithms_table(algorithms), orders_table(orders), shared_joins_table(shared),
+              hazmat.hazmat_table(scores)]
+    return Outcome("\n\n".join(tables), {"algorithms": algorithms, "orders": orders, "shared": shared,
+                                          "hazmat": scores})
 
 
 # ---------------------------------------------------------------- argument types that need a module
@@ -347,7 +352,8 @@ BENCHES: tuple[Bench, ...] = (
           (option("--hour-rates", type=positive(int), nargs="+", default=[200, 2_000],
                   help="readings a second in the archived hour (default 200 2000)"),)),
     Bench("joins", "the W-join against STEAM's nested-loop W-join at several input rates (rows per CPU-second, "
-          "state), the probe order from the buffers' statistics against the written order (both offline), and the "
+          "state), the probe order from the buffers' statistics against the written order, ten queries sharing one "
+          "join against one and against ten joins (all three offline), and the "
           "hazmat plant's gas_spread view against its staged releases: precision, recall, alert latency", _joins,
           (option("--rates", type=positive(int), nargs="+", default=[50, 200, 800],
                   help="rows a second of each of the three inputs (default 50 200 800)"),
