@@ -23,7 +23,7 @@ def pushed(root: Operator, batches: list[tuple[str, pa.Table]]) -> list[pa.Table
 
 class BottomUp:
     """`tasks` ((topic it writes, plan), producers first) built once; `rounds` fed through them.
-    `emitted`: the rows each topic received (as tuples), when `keep_rows`."""
+    `emitted`: the rows each topic received (as tuples), when `keep_rows`; `counted`: how many."""
 
     def __init__(self, tasks: Sequence[tuple[str, Plan]], relations: Mapping[str, list],
                  push: Pushes = pushed, keep_rows: bool = True) -> None:
@@ -31,6 +31,7 @@ class BottomUp:
         self.push, self.keep_rows = push, keep_rows
         self.markers: dict[str, int | None] = {topic: None for topic, _ in tasks}
         self.emitted: dict[str, list[tuple]] = {topic: [] for topic, _ in tasks}
+        self.counted: dict[str, int] = dict.fromkeys(self.emitted, 0)
 
     def round(self, pending: dict[str, list[pa.Table]]) -> None:
         """One round: `pending` (topic -> its batches: the raw topics') grows by every part's output."""
@@ -44,5 +45,7 @@ class BottomUp:
                 bound != self.markers[out_topic] else None
             self.markers[out_topic] = bound if marker is not None else self.markers[out_topic]
             pending.setdefault(out_topic, []).append(view_batch(output_columns(plan), rows, marker))
-            if rows is not None and self.keep_rows:
-                self.emitted[out_topic].extend(rows_of(rows))
+            if rows is not None:
+                self.counted[out_topic] += rows.num_rows
+                if self.keep_rows:
+                    self.emitted[out_topic].extend(rows_of(rows))

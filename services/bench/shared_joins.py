@@ -108,12 +108,12 @@ def samples(topology: Topology, seed: int) -> list[dict[str, list[pa.Table]]]:
 def _cost(parts: Sequence[PartSpec], catalog: Catalog, rounds: list[dict[str, list[pa.Table]]]) -> tuple[float, int]:
     """CPU-seconds of the parts' work over the rounds, and the rows their final parts emitted."""
     relations = {name: list(relation.rows) for name, relation in catalog.relations.items()}
-    bottom_up = BottomUp([(p.topic, p.plan) for p in parts], relations)
+    bottom_up = BottomUp([(p.topic, p.plan) for p in parts], relations, keep_rows=False)
     started = time.process_time()
     for batches in rounds:
         bottom_up.round({topic: list(tables) for topic, tables in batches.items()})
     spent = time.process_time() - started
-    return spent, sum(len(bottom_up.emitted[p.topic]) for p in parts if p.role == "final")
+    return spent, sum(bottom_up.counted[p.topic] for p in parts if p.role == "final")
 
 
 def run_shared_joins(topology: Topology, catalog: Catalog, progress: Callable[[str], None]) -> list[SharingRun]:
