@@ -64,12 +64,14 @@ def _duration_ms(text: str) -> int:
 
 
 def topology_parameters(path: str) -> dict[str, Any]:
-    """The topology file's parameters, windows in ms (t1_ms, t2_ms), and its receptor locations."""
+    """The topology file's parameters, windows in ms (t1_ms, t2_ms), its receptor locations, and
+    `start` 0: when the query started (a window join joins rows from its start on)."""
     with open(path) as fh:
         topology = yaml.safe_load(fh)
     parameters = dict(topology.get("parameters", {}))
     parameters["t1_ms"], parameters["t2_ms"] = _duration_ms(parameters["t1"]), _duration_ms(parameters["t2"])
     parameters["locations"] = [(r["id"], r["location"]) for r in topology["receptors"] if "location" in r]
+    parameters["start"] = 0
     return parameters
 
 
@@ -86,7 +88,7 @@ CREATE VIEW smoothed_rfid_stream AS
 
 def evaluate(sql: str, lines: Iterable[dict[str, Any]], parameters: dict[str, Any]) -> list[dict[str, Any]]:
     """`sql` (DuckDB, over rfid_stream, sensor_stream, receptor_locations, cleaned_rfid_stream,
-    smoothed_rfid_stream and the macro window_starts; `{name}` a topology parameter) over the
+    smoothed_rfid_stream and the macro window_starts; `{name}` a topology parameter or `start`) over the
     logged readings, as dicts."""
     lines = list(lines)
     con = duckdb.connect()
@@ -135,13 +137,14 @@ def _view_windowed(range_ms: int, slide_ms: int, where: str = "TRUE") -> str:
 
 
 def _pairs_across_doors(range_ms: int, aggregates: str) -> str:
-    """A tag's reads at door1 and at door2 within a second of each other, per tumbling window of
-    the pair's time (its newer read's)."""
+    """A tag's reads at door1 and at door2 within a second of each other, both from the query's
+    start on, per tumbling window of the pair's time (its newer read's)."""
     return (f"SELECT window_start, window_start + {range_ms} AS window_end, {aggregates} FROM ("
             f"SELECT a.tag_id AS a_tag, unnest(window_starts(greatest(a.ts, b.ts), {range_ms}, {range_ms})) "
             "AS window_start FROM rfid_stream a, rfid_stream b WHERE a.tag_id = b.tag_id "
             "AND b.ts BETWEEN a.ts - 1000 AND a.ts + 1000 AND a.receptor_id IN ('door1-r1', 'door1-r2') "
-            "AND b.receptor_id IN ('door2-r1', 'door2-r2')) GROUP BY window_start")
+            "AND b.receptor_id IN ('door2-r1', 'door2-r2') AND a.ts >= {start} AND b.ts >= {start}) "
+            "GROUP BY window_start")
 
 
 ONE_RECEPTOR, OTHER_RECEPTOR = "receptor_id = 'door1-r1'", "receptor_id = 'door1-r2'"

@@ -51,7 +51,8 @@ def assert_equal_to_independent(hierarchy, plan, twin: str, span: tuple[int, int
     """The hierarchy's rows in `span` against the independent judge's (tests/independent.py: `twin`,
     DuckDB SQL, over the same readings log; the hierarchy runs the default topology)."""
     logged = independent.read_log(hierarchy.readings_path, span[1] + LOOK_AHEAD_MS)
-    rows = independent.evaluate(twin, logged, independent.topology_parameters(DEFAULT_TOPOLOGY))
+    parameters = {**independent.topology_parameters(DEFAULT_TOPOLOGY), "start": plan.start_ms or 0}
+    rows = independent.evaluate(twin, logged, parameters)
     at = plan.columns.index(time_column(plan))
     want = [row for r in rows if span[0] <= (row := tuple(r[c] for c in plan.columns))[at] <= span[1]]
     if not same_rows(got, want):
