@@ -13,8 +13,8 @@
 
 Producer, merge and join outputs are exported as views named after a hash of their plan, so a
 second query that needs the same partial stream (or joined rows) reuses it instead of deploying it
-again (the shared view infrastructure). Every parent reads each child as its own stream with progress markers, so it
-closes a window as soon as the slowest child has passed it.
+again (the shared view infrastructure). Every parent reads each child as its own stream with
+progress markers, so it closes a window as soon as the slowest child has passed it.
 """
 
 from __future__ import annotations
