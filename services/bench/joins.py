@@ -22,7 +22,7 @@ examines every b of its window only for most to find no c with its key; probing 
 a few. The same rows are joined with the query written (a, b, c) and (a, c, b), once in the order
 the join's shape picks (FROM order breaks the tie) and once in the order its buffers' statistics
 choose; with the statistics' order either writing should run within 10 % of the best order
-(each figure the least CPU of ORDER_REPEATS runs).
+(each figure the least CPU of ORDER_REPEATS runs, the four cases taking turns in every round).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ NESTED_LOOP_BUDGET_S = 20.0
 ORDER_RATES = {"a": 50, "b": 1_000, "c": 5}
 ORDER_KEYS = 1_000
 ORDER_DURATION_S = 60.0
-ORDER_REPEATS = 3
+ORDER_REPEATS = 5
 
 Row = dict[str, Any]
 Arrival = tuple[int, str, Row]   # (time ms, alias, row)
@@ -176,21 +176,25 @@ def run_algorithms(rates: Sequence[int], progress: Callable[[str], None]) -> lis
 
 
 def run_orders(progress: Callable[[str], None]) -> list[OrderRun]:
-    """Each writing in each way of choosing, its CPU the least of ORDER_REPEATS runs (the machine is shared)."""
+    """Each writing in each way of choosing, its CPU the least of ORDER_REPEATS runs, the four
+    taking turns in every round (the machine is shared: a slow spell slows them alike)."""
     rows = arrivals(ORDER_RATES, ORDER_KEYS, ORDER_DURATION_S, seed=7)
+    bounds = tuple(JoinBound("a", x, -WINDOW_MS, WINDOW_MS) for x in ("b", "c"))
+    cases = [(written, chosen_by, every) for written in (("a", "b", "c"), ("a", "c", "b"))
+             for chosen_by, every in (("shape", 0), ("statistics", Buffers.reorder_every))]
+    runs: dict[int, list[float]] = {n: [] for n in range(len(cases))}
+    last: dict[int, tuple[int, str]] = {}
+    for _ in range(ORDER_REPEATS):
+        for n, (written, _, every) in enumerate(cases):
+            buffers = Buffers(written, (("b.k", "c.k"),), bounds, reorder_every=every)
+            started = time.process_time()
+            combinations = sum(len(buffers.add(alias, t, row)) for t, alias, row in rows if _evicted(buffers, t))
+            runs[n].append(time.process_time() - started)
+            last[n] = combinations, ", ".join(buffers.order["a"])
     found = []
-    for written in (("a", "b", "c"), ("a", "c", "b")):
-        bounds = tuple(JoinBound("a", x, -WINDOW_MS, WINDOW_MS) for x in ("b", "c"))
-        for chosen_by, every in (("shape", 0), ("statistics", Buffers.reorder_every)):
-            runs = []
-            for _ in range(ORDER_REPEATS):
-                buffers = Buffers(written, (("b.k", "c.k"),), bounds, reorder_every=every)
-                started = time.process_time()
-                combinations = sum(len(buffers.add(alias, t, row)) for t, alias, row in rows if _evicted(buffers, t))
-                runs.append(time.process_time() - started)
-            order = ", ".join(buffers.order["a"])
-            found.append(OrderRun(", ".join(written), chosen_by, min(runs), combinations, order))
-            progress(f"written {', '.join(written)}, order by {chosen_by}: {min(runs):.2f} CPU-s")
+    for n, (written, chosen_by, _) in enumerate(cases):
+        found.append(OrderRun(", ".join(written), chosen_by, min(runs[n]), *last[n]))
+        progress(f"written {', '.join(written)}, order by {chosen_by}: {min(runs[n]):.2f} CPU-s")
     return found
 
 
