@@ -37,9 +37,12 @@ from base.plan import JoinBound
 Row = dict[str, Any]
 Reach = dict[tuple[str, str], int | None]
 DEFAULT_DISTINCT = 10.0   # a key's distinct values when nothing counted them (a guess, as optimizers make)
-REORDER_EVERY = 256       # rows added between two choices of the probe order from the buffers ...
-REORDER_MOST = 16_384     # ... twice as many after each choice that kept it, up to this (a choice
-                          # ~0.4 ms: every 256 rows was ~8 % of the order bench's CPU, 0.85 -> 0.79 s)
+# Rows added before the probe order is chosen again from the buffers: REORDER_EVERY after a change
+# (the order bench's worse writing found the better order after 32 rows instead of 256), twice as
+# many after each choice that kept it, up to REORDER_MOST (a choice ~0.4 ms: every 256 rows was
+# ~8 % of the order bench's CPU)
+REORDER_EVERY = 32
+REORDER_MOST = 16_384
 PROBE_ROWS = 8.0          # a probe's own cost (its window's bisections, a hash lookup) in rows examined
 
 
