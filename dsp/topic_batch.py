@@ -5,8 +5,8 @@ A parent of N children reads their N view topics through one Spark streaming que
 Parts evaluate it in one of two ways (dsp.engine): whole, the topic a column like any other
 (an Aggregate over children's views: `AggregateOp.push_tagged`), or split into one table per topic
 (`pieces`) for the rest (patterns and window joins, whose state takes rows in order; annotated
-aggregates; raw sources). Both see the
-same rows in the same order and judge a row late against the bound before its topic's rows.
+aggregates; raw sources). Both see the same rows in the same order and judge a row late against
+the bound before its topic's rows.
 
 Measured on a parent of 64 children (one row and one marker a child a batch, 2 batches/s): split
 topic by topic a batch cost ~0.5 ms per topic in the driver, 64 filters, casts and maxima, which is
