@@ -100,7 +100,7 @@ from pyspark.sql.types import (
 )
 
 from base.plan import PROGRESS_COLUMN
-from dsp.poll_pace import LANE_SEPARATOR, PollPace
+from dsp.poll_pace import LANE_SEPARATOR, RAW_TOPICS, PollPace
 from dsp.topic_batch import TOPIC_COLUMN
 from dsp.triage import Triage
 from wire import bus, range_fetch
@@ -120,6 +120,7 @@ from wire.codec import (
     project_rows,
 )
 from wire.cycle_columns import RAW_RFID_DDL, RawCycle, decode_cycles, rows_table
+from wire.end_watch import EndWatch
 from wire.intake import (
     DUPLICATE,
     DUPLICATE_BATCH,
@@ -433,6 +434,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._topics_seen = b""   # the topics file as last read
         self.lanes: dict[str, frozenset[str]] = {}   # OFFSETS_ONLY: each lane's topics
         self.pace = PollPace(int(options.get("raw_every_ms", "0")))   # OFFSETS_ONLY: what each poll lets in
+        self.watch = EndWatch(self.bootstrap)    # OFFSETS_ONLY: the ends of children's topics
+        self._raw_ends: dict[str, int] = {}      # OFFSETS_ONLY: raw topics' ends at their last turn
 
     def _offsets(self, which: str) -> dict:
         consumer = bus.shared_consumer(self.bootstrap)
@@ -456,15 +459,29 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._follow_topics()
         if self.format == OFFSETS_ONLY:
             time.sleep(self.pace.wait_ms(int(time.time() * 1000)) / 1000)
-            return self.pace.ends(self._lane_ends(), start, int(time.time() * 1000))
+            now = int(time.time() * 1000)
+            raw_due = self.pace.raw_due(now)
+            return self.pace.ends(self._lane_ends(raw_due), start, now, raw_due)
         ends = self._offsets("latest")
         new = [key for key in ends if key not in start]
         begins = self._offsets("earliest") if any(key not in self.first for key in new) else {}
         return {key: end if key in start else self.first.get(key, begins.get(key, 0)) for key, end in ends.items()}
 
-    def _lane_ends(self) -> dict:
-        """Every lane's partitions' ends now, one request for all their topics."""
-        ends = self._offsets("latest") if self.topics else {}
+    def _lane_ends(self, raw_due: bool) -> dict:
+        """Every lane's partitions' ends now: children's topics' followed by reading them
+        (wire.end_watch: a parent's cost does not grow with its children's partitions), raw topics'
+        asked of the broker on their turn only (dsp.poll_pace holds them between turns) or when new."""
+        raw = [t for t in self.topics if t.startswith(RAW_TOPICS)]
+        known = {_split_key(key)[0] for key in self._raw_ends}
+        asked = raw if raw_due else [t for t in raw if t not in known]
+        consumer = bus.shared_consumer(self.bootstrap)
+        found = bus.end_offsets(consumer, bus.partitions_of(consumer, asked)) if asked else {}
+        self._raw_ends = {key: end for key, end in self._raw_ends.items() if _split_key(key)[0] in raw}
+        self._raw_ends.update({_key(tp.topic, tp.partition): int(end) for tp, end in found.items()})
+        others = [t for t in self.topics if not t.startswith(RAW_TOPICS)]
+        ends = {_key(tp.topic, tp.partition): end
+                for tp, end in self.watch.ends(bus.partitions_of(consumer, others)).items()}
+        ends.update(self._raw_ends)
         return {lane_offset_key(lane, key): end for lane, topics in self.lanes.items()
                 for key, end in ends.items() if _split_key(key)[0] in topics}
 

@@ -46,11 +46,13 @@ class PollPace:
     """One stream's pace across its polls (`raw_every_ms` 0: every poll takes everything).
 
     >>> pace = PollPace(500)
-    >>> pace.ends({"a|hifi.raw.d1:0": 9}, {"a|hifi.raw.d1:0": 5}, now_ms=1_000), pace.wait_ms(now_ms=1_250)
-    ({'a|hifi.raw.d1:0': 9}, 0)
-    >>> pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 9}, now_ms=1_250)   # not its turn
-    {'a|hifi.raw.d1:0': 9}
-    >>> _ = pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, now_ms=1_500)
+    >>> due = pace.raw_due(now_ms=1_000)
+    >>> due, pace.ends({"a|hifi.raw.d1:0": 9}, {"a|hifi.raw.d1:0": 5}, 1_000, due), pace.wait_ms(now_ms=1_250)
+    (True, {'a|hifi.raw.d1:0': 9}, 0)
+    >>> due = pace.raw_due(now_ms=1_250)   # not its turn
+    >>> due, pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 9}, 1_250, due)
+    (False, {'a|hifi.raw.d1:0': 9})
+    >>> _ = pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, 1_500, pace.raw_due(now_ms=1_500))
     >>> pace.wait_ms(now_ms=9_250), pace.wait_ms(now_ms=11_250)   # nothing new since 1.25 s: quiet from 11.25 s
     (0, 250)
     """
@@ -65,10 +67,15 @@ class PollPace:
             return 0
         return -now_ms % self.raw_every_ms
 
-    def ends(self, ends: Mapping[str, int], start: Mapping[str, int], now_ms: int) -> dict[str, int]:
+    def raw_due(self, now_ms: int) -> bool:
+        """Whether this poll is the raw topics' turn (asked once a poll: it takes the turn): their
+        ends need not be asked of the broker on the others."""
+        slot = now_ms // self.raw_every_ms if self.raw_every_ms else self.raw_slot + 1
+        due, self.raw_slot = slot != self.raw_slot, slot
+        return due
+
+    def ends(self, ends: Mapping[str, int], start: Mapping[str, int], now_ms: int, raw_due: bool) -> dict[str, int]:
         """The ends of this poll's batch (`paced_ends`), given every topic's `ends` now."""
         if any(start.get(key) != end for key, end in ends.items()):
             self.news_ms = now_ms
-        slot = now_ms // self.raw_every_ms if self.raw_every_ms else self.raw_slot + 1
-        due, self.raw_slot = slot != self.raw_slot, slot
-        return paced_ends(ends, start, due)
+        return paced_ends(ends, start, raw_due)

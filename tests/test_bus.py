@@ -104,3 +104,32 @@ def test_stopping_an_embedded_broker_closes_this_processs_clients_of_it(tmp_path
     assert bootstrap not in bus._producers and bootstrap not in bus._consumers
     assert not [key for key in bus._true_ends if key[0] == bootstrap]
     assert producer._closed
+
+
+def test_an_end_watch_follows_the_ends_of_the_partitions_it_is_asked_about(servers):
+    """wire.end_watch against the broker: the ends it reports are every partition's true end (the
+    next offset: a reader's range stops there), as records are appended in batches of several
+    (where the embedded broker's ListOffsets answers otherwise); a partition no longer asked about
+    is dropped, and one asked about again is asked of the broker afresh."""
+    from wire.end_watch import EndWatch
+
+    topics = [f"watch.t{i}.{time.time_ns()}" for i in range(3)]
+    bus.ensure_topics(servers.bootstrap, topics)
+    producer, consumer = bus.make_producer(servers.bootstrap), bus.make_consumer(servers.bootstrap)
+    bus.deliver(producer, [producer.send(topics[0], b"before") for _ in range(3)])   # before it watches
+    tps = bus.partitions_of(consumer, topics)
+    watch = EndWatch(servers.bootstrap)
+    try:
+        assert watch.ends(tps) == {tps[0]: 3, tps[1]: 0, tps[2]: 0}
+        bus.deliver(producer, [producer.send(topics[0], b"a") for _ in range(4)] + [producer.send(topics[2], b"b")])
+        deadline = time.monotonic() + 10
+        while watch.ends(tps) != {tps[0]: 7, tps[1]: 0, tps[2]: 1} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert watch.ends(tps) == {tps[0]: 7, tps[1]: 0, tps[2]: 1}
+        assert watch.ends(tps[1:]) == {tps[1]: 0, tps[2]: 1}   # the first no longer followed
+        bus.deliver(producer, [producer.send(topics[0], b"c")])
+        assert watch.ends(tps) == {tps[0]: 8, tps[1]: 0, tps[2]: 1}   # asked afresh: its end now
+    finally:
+        watch.close()
+        producer.close()
+        consumer.close()
