@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import time
@@ -86,6 +87,18 @@ class LocalCluster:
             self.processes.append(subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), main, *args],
                                                    env=env, stdout=out, stderr=subprocess.STDOUT,
                                                    start_new_session=True))
+
+    def executor_tasks(self, app_name: str) -> int:
+        """Tasks the executors of the applications named `app_name` finished (their logs)."""
+        finished = re.compile(r"Finished task .* in stage")
+        state = self.state()
+        ids = {a["id"] for a in state.get("activeapps", []) + state.get("completedapps", []) if a["name"] == app_name}
+        total = 0
+        for path in self.executor_logs():
+            if any(f"/{app}/" in path for app in ids):
+                with open(path, errors="replace") as log:
+                    total += len(finished.findall(log.read()))
+        return total
 
     def executor_logs(self) -> Iterator[str]:
         """Paths of every executor's stderr the workers have written (work-dir/app-*/<id>/stderr)."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 import time
 
 import pytest
@@ -68,15 +67,6 @@ def hierarchy_on_cluster(cluster, servers, monkeypatch, tmp_path):
         hierarchy.stop()
 
 
-def executor_tasks(cluster, app_name: str) -> int:
-    """Tasks the executors of the cluster's applications named `app_name` finished (their logs)."""
-    finished = re.compile(r"Finished task .* in stage")
-    ids = {a["id"] for a in cluster.state().get("activeapps", []) + cluster.state().get("completedapps", [])
-           if a["name"] == app_name}
-    return sum(len(finished.findall(open(path, errors="replace").read())) for path in cluster.executor_logs()
-               if any(f"/{app}/" in path for app in ids))
-
-
 def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_on_cluster):
     hierarchy = hierarchy_on_cluster
 
@@ -91,7 +81,7 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
     plan = hierarchy.placement.submit(QUERY)
     wait_for(lambda: len({r["window_start"] for r in topic_rows(hierarchy.bootstrap, plan.result_topic)}) >= 2,
              120, "the query's first windows")
-    before = executor_tasks(cluster, f"hifi-{DOOR}")
+    before = cluster.executor_tasks(f"hifi-{DOOR}")
     assert before > 0, f"no task of {DOOR}'s batches ran on the cluster's executors"
     # on a cluster Spark computes the parts' partials and its tasks archive the batches (dsp.spark_partials)
     archived = glob.glob(os.path.join(hierarchy.state_dir, "**", "archive", "*", "*", "*.parquet"), recursive=True)
@@ -116,4 +106,4 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
     assert not early and want
     assert same_rows(got, want), (f"lost or doubled across the restart: {sorted(set(want) - set(got))[:5]} "
                                   f"missing, {sorted(set(got) - set(want))[:5]} extra")
-    assert executor_tasks(cluster, f"hifi-{DOOR}") > before, "the restarted door's batches ran on no executor"
+    assert cluster.executor_tasks(f"hifi-{DOOR}") > before, "the restarted door's batches ran on no executor"

@@ -14,15 +14,23 @@ published) in one process: librdkafka fetching the topic (the client the node's 
 librdkafka fetching plus the node's own decode (dsp.kafka_source's reader, intake checks
 included). The node runs its reads in two Spark tasks; the floors are one process each.
 The hierarchy's cores during each step are read from /proc (the publisher, broker and Redis left out).
+
+`--spark-cluster` runs the hierarchy's Spark application on a standalone cluster this bench starts
+(services.spark_cluster: two workers of one core, the machine's two) instead of local mode, and
+counts the tasks its executors finished; their processes are the bench's children, so their cores
+are the nodes' (the master's and workers' daemons too).
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import random
 import statistics
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from edge.rfid import Antenna, RfidReader
@@ -61,6 +69,8 @@ class CapacityFigures:
     fetch_rate: float = 0.0     # readings/s librdkafka fetches the topic at (nothing decoded)
     decode_rate: float = 0.0    # readings/s librdkafka fetch + the node's decode, one process
     readings: int = 0           # readings the floors read (the whole topic)
+    spark: str = "local"        # where the hierarchy's Spark ran: "local" or "cluster"
+    executor_tasks: int = 0     # on a cluster: the tasks its executors finished
 
     @property
     def sustained(self) -> float:
@@ -99,8 +109,43 @@ def mixed_cycles(receptors: Sequence[str], cycles: int, seed: int = 7) -> list[C
     return out
 
 
-def run_capacity_bench(rates: Sequence[float], step_s: float, progress: Callable[[str], None]) -> CapacityFigures:
-    """The one-edge hierarchy started with no agents; each rate offered in turn until one is not held."""
+CLUSTER_APP = "hifi"   # the application name of an in-process hierarchy (dsp.session.spark_session's default)
+
+
+@contextmanager
+def spark_on_cluster(progress: Callable[[str], None]) -> Iterator:
+    """A standalone cluster of two one-core workers, this process's Spark sessions pointed at it
+    (SPARK_MASTER and its secret in the environment while it runs)."""
+    from services.spark_cluster import local_cluster
+
+    with tempfile.TemporaryDirectory(prefix="hifi-bench-cluster-") as workdir, \
+            local_cluster(workdir, workers=2, cores_per_worker=1) as cluster:
+        progress(f"a Spark standalone cluster at {cluster.master_url}: two workers of one core")
+        saved = {name: os.environ.get(name) for name in cluster.driver_env()}
+        os.environ.update(cluster.driver_env())
+        try:
+            yield cluster
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def run_capacity_bench(rates: Sequence[float], step_s: float, progress: Callable[[str], None],
+                       spark_cluster: bool = False) -> CapacityFigures:
+    """The one-edge hierarchy started with no agents; each rate offered in turn until one is not
+    held. `spark_cluster`: its Spark on a standalone cluster (`spark_on_cluster`)."""
+    if spark_cluster:
+        with spark_on_cluster(progress) as cluster:
+            figures = _run_capacity(rates, step_s, progress)
+            figures.spark, figures.executor_tasks = "cluster", cluster.executor_tasks(CLUSTER_APP)
+        return figures
+    return _run_capacity(rates, step_s, progress)
+
+
+def _run_capacity(rates: Sequence[float], step_s: float, progress: Callable[[str], None]) -> CapacityFigures:
     from services.bench.runtime import one_edge_topology
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
@@ -217,5 +262,7 @@ def capacity_table(f: CapacityFigures) -> str:
         f"librdkafka fetching + the node's decode, one process (floor)   {f.decode_rate:,.0f} readings/s",
         f"sustained / fetch + decode                                      "
         f"{f.sustained / f.decode_rate:.0%}" if f.decode_rate else "n/a",
-        f"(floors over the last {f.readings:,} readings the steps published)"]
+        f"(floors over the last {f.readings:,} readings the steps published)",
+        "Spark: local mode" if f.spark == "local" else
+        f"Spark: a standalone cluster of two one-core workers; {f.executor_tasks:,} tasks ran on its executors"]
     return "\n".join(lines)

@@ -8,7 +8,11 @@ the warehouse, its partials pushed down). After `settle` seconds, for `duration`
 - the cores the whole process tree used (nodes, Spark's JVM and Python workers, the agents),
   alone and with the broker and Redis;
 - the warehouse's windows: their first emit after the window's end (p50 / p95), and what the
-  warehouse added (its emit after the last door's emit of the same window end, p50);
+  warehouse added (its emit after the last door's emit of the same window end, p50 / max): how far
+  it is behind its inputs, window by window;
+- the warehouse's event-time lag gauge (services.node_gauges: now - the newest window end it
+  emitted, sampled every half second): it saws by a window (2 s) above the doors' own delay, so it
+  says how fresh the warehouse's answers are, not whether it keeps up;
 - the Spark streaming queries the warehouse ran to read its children.
 
 Compare N as ratios within one run (the machine is shared). The doors' cost is in those cores,
@@ -152,17 +156,17 @@ def _p(values: list[float], q: int) -> str:
 
 def fanin_table(figures: list[FaninFigures]) -> str:
     lines = ["children  readings/s  cores  x of first  with broker+Redis  parent's readers  "
-             "window end -> parent emit p50 / p95 s  parent adds p50 s  windows  "
-             "doors' windows p50 / p95 s  parent's lag p50 / max s"]
+             "window end -> parent emit p50 / p95 s  parent adds p50 / max s  windows  "
+             "doors' windows p50 / p95 s  parent's event-time lag gauge p50 / max s"]
     base = figures[0].cores if figures else 0.0
     for f in figures:
         ratio = f.cores / base if base else 0.0
         lines.append(f"{f.children:>8}  {f.readings_per_s:>10,.0f}  {f.cores:>5.2f}  {ratio:>10.2f}  "
                      f"{f.cores_with_servers:>17.2f}  {f.readers:>16}  "
                      f"{_p(f.close_to_emit_ms, 50):>20} / {_p(f.close_to_emit_ms, 95):<17}  "
-                     f"{_p(f.added_ms, 50):>16}  {len(f.close_to_emit_ms):>7}  "
-                     f"{_p(f.doors_ms, 50):>14} / {_p(f.doors_ms, 95):<9}  "
-                     f"{_p(f.lag_ms, 50):>12} / {max(f.lag_ms, default=0) / 1000:<5.2f}")
+                     f"{_p(f.added_ms, 50):>14} / {max(f.added_ms, default=0) / 1000:<5.2f}  "
+                     f"{len(f.close_to_emit_ms):>7}  {_p(f.doors_ms, 50):>14} / {_p(f.doors_ms, 95):<9}  "
+                     f"{_p(f.lag_ms, 50):>26} / {max(f.lag_ms, default=0) / 1000:<5.2f}")
     return "\n".join(lines)
 
 

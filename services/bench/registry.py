@@ -152,7 +152,7 @@ def _capacity(args: argparse.Namespace) -> Outcome:
     from services.bench.capacity import RATES, capacity_table, run_capacity_bench
     from services.bench.results import plain
 
-    figures = run_capacity_bench(sorted(args.rates or RATES), args.step, progress)
+    figures = run_capacity_bench(sorted(args.rates or RATES), args.step, progress, args.spark_cluster)
     return Outcome(capacity_table(figures), {**plain(figures), "sustained": figures.sustained})
 
 
@@ -306,7 +306,10 @@ BENCHES: tuple[Bench, ...] = (
           "beside librdkafka fetching the topic and fetching plus the node's decode", _capacity,
           (option("--rates", type=positive(float), nargs="+", default=None,
                   help="readings/s offered in turn, until one is not held (default 10000, doubling to 320000)"),
-           option("--step", type=positive(float), default=120.0, help="seconds each rate is offered (default 120)"))),
+           option("--step", type=positive(float), default=120.0, help="seconds each rate is offered (default 120)"),
+           option("--spark-cluster", action="store_true",
+                  help="run the hierarchy's Spark on a standalone cluster the bench starts (two workers of one "
+                       "core) and count its executors' tasks; default: local mode"))),
     Bench("chaos", "nodes as processes under a supervisor, one query, faults one after another: seconds until "
           "results flow again, readings published against counted, duplicates, windows equal to the fault-free "
           "answer", _chaos,
