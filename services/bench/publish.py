@@ -146,27 +146,49 @@ def chart_png(chart: Chart, path: str) -> None:
     plt.close(fig)
 
 
-def _section(name: str, summary: str, runs: list[dict], images: str, docs: str) -> list[str]:
-    newest = runs[-1]
-    m = newest["machine"]
-    changed = " (with uncommitted changes)" if newest["dirty"] else ""
-    how = f"{m['cores']} cores, {m['memory_gb']} GB, {m['cpu']}; `hifi bench {' '.join(newest['argv'])}`"
-    lines = [f"## {name}", "", summary, "",
-             f"Newest run: {newest['date']}, commit `{newest['commit'][:10]}`{changed}, {how}", ""]
-    if name in CHARTS:
+def newest_of_each_form(runs: list[dict]) -> list[dict]:
+    """The newest run of each command line (a bench run two ways, e.g. capacity locally and on a
+    cluster, shows both), oldest first.
+
+    >>> runs = [{"argv": ["capacity"], "date": "1"}, {"argv": ["capacity", "--spark-cluster"], "date": "2"},
+    ...         {"argv": ["capacity"], "date": "3"}]
+    >>> [r["date"] for r in newest_of_each_form(runs)]
+    ['2', '3']
+    """
+    newest = {" ".join(run["argv"]): run for run in runs}
+    return sorted(newest.values(), key=lambda r: r["date"])
+
+
+def _chart_lines(name: str, shown: list[dict], images: str, docs: str) -> list[str]:
+    """The chart of the newest run it can be drawn from (a result of an older shape has none)."""
+    for run in reversed(shown):
         try:
-            chart = CHARTS[name](newest["figures"])
+            chart = CHARTS[name](run["figures"])
         except (KeyError, TypeError, IndexError):
-            chart = None    # a result of an older shape: the table alone
+            continue
         if chart is not None:
             chart_png(chart, os.path.join(images, f"bench-{name}.png"))
-            lines += [f"![{chart.title}]({os.path.relpath(images, docs)}/bench-{name}.png)", ""]
-    lines += ["```text", newest["text"].rstrip(), "```", ""]
+            return [f"![{chart.title}]({os.path.relpath(images, docs)}/bench-{name}.png)", ""]
+    return []
+
+
+def _section(name: str, summary: str, runs: list[dict], images: str, docs: str) -> list[str]:
+    shown = newest_of_each_form(runs)
+    lines = [f"## {name}", "", summary, ""]
+    if name in CHARTS:
+        lines += _chart_lines(name, shown, images, docs)
+    for run in shown:
+        m = run["machine"]
+        changed = " (with uncommitted changes)" if run["dirty"] else ""
+        how = f"{m['cores']} cores, {m['memory_gb']} GB, {m['cpu']}; `hifi bench {' '.join(run['argv'])}`"
+        lines += [f"{'Run' if len(shown) > 1 else 'Newest run'}: {run['date']}, commit `{run['commit'][:10]}`"
+                  f"{changed}, {how}", "", "```text", run["text"].rstrip(), "```", ""]
     if name in ANCHORS:
         lines += ["| beside it, published | source |", "|---|---|"]
         lines += [f"| {what} | {source} |" for what, source in ANCHORS[name]] + [""]
-    if len(runs) > 1:
-        lines += ["Earlier runs: " + ", ".join(f"{r['date'][:10]} (`{r['commit'][:10]}`)" for r in runs[:-1]), ""]
+    earlier = [r for r in runs if r not in shown]
+    if earlier:
+        lines += ["Earlier runs: " + ", ".join(f"{r['date'][:10]} (`{r['commit'][:10]}`)" for r in earlier), ""]
     return lines
 
 
