@@ -1,12 +1,9 @@
 """The pace of a process's stream of lanes (dsp.process_stream): what each poll lets into a batch.
 
 The stream polls at a quarter of the node's trigger (250 ms by default). Readers write raw topics
-all the time, so their records are let in at most every other poll (`raw_every_ms` apart, less a
-quarter for the clock's jitter): a batch's fixed work in every lane at every poll nearly doubled the
-default hierarchy's CPU (0.36 -> 0.60-0.70 cores, `hifi bench pipeline`, 2026-11-28). The spacing
-counts from the last poll that took raw records, not on a fixed grid: readers whose cycles fall on
-the grid's edges (an agent's ticks from a whole second, 800 ms apart) waited up to a whole turn,
-where the first poll after them now takes them. Children's views, partials and markers come once a window and
+all the time, so their records are let in every other poll (`raw_every_ms`): a batch's fixed work in
+every lane at every poll nearly doubled the default hierarchy's CPU (0.36 -> 0.60-0.70 cores,
+`hifi bench pipeline`, 2026-11-28). Children's views, partials and markers come once a window and
 go into the next batch: Spark's triggers fall on multiples of their interval, so a child's emit
 (itself made on a tick) lands just after its parent's tick and waited a whole 500 ms poll; at
 250 ms the fan-in bench's parent adds ~0.3 s instead of ~0.6. A stream with nothing new in any
@@ -40,7 +37,8 @@ def paced_ends(ends: Mapping[str, int], start: Mapping[str, int], raw_due: bool)
     """
     if raw_due:
         return dict(ends)
-    return {key: start.get(key, end) if _is_raw(key) else end for key, end in ends.items()}
+    return {key: start.get(key, end) if key.partition(LANE_SEPARATOR)[2].startswith(RAW_TOPICS) else end
+            for key, end in ends.items()}
 
 
 @dataclass
@@ -51,20 +49,17 @@ class PollPace:
     >>> due = pace.raw_due(now_ms=1_000)
     >>> due, pace.ends({"a|hifi.raw.d1:0": 9}, {"a|hifi.raw.d1:0": 5}, 1_000, due), pace.wait_ms(now_ms=1_250)
     (True, {'a|hifi.raw.d1:0': 9}, 0)
-    >>> due = pace.raw_due(now_ms=1_250)   # 250 ms after raw records were taken: not yet
+    >>> due = pace.raw_due(now_ms=1_250)   # not its turn
     >>> due, pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 9}, 1_250, due)
     (False, {'a|hifi.raw.d1:0': 9})
-    >>> pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, 1_500, pace.raw_due(now_ms=1_500))
-    {'a|hifi.raw.d1:0': 12}
-    >>> pace.raw_due(now_ms=1_750)   # nothing new at 1.5 s: the next poll may take what comes
-    True
+    >>> _ = pace.ends({"a|hifi.raw.d1:0": 12}, {"a|hifi.raw.d1:0": 12}, 1_500, pace.raw_due(now_ms=1_500))
     >>> pace.wait_ms(now_ms=9_250), pace.wait_ms(now_ms=11_250)   # nothing new since 1.25 s: quiet from 11.25 s
     (0, 250)
     """
 
     raw_every_ms: int
-    raw_taken_ms: int = -(2**62)   # when a poll last took raw topics' new records
-    news_ms: int = 0               # when a poll last found something new in some topic
+    raw_slot: int = -1
+    news_ms: int = 0   # when a poll last found something new in some topic
 
     def wait_ms(self, now_ms: int) -> int:
         """How long the next poll should wait first: till the raw topics' next turn when quiet."""
@@ -73,19 +68,14 @@ class PollPace:
         return -now_ms % self.raw_every_ms
 
     def raw_due(self, now_ms: int) -> bool:
-        """Whether this poll may take the raw topics' new records (their ends need not be asked of
-        the broker on the others): `raw_every_ms` since a poll last took some, less a quarter."""
-        return now_ms - self.raw_taken_ms >= self.raw_every_ms * 3 // 4
+        """Whether this poll is the raw topics' turn (asked once a poll: it takes the turn): their
+        ends need not be asked of the broker on the others."""
+        slot = now_ms // self.raw_every_ms if self.raw_every_ms else self.raw_slot + 1
+        due, self.raw_slot = slot != self.raw_slot, slot
+        return due
 
     def ends(self, ends: Mapping[str, int], start: Mapping[str, int], now_ms: int, raw_due: bool) -> dict[str, int]:
         """The ends of this poll's batch (`paced_ends`), given every topic's `ends` now."""
-        new = [key for key, end in ends.items() if start.get(key) != end]
-        if new:
+        if any(start.get(key) != end for key, end in ends.items()):
             self.news_ms = now_ms
-        if raw_due and any(_is_raw(key) for key in new):
-            self.raw_taken_ms = now_ms
         return paced_ends(ends, start, raw_due)
-
-
-def _is_raw(lane_key: str) -> bool:
-    return lane_key.partition(LANE_SEPARATOR)[2].startswith(RAW_TOPICS)
