@@ -37,6 +37,8 @@ class EndWatch:
     def ends(self, tps: Sequence[bus.TopicPartition]) -> dict[bus.TopicPartition, int]:
         """Each partition's end now (those of deleted topics left out); partitions no longer asked
         about are no longer followed."""
+        if not tps and self._consumer is None:
+            return {}   # nothing to follow yet (a process of edges alone): no consumer
         self._follow({(tp.topic, tp.partition) for tp in tps})
         self._read_new()
         return {tp: self._ends[(tp.topic, tp.partition)] for tp in tps if (tp.topic, tp.partition) in self._ends}
