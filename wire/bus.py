@@ -94,11 +94,7 @@ def make_producer(bootstrap: str, **overrides) -> Producer:
     # A partition's records can still sit unsent with its leader unknown (seen only in the full test
     # suite, on the first view topic of its first hierarchy): give up after 20 s, not kafka-python's
     # 120 s, and deliver() replaces that producer, so the replayed batch goes out on a fresh one.
-    # No linger: a node's batch waits for its sends (deliver) before the next lane of the process
-    # runs, so 5 ms of linger was 5 ms a lane; sends made while a request is in flight still go
-    # together (one in flight). The 32 doors' process, Spark's addBatch p50 / p90 (two runs each):
-    # 542 / 1 202 and 683 / 1 323 ms at 5 ms, 526 / 1 000 and 554 / 1 053 ms at 0.
-    config = {"bootstrap_servers": bootstrap, "linger_ms": 0, "acks": "all", "retries": 5,
+    config = {"bootstrap_servers": bootstrap, "linger_ms": 5, "acks": "all", "retries": 5,
               "max_request_size": 8 * 1024 * 1024, "enable_idempotence": False,
               "max_in_flight_requests_per_connection": 1, "request_timeout_ms": 10_000,
               "delivery_timeout_ms": 20_000, **client_security()}
