@@ -159,30 +159,33 @@ def newest_of_each_form(runs: list[dict]) -> list[dict]:
     return sorted(newest.values(), key=lambda r: r["date"])
 
 
-def _chart_lines(name: str, shown: list[dict], images: str, docs: str) -> list[str]:
-    """The chart of the newest run it can be drawn from (a result of an older shape has none)."""
-    for run in reversed(shown):
-        try:
-            chart = CHARTS[name](run["figures"])
-        except (KeyError, TypeError, IndexError):
-            continue
-        if chart is not None:
-            chart_png(chart, os.path.join(images, f"bench-{name}.png"))
-            return [f"![{chart.title}]({os.path.relpath(images, docs)}/bench-{name}.png)", ""]
-    return []
+def _chart_lines(name: str, run: dict, n: int, images: str, docs: str) -> list[str]:
+    """The chart of one run (a result of an older shape has none), beside its own table: a bench
+    shown two ways (capacity locally and on a cluster) has a chart for each, never one run's chart
+    above the other's table."""
+    try:
+        chart = CHARTS[name](run["figures"])
+    except (KeyError, TypeError, IndexError):
+        return []
+    if chart is None:
+        return []
+    file = f"bench-{name}{'' if n == 0 else f'-{n + 1}'}.png"
+    chart_png(chart, os.path.join(images, file))
+    return [f"![{chart.title}]({os.path.relpath(images, docs)}/{file})", ""]
 
 
 def _section(name: str, summary: str, runs: list[dict], images: str, docs: str) -> list[str]:
     shown = newest_of_each_form(runs)
     lines = [f"## {name}", "", summary, ""]
-    if name in CHARTS:
-        lines += _chart_lines(name, shown, images, docs)
-    for run in shown:
+    for n, run in enumerate(shown):
         m = run["machine"]
         changed = " (with uncommitted changes)" if run["dirty"] else ""
         how = f"{m['cores']} cores, {m['memory_gb']} GB, {m['cpu']}; `hifi bench {' '.join(run['argv'])}`"
         lines += [f"{'Run' if len(shown) > 1 else 'Newest run'}: {run['date']}, commit `{run['commit'][:10]}`"
-                  f"{changed}, {how}", "", "```text", run["text"].rstrip(), "```", ""]
+                  f"{changed}, {how}", ""]
+        if name in CHARTS:
+            lines += _chart_lines(name, run, n, images, docs)
+        lines += ["```text", run["text"].rstrip(), "```", ""]
     if name in ANCHORS:
         lines += ["| beside it, published | source |", "|---|---|"]
         lines += [f"| {what} | {source} |" for what, source in ANCHORS[name]] + [""]
