@@ -521,6 +521,11 @@ class KafkaStreamReader(DataSourceStreamReader):
                 ranges.extend(OffsetRange(topic, partition, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False))
         return ranges
 
+    def ranges_here(self, start: dict, end: dict) -> list[OffsetRange] | None:
+        """The ranges `read_here` reads of the records from `start` to `end`; None: too many for it."""
+        ranges = self.partitions(start, end)
+        return None if sum(r.end - r.start for r in ranges) > self.RECORDS_PER_TASK else ranges
+
     def read_here(self, start: dict, end: dict, fetched: dict | None = None, owner: str = "") -> pa.Table | None:
         """The records from `start` to `end` read in this process when they are one task's worth
         (RECORDS_PER_TASK or fewer), None otherwise: Spark's tasks read more, in parallel. A
@@ -530,8 +535,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         `fetched`: each range's records by OffsetRange.key, those another form of the same topics
         fetched for this batch (a raw topic's readings and samples); what this read fetches is added.
         `owner`: who reads (a node's lane), whose consumer fetches (wire.range_fetch)."""
-        ranges = self.partitions(start, end)
-        if sum(r.end - r.start for r in ranges) > self.RECORDS_PER_TASK:
+        ranges = self.ranges_here(start, end)
+        if ranges is None:
             return None
         fetched = {} if fetched is None else fetched
         # one at a time: the driver's readers share this process's duplicate look-back (_recent),

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.compiler import CompileContext, Ingest, reader_options
-from dsp.kafka_source import KafkaStreamReader, local_reader, take_handoff
+from dsp.kafka_source import KafkaStreamReader, OffsetRange, local_reader, take_handoff
 from dsp.offset_log import Offsets, batch_end
 from dsp.spark_partials import SparkBatches
 from dsp.turns import stepping_aside
@@ -113,24 +113,51 @@ class Reader:
         return replace(self, topics=tuple(sorted(set(topics))))
 
 
-class InputRate:
-    """Rows the readers took per second over the last `span_s` seconds (the node's input rate:
-    a batch read in the driver is not in Spark's progress)."""
+class RecentInput:
+    """What the node's batches took in lately: rows per second over the last `span_s` seconds (its
+    input rate: a batch read in the driver is not in Spark's progress), and how long their input
+    had waited for them (its input lag).
+
+    A batch's wait is how old its oldest record was (by the record's Kafka time: when its writer
+    sent it) once the batch was done: what a consumer's lag in time is. A node keeping up waits a
+    poll and a batch; one falling behind waits longer batch after batch, whatever its event time
+    says (the `lag_ms` gauge: now - the newest event time it emitted, which saws by a window above
+    a parent's children's own delay; docs/limits.md)."""
+
+    WAIT_SPAN_S = 2.0   # the longest wait of this many seconds' batches: two of the gauges' rounds
 
     def __init__(self, span_s: float = 10.0) -> None:
         self.span_s = span_s
-        self._batches: deque[tuple[float, int]] = deque()
+        self._batches: deque[tuple[float, int, float | None]] = deque()   # (done at, rows, waited ms)
         self._lock = threading.Lock()
 
-    def add(self, rows: int, at: float) -> None:
+    def add(self, rows: int, at: float, waited_ms: float | None = None) -> None:
         with self._lock:
-            self._batches.append((at, rows))
+            self._batches.append((at, rows, waited_ms))
             while self._batches and self._batches[0][0] < at - self.span_s:
                 self._batches.popleft()
 
     def per_second(self, now: float) -> float:
         with self._lock:
-            return sum(rows for at, rows in self._batches if at >= now - self.span_s) / self.span_s
+            return sum(rows for at, rows, _ in self._batches if at >= now - self.span_s) / self.span_s
+
+    def longest_wait_ms(self, now: float) -> float:
+        """The longest wait of the batches of the last WAIT_SPAN_S seconds (0: none; nothing came)."""
+        with self._lock:
+            return max((waited for at, _, waited in self._batches
+                        if waited is not None and at >= now - self.WAIT_SPAN_S), default=0.0)
+
+
+def oldest_record_ms(fetched: dict[object, list]) -> int | None:
+    """The Kafka time of the oldest record of ranges fetched here (the first of each; None: none).
+
+    >>> from wire.range_fetch import Record
+    >>> oldest_record_ms({("a", 0, 5): [Record(5, 900, b"", []), Record(6, 950, b"", [])],
+    ...                   ("b", 0, 1): [Record(1, 800, b"", [])], ("c", 0, 2): []})
+    800
+    """
+    return min((records[0].timestamp for records in fetched.values()
+                if records and records[0].timestamp is not None), default=None)
 
 
 @dataclass(frozen=True)
@@ -308,7 +335,7 @@ class NodeInputs:
         read it), when Spark computes its parts (spark_partials.SparkBatches); else its rows, a
         small batch read here (KafkaStreamReader.read_here, its records fetched once for every
         form of the batch: `fetched`), a larger one by Spark's tasks."""
-        if self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values())):
+        if self._spark_computes(start, end):
             return self._frame(reader, start, end).persist(), None
         local = self._local_readers.get(reader.key)
         lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own
@@ -317,6 +344,17 @@ class NodeInputs:
         with stepping_aside():   # Spark's tasks read it: the other lanes go on meanwhile (dsp.turns)
             table = self._frame(reader, start, end).toArrow()
         return None, take_handoff(table) if self.settings.handoff_dir else table
+
+    def ranges_here(self, reader: Reader, start: Offsets, end: Offsets) -> list[OffsetRange]:
+        """The ranges `take` fetches in this process for form `reader`'s records from `start` to
+        `end` (none: Spark's tasks read them)."""
+        if self._spark_computes(start, end):
+            return []
+        local = self._local_readers.get(reader.key)
+        return (local.ranges_here(start, end) or []) if local is not None else []
+
+    def _spark_computes(self, start: Offsets, end: Offsets) -> bool:
+        return self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values()))
 
     def _frame(self, reader: Reader, start: Offsets, end: Offsets) -> DataFrame:
         """Form `reader`'s records from `start` to `end` as a batch DataFrame Spark's tasks read."""

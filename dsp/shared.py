@@ -147,7 +147,7 @@ class SharedRuntime:
         self.history = HistoryFeed(node_id, spark, self.archive, self.parts, spark_batches, self._producer)
         self.batches = StreamBatches(node_id, self.inputs, self.parts, self.forms, self.checkpoint, self._locks,
                                      self.stream, self._producer, self.handoff_dir)
-        self.input_rate = self.batches.input_rate
+        self.recent_input = self.batches.recent_input
 
     @property
     def spark_batches(self) -> SparkBatches:
@@ -232,7 +232,8 @@ class SharedRuntime:
         with self._locks.control():
             for stream in self.inputs.take_changed():
                 self.stream.attach(lane_name(self.node_id, stream), self.inputs.stream_topics(stream),
-                                   functools.partial(self.batches.run, stream), self.lane_order)
+                                   functools.partial(self.batches.run, stream), self.lane_order,
+                                   functools.partial(self.batches.ranges, stream))
 
     def _producer(self):
         # One producer per process, as the marker listener and the data sources use (kafka-python's
@@ -310,9 +311,12 @@ class SharedRuntime:
         return parts + [q for q in spark_queries if not q.query_id.startswith(READER_PREFIX)]
 
     def progress(self) -> dict[str, float]:
-        """Input rate (rows/s the readers read; the Spark-run plans' reads too) and rows dropped
-        as late (by the parts and by Spark's watermarks)."""
+        """Input rate (rows/s the readers read; the Spark-run plans' reads too), how long the
+        input waited for the node lately (dsp.node_inputs.RecentInput) and rows dropped as late
+        (by the parts and by Spark's watermarks)."""
         found = self.spark_queries.progress(leave_out=READER_PREFIX)
+        now = time.monotonic()
         # no lock: a batch in flight holds it while it writes, and the gauges must not wait
-        return {"input_rate": found["input_rate"] + self.input_rate.per_second(time.monotonic()),
+        return {"input_rate": found["input_rate"] + self.recent_input.per_second(now),
+                "input_lag_ms": round(self.recent_input.longest_wait_ms(now)),
                 "late_rows": found["late_rows"] + self.parts.late_rows()}

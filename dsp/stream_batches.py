@@ -19,8 +19,9 @@ from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.control_first import ControlFirstLock
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.form_batches import FormBatches
-from dsp.kafka_source import sweep_handoff
-from dsp.node_inputs import InputRate, NodeInputs, Reader, lane_name
+from dsp.kafka_source import OffsetRange, sweep_handoff
+from dsp.lane_fetch import Fetched
+from dsp.node_inputs import NodeInputs, Reader, RecentInput, lane_name, oldest_record_ms
 from dsp.offset_log import Offsets
 from dsp.parts import Parts, Reports
 from dsp.process_stream import ProcessStream
@@ -39,14 +40,24 @@ class StreamBatches:
         self.node_id, self.inputs, self.parts, self.forms = node_id, inputs, parts, forms
         self.checkpoint, self.locks, self.stream, self.producer = checkpoint, locks, stream, producer
         self.handoff_dir = handoff_dir
-        self.input_rate = InputRate()
+        self.recent_input = RecentInput()
         # (fence key, batch id) that failed after it started: run again before the next (`run`)
         self.pending: tuple[str, int] | None = checkpoint.unfinished()
 
-    def run(self, stream: str, batch_id: int, ends: Offsets, identity: str) -> None:
+    def ranges(self, stream: str, batch_id: int, ends: Offsets, identity: str) -> list[OffsetRange]:
+        """The ranges `run` reads in this process for the batch (none for a batch it skips, or when
+        one that failed runs first: its own ranges are others)."""
+        fence_key = f"{stream}@{identity}"
+        if batch_id <= self.checkpoint.fences.get(fence_key, -1) or self.pending is not None:
+            return []
+        return [r for reader, start, end in self.inputs.forms_in(stream, self.inputs.bounds(stream, ends))
+                for r in self.inputs.ranges_here(reader, start, end)]
+
+    def run(self, stream: str, batch_id: int, ends: Offsets, identity: str, fetched: Fetched | None = None) -> None:
         """Batch `batch_id` of the process's stream (`identity`: its checkpoint's id) for the node's
-        stream `stream`, up to `ends`. A batch that failed after it started runs first, with its
-        own ends: what it delivered before goes out again alike."""
+        stream `stream`, up to `ends`; `fetched`: records of its ranges fetched already
+        (dsp.lane_fetch). A batch that failed after it started runs first, with its own ends: what
+        it delivered before goes out again alike."""
         fence_key = f"{stream}@{identity}"
         pending = self.pending
         if pending is not None and pending[0] == fence_key and pending[1] < batch_id:
@@ -57,14 +68,15 @@ class StreamBatches:
                 self.pending = None
             else:
                 self._run_one(stream, pending[1], earlier, fence_key)
-        self._run_one(stream, batch_id, ends, fence_key)
+        self._run_one(stream, batch_id, ends, fence_key, fetched)
 
     def forget(self, idle: set[str]) -> None:
         """Streams that read nothing any more: a batch of theirs that failed will not come again."""
         if self.pending is not None and self.pending[0].rpartition("@")[0] in idle:
             self.pending = None
 
-    def _run_one(self, stream: str, batch_id: int, ends: Offsets, fence_key: str) -> None:
+    def _run_one(self, stream: str, batch_id: int, ends: Offsets, fence_key: str, fetched: Fetched | None = None
+                 ) -> None:
         """One micro-batch of the node's stream: form by form (in key order), topic by topic,
         through every part that reads them. Its forms are read before the lock is taken (and again
         under it for a form that came or changed meanwhile)."""
@@ -75,7 +87,7 @@ class StreamBatches:
         forms = self.inputs.forms_in(stream, self.inputs.bounds(stream, ends))
         if not forms:
             return   # nothing new for the node: nothing to save
-        fetched: dict = {}   # the batch's records by range, fetched once for all its forms (read_here)
+        fetched = dict(fetched or {})   # the batch's records by range, fetched once for all its forms (read_here)
         persisted: list[DataFrame] = []   # the forms Spark reads, unpersisted once the batch is done
 
         def take(reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None]:
@@ -119,7 +131,8 @@ class StreamBatches:
             self.checkpoint.fences[fence_key] = batch_id
             self.inputs.advance(stream, bounds)
             self.save()
-            self.input_rate.add(rows, time.monotonic())
+            oldest_ms = oldest_record_ms(fetched)   # None: Spark's tasks read the batch
+            self.recent_input.add(rows, time.monotonic(), None if oldest_ms is None else time.time() * 1000 - oldest_ms)
             self.pending = None
         # the parts' hooks (the node's statistics) once the batch is recorded: a batch that
         # failed and runs again counts once

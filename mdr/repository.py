@@ -25,7 +25,7 @@ Key layout (all keys under the prefix, default "hifi:"):
   query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms,
                                    result_topic, explain, columns (JSON), tasks (JSON: the placement)
   stats:<node>               HASH  rows_in, cycles_in, samples_in, duplicates, rows_out, dead, late_rows,
-                                   input_rate, lag_ms, max_event_ms, updated_ms
+                                   input_rate, input_lag_ms, lag_ms, max_event_ms, updated_ms
   stats:<node>:dead:<hour>   SET   "<topic>:<partition>:<offset>" of each refused record of a child's
                                    view already dead-lettered and counted (every reader refuses it),
                                    by the hour it was counted in; gone two hours on (bounded however

@@ -121,13 +121,13 @@ def test_a_lane_detached_while_its_part_of_a_batch_runs_lets_go_once_that_part_i
     stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
     entered, release, done = threading.Event(), threading.Event(), threading.Event()
 
-    def slow(batch_id: int, ends: dict, identity: str) -> None:
+    def slow(batch_id: int, ends: dict, identity: str, fetched: dict) -> None:
         entered.set()
         release.wait(30)
         done.set()
 
     stream.attach("stopping", [topic], slow)
-    stream.attach("staying", [topic], lambda batch_id, ends, identity: None)
+    stream.attach("staying", [topic], lambda batch_id, ends, identity, fetched: None)
     try:
         _send(servers.bootstrap, topic, 0, 1)
         wait_for(entered.is_set, 90, "the lane's part of a batch")
@@ -144,31 +144,49 @@ def test_a_lane_detached_while_its_part_of_a_batch_runs_lets_go_once_that_part_i
         stream.detach("staying")
 
 
-def test_a_batchs_lanes_start_in_their_order_the_parents_first(servers, spark, tmp_path):
+def test_a_batchs_lanes_start_in_their_order_the_parents_first_with_their_ranges_fetched_at_once(servers, spark,
+                                                                                                  tmp_path):
     """A parent reads what its children sent in the batch before: its lane goes first in each
-    batch (a node's order is its depth, services.node), whatever order the lanes were attached in."""
+    batch (a node's order is its depth, services.node), whatever order the lanes were attached in.
+    The ranges the lanes say they read are fetched for them in one go before they run
+    (dsp.lane_fetch): each lane is handed its records, a partition two lanes read to the first."""
     from concurrent.futures import ThreadPoolExecutor
 
-    topic = f"hifi.view.order{int(time.time() * 1000)}.v"
-    bus.ensure_topics(servers.bootstrap, [topic])
+    from dsp.kafka_source import OffsetRange, _split_key
+
+    topic, other = (f"hifi.view.order{name}{int(time.time() * 1000)}.v" for name in ("a", "b"))
+    bus.ensure_topics(servers.bootstrap, [topic, other])
     stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
     stream._pool = ThreadPoolExecutor(1)   # one lane at a time: the order they start in is the order they run in
     started: list[tuple[int, str]] = []   # (batch id, lane) as the lanes start
+    handed: dict[tuple[int, str], dict] = {}   # what each lane was handed, by batch
 
     def lane(name: str):
-        def on_batch(batch_id: int, ends: dict, identity: str) -> None:
+        def on_batch(batch_id: int, ends: dict, identity: str, fetched: dict) -> None:
             started.append((batch_id, name))
+            handed[batch_id, name] = fetched
         return on_batch
 
-    for name, order in (("door", 0), ("warehouse", 1), ("region", 2)):   # attached children first
-        stream.attach(name, [topic], lane(name), order=2 - order)
+    def last_record(batch_id: int, ends: dict, identity: str) -> list[OffsetRange]:
+        return [OffsetRange(*_split_key(key), end - 1, end) for key, end in ends.items() if end > 0]
+
+    for name, order, topics in (("door", 0, [topic]), ("warehouse", 1, [topic, other]), ("region", 2, [topic])):
+        stream.attach(name, topics, lane(name), order=2 - order, ranges=last_record)   # attached children first
     try:
+        _send(servers.bootstrap, other, 0, 1)
         _send(servers.bootstrap, topic, 0, 1)
         wait_for(lambda: len(started) >= 3, 90, "a batch")
+        _send(servers.bootstrap, other, 1, 1)
         _send(servers.bootstrap, topic, 1, 1)   # a batch runs when its topics moved
         wait_for(lambda: len(started) >= 6, 60, "a second batch")
         for batch_id in {b for b, _ in started[:6]}:
             assert [name for b, name in started if b == batch_id] == ["region", "warehouse", "door"]
+        both = [b for b, name in started if name == "warehouse" and any(k[0] == other for k in handed[b, name])]
+        assert both, f"no batch fetched for its lanes: {handed}"
+        region, warehouse, door = (handed[both[0], name] for name in ("region", "warehouse", "door"))
+        assert [k[0] for k in region] == [topic] and [k[0] for k in warehouse] == [other] and door == {}
+        assert all(len(records) == 1 and records[0].offset == k[2] for k, records in [*region.items(),
+                                                                                         *warehouse.items()])
     finally:
         for name in ("door", "warehouse", "region"):
             stream.detach(name)
@@ -187,7 +205,7 @@ def test_lanes_take_turns_and_one_waiting_for_its_node_steps_aside_for_the_other
     guard = threading.Lock()
 
     def lane(name: str):
-        def on_batch(batch_id: int, ends: dict, identity: str) -> None:
+        def on_batch(batch_id: int, ends: dict, identity: str, fetched: dict) -> None:
             with node_lock.batch() if name == "deploying" else contextlib.nullcontext():
                 with guard:
                     at_once[0] += 1

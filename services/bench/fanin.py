@@ -86,6 +86,7 @@ class FaninFigures:
     readers: int = 0     # Spark streaming queries reading the warehouse's inputs
     doors_ms: list[float] = field(default_factory=list)   # the doors' windows (smoothed_rfid_stream): emit - end
     lag_ms: list[float] = field(default_factory=list)   # the warehouse's lag gauge, sampled every half second
+    input_lag_ms: list[float] = field(default_factory=list)   # its input lag gauge, sampled with it
 
 
 def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
@@ -122,22 +123,26 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
         ends = [e for e in top if since_ms <= e <= until_ms]
         figures = FaninFigures(n, cores, with_servers, rate, [top[e] - e for e in ends],
                                [top[e] - max(d[e] for d in doors) for e in ends if all(e in d for d in doors)],
-                               readers, [d[e] - e for d in doors for e in d if since_ms <= e <= until_ms], lags)
+                               readers, [d[e] - e for d in doors for e in d if since_ms <= e <= until_ms],
+                               lags["lag_ms"], lags["input_lag_ms"])
         found.append(figures)
         progress(f"{n} children: {cores:.2f} cores, windows p50 {_p(figures.close_to_emit_ms, 50)} s after they close")
     return found
 
 
 @contextlib.contextmanager
-def sampling_lag(node) -> Iterator[list[float]]:
-    """The node's `lag_ms` gauge (services.node_gauges: now - the newest event time it emitted),
-    read from the MDR every half second while the block runs."""
-    found: list[float] = []
+def sampling_lag(node) -> Iterator[dict[str, list[float]]]:
+    """The node's lag gauges (services.node_gauges), read from the MDR every half second while the
+    block runs: `lag_ms` (now - the newest event time it emitted) and `input_lag_ms` (how long its
+    input waited for it: dsp.node_inputs.RecentInput)."""
+    found: dict[str, list[float]] = {"lag_ms": [], "input_lag_ms": []}
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.5):
-            found.append(node.mdr.stats(node.id).get("lag_ms", 0.0))
+            stats = node.mdr.stats(node.id)
+            for gauge, samples in found.items():
+                samples.append(stats.get(gauge, 0.0))
     thread = threading.Thread(target=sample, name="lag-sampler", daemon=True)
     thread.start()
     try:
@@ -157,7 +162,7 @@ def _p(values: list[float], q: int) -> str:
 def fanin_table(figures: list[FaninFigures]) -> str:
     lines = ["children  readings/s  cores  x of first  with broker+Redis  parent's readers  "
              "window end -> parent emit p50 / p95 s  parent adds p50 / max s  windows  "
-             "doors' windows p50 / p95 s  parent's event-time lag gauge p50 / max s"]
+             "doors' windows p50 / p95 s  parent's input lag p50 / max s  parent's event-time lag gauge p50 / max s"]
     base = figures[0].cores if figures else 0.0
     for f in figures:
         ratio = f.cores / base if base else 0.0
@@ -166,6 +171,7 @@ def fanin_table(figures: list[FaninFigures]) -> str:
                      f"{_p(f.close_to_emit_ms, 50):>20} / {_p(f.close_to_emit_ms, 95):<17}  "
                      f"{_p(f.added_ms, 50):>14} / {max(f.added_ms, default=0) / 1000:<5.2f}  "
                      f"{len(f.close_to_emit_ms):>7}  {_p(f.doors_ms, 50):>14} / {_p(f.doors_ms, 95):<9}  "
+                     f"{_p(f.input_lag_ms, 50):>22} / {max(f.input_lag_ms, default=0) / 1000:<5.2f}  "
                      f"{_p(f.lag_ms, 50):>26} / {max(f.lag_ms, default=0) / 1000:<5.2f}")
     return "\n".join(lines)
 
