@@ -19,7 +19,8 @@ fails fails the batch: Spark runs it again once the query restarts, and the lane
 skip it (their fences). Measured 2026-11-28 with the 32 doors, a lane's reads through a consumer
 of its own (wire.range_fetch), parents first and lanes in turn: the process's batch 1.9 -> 0.7 s,
 the warehouse's windows p50 / p95 5.9 / 6.6 -> 2.9 / 3.5 s after they close (`hifi bench fanin`,
-before and after in one run).
+before and after in one run). Then the short ranges the lanes read fetched in one go before they
+run (dsp.lane_fetch), not one fetch a lane.
 
 Measured after, `hifi bench fanin --whole 32` against the layout before, back to back: 1.41 -> 0.99
 cores; the warehouse's windows p50 / p95 17.7 / 22.1 -> 7.4 / 8.7 s after they close.

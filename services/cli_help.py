@@ -36,7 +36,8 @@ DESCRIPTIONS: dict[str, str] = {
     'status': (
         'the health summary the dashboard shows: per node (core first) its state — alive, `FAILED` (a query '
         'part on it died: `hifi queries` names the cause), `LAGGING` (newest processed event older than 120 '
-        's, or no statistics for 10 s) or `DEAD` (no heartbeat within the 5 s TTL) with the reason — readings'
+        's, its input waiting 30 s for it, or no statistics for 10 s) or `DEAD` (no heartbeat within the 5 '
+        's TTL) with the reason — readings'
         ' in, input rows/s, lag (s), rows out, dead-lettered, late rows, queries, KB archived since it '
         'started and KB waiting for its constrained uplink (see *The archive* and *Priorities*), exported '
         'views; per receptor the readings, read cycles and weak readings (below `strength_T`) its edge took '

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from mdr.repository import Adoption, NodeRecord
 
 LAGGING_S = 120.0        # a node whose newest processed event is older than this is lagging
+INPUT_LAGGING_S = 30.0   # ... as is one whose input waited this long for it (it falls behind)
 STALE_GAUGES_S = 10.0    # ... as is one whose heartbeat lives but whose statistics stopped
 SILENT_AFTER_S = 5.0     # a receptor with no read cycle in this long is silent
 TRIAGING_S = 10.0        # a node whose reader left records out (Data Triage) this recently is triaging
@@ -51,6 +52,8 @@ def node_health(record: NodeRecord, stats: Mapping[str, float], views: Sequence[
         state, reason = "lagging", f"no statistics for {(now_ms - updated_ms) / 1000:.0f} s"
     elif lag_s > LAGGING_S:
         state, reason = "lagging", f"newest event {lag_s:.0f} s old"
+    elif (input_lag_s := stats.get("input_lag_ms", 0.0) / 1000) > INPUT_LAGGING_S:
+        state, reason = "lagging", f"its input waits {input_lag_s:.0f} s for it"
     elif now_ms - stats.get("triaged_at_ms", 0) < TRIAGING_S * 1000:
         state, reason = "triaging", (f"over its latency target: a sample of its input decoded "
                                      f"({int(stats.get('triaged', 0)):,} records left out so far; approximate "

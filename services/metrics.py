@@ -9,7 +9,8 @@ MDR operations) is measured in-process and starts from zero with it, as Promethe
 Metric names (all labelled by `node` or `service`):
   hifi_readings_in_total, hifi_rows_out_total, hifi_dead_lettered_total, hifi_triaged_records_total,
   hifi_late_rows,
-  hifi_input_rate, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up, hifi_archive_bytes,
+  hifi_input_rate, hifi_input_lag_seconds, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up,
+  hifi_archive_bytes,
   hifi_uplink_queued_bytes,
   hifi_receptor_reads_total / _cycles_total / _weak_reads_total {receptor},
   hifi_view_rows_total {query}, hifi_microbatch_duration_seconds {query},
@@ -69,6 +70,8 @@ class _NodeStatistics(Collector):
             yield _counter(name, help_text, ["node"], labels, stats.get(key, 0.0))
         for name, value, help_text in (
                 ("hifi_input_rate", stats.get("input_rate", 0.0), "rows per second read from the node's inputs"),
+                ("hifi_input_lag_seconds", stats.get("input_lag_ms", 0.0) / 1000,
+                 "how long the node's input waited for it: the oldest record of its last batches, by its Kafka time"),
                 ("hifi_watermark_lag_seconds", stats.get("lag_ms", 0.0) / 1000,
                  "wall clock minus the newest event time the node has processed"),
                 ("hifi_late_rows", stats.get("late_rows", 0.0), "rows the last micro-batches dropped as late"),

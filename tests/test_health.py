@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mdr.repository import NodeRecord
 from services.health import (
+    INPUT_LAGGING_S,
     LAGGING_S,
     STALE_GAUGES_S,
     TRIAGING_S,
@@ -30,6 +31,8 @@ def test_a_node_without_heartbeat_is_dead_whatever_its_statistics():
 
 def test_a_live_node_is_lagging_when_its_events_are_old_or_its_statistics_stopped():
     assert node_health(_node(), {"lag_ms": 1000 * LAGGING_S + 1, "updated_ms": NOW}, [], NOW).state == "lagging"
+    behind = node_health(_node(), {"lag_ms": 0, "input_lag_ms": 1000 * INPUT_LAGGING_S + 1, "updated_ms": NOW}, [], NOW)
+    assert behind.state == "lagging" and "input waits" in behind.reason
     stale = node_health(_node(), {"lag_ms": 0, "updated_ms": NOW - 1000 * STALE_GAUGES_S - 1}, [], NOW)
     assert stale.state == "lagging" and "no statistics" in stale.reason
     fine = node_health(_node(), {"lag_ms": 3000, "updated_ms": NOW - 500, "rows_in": 7, "dead": 2,

@@ -10,9 +10,10 @@ the warehouse, its partials pushed down). After `settle` seconds, for `duration`
 - the warehouse's windows: their first emit after the window's end (p50 / p95), and what the
   warehouse added (its emit after the last door's emit of the same window end, p50 / max): how far
   it is behind its inputs, window by window;
-- the warehouse's event-time lag gauge (services.node_gauges: now - the newest window end it
-  emitted, sampled every half second): it saws by a window (2 s) above the doors' own delay, so it
-  says how fresh the warehouse's answers are, not whether it keeps up;
+- the warehouse's two lag gauges, sampled every half second: its input lag (how long its input
+  waited for it: dsp.node_inputs.RecentInput), which says whether it keeps up, and its event-time
+  lag (services.node_gauges: now - the newest window end it emitted), which saws by a window (2 s)
+  above the doors' own delay, so it says how fresh the warehouse's answers are;
 - the Spark streaming queries the warehouse ran to read its children.
 
 Compare N as ratios within one run (the machine is shared). The doors' cost is in those cores,
