@@ -56,3 +56,15 @@ def fetch_for_lanes(bootstrap: str, owner: str, wanted: Mapping[str, list[Offset
                     exc_info=True)
         return {}
     return {lane: {r.key: records[r.key] for r in mine} for lane, mine in lanes.items()}
+
+
+def oldest_record_ms(fetched: Fetched) -> int | None:
+    """The Kafka time of the oldest record of ranges fetched here (the first of each; None: none).
+
+    >>> from wire.range_fetch import Record
+    >>> oldest_record_ms({("a", 0, 5): [Record(5, 900, b"", []), Record(6, 950, b"", [])],
+    ...                   ("b", 0, 1): [Record(1, 800, b"", [])], ("c", 0, 2): []})
+    800
+    """
+    return min((records[0].timestamp for records in fetched.values()
+                if records and records[0].timestamp is not None), default=None)

@@ -148,18 +148,6 @@ class RecentInput:
                         if waited is not None and at >= now - self.WAIT_SPAN_S), default=0.0)
 
 
-def oldest_record_ms(fetched: dict[object, list]) -> int | None:
-    """The Kafka time of the oldest record of ranges fetched here (the first of each; None: none).
-
-    >>> from wire.range_fetch import Record
-    >>> oldest_record_ms({("a", 0, 5): [Record(5, 900, b"", []), Record(6, 950, b"", [])],
-    ...                   ("b", 0, 1): [Record(1, 800, b"", [])], ("c", 0, 2): []})
-    800
-    """
-    return min((records[0].timestamp for records in fetched.values()
-                if records and records[0].timestamp is not None), default=None)
-
-
 @dataclass(frozen=True)
 class SourceSettings:
     """What a form's source needs besides its topics (dsp.compiler.reader_options)."""

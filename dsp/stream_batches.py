@@ -20,8 +20,8 @@ from dsp.control_first import ControlFirstLock
 from dsp.faults import AFTER_FLUSH, crash_point
 from dsp.form_batches import FormBatches
 from dsp.kafka_source import OffsetRange, sweep_handoff
-from dsp.lane_fetch import Fetched
-from dsp.node_inputs import NodeInputs, Reader, RecentInput, lane_name, oldest_record_ms
+from dsp.lane_fetch import Fetched, oldest_record_ms
+from dsp.node_inputs import NodeInputs, Reader, RecentInput, lane_name
 from dsp.offset_log import Offsets
 from dsp.parts import Parts, Reports
 from dsp.process_stream import ProcessStream

@@ -66,7 +66,7 @@ class Lane:
         return _Sent()
 
     def flush(self) -> None:
-        """Queued is durable: nothing to wait for (bus.deliver calls it)."""
+        """Queued is durable: nothing to wait for (its sends' futures need no wait: bus.deliver)."""
 
     def pending(self) -> int:
         with self.lock:
