@@ -143,11 +143,12 @@ class Reference:
         built input by input, each step keeping the combinations the inputs so far allow. With a
         start, only rows from it on join."""
         combos: list[dict[str, Row]] = [{}]
-        for given in join.inputs:   # from the query's start on, if given (base.plan.WindowJoin.from_ms)
+        for position, given in enumerate(join.inputs):   # from the query's start on, if given (WindowJoin.from_ms)
             rows = [row for row in self.rows_of(given.source, given.source_kind)
                     if (given.predicate is None or evaluate_expr(given.predicate, row) is True)
                     and (self.start_ms is None or row[given.event_time] >= self.start_ms)]
-            combos = [{**combo, given.alias: row} for combo in combos for row in rows
+            partners = _partners(join, given.alias, rows, joined=set(join.aliases[:position]))
+            combos = [{**combo, given.alias: row} for combo in combos for row in partners(combo)
                       if _allowed({**combo, given.alias: row}, join)]
         times = {given.alias: given.event_time for given in join.inputs}
         return [{**{f"{alias}.{name}": value for alias, row in combo.items() for name, value in row.items()},
@@ -200,6 +201,31 @@ class Reference:
             results.append({"window_start": values["window_start"], "window_end": values["window_end"],
                             **{name: evaluate_expr(expr, values) for name, expr in query.outputs}})
         return results
+
+
+def _partners(join: StreamJoin, alias: str, rows: list[Row], joined: set[str]) -> Callable[[dict], Sequence[Row]]:
+    """The rows of input `alias` worth trying beside a combination of the inputs `joined`: those
+    whose key equals the combination's, by the first key linking `alias` to a joined input (a hash
+    join: pairing every row with every row made the judge's reference of a minute of a window join
+    take ~20 s), or every row when no key links them. `_allowed` still checks each pair.
+
+    >>> join = StreamJoin(inputs=(), keys=(("a.tag", "b.tag"),), bounds=())
+    >>> rows = [{"tag": 1}, {"tag": 2}, {"tag": None}]
+    >>> _partners(join, "b", rows, {"a"})({"a": {"tag": 2}}), _partners(join, "b", rows, {"a"})({"a": {"tag": None}})
+    ([{'tag': 2}], ())
+    >>> len(_partners(join, "a", rows, set())({}))
+    3
+    """
+    for pair in join.keys:
+        for mine, theirs in (pair, pair[::-1]):
+            (own_alias, own_column), (other_alias, other_column) = mine.split(".", 1), theirs.split(".", 1)
+            if own_alias == alias and other_alias in joined:
+                by_key: dict[Any, list[Row]] = defaultdict(list)
+                for row in rows:
+                    if row.get(own_column) is not None:   # a null key equals nothing
+                        by_key[row[own_column]].append(row)
+                return lambda combo: by_key.get(combo[other_alias].get(other_column), ())
+    return lambda combo: rows
 
 
 def _allowed(combo: dict[str, Row], join: StreamJoin) -> bool:

@@ -3,6 +3,7 @@ the rows that differ."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 
@@ -12,6 +13,8 @@ from services.judge import LOOK_AHEAD_MS, as_ms, rows_in_span, same_rows, time_c
 from services.paths import DEFAULT_TOPOLOGY
 from tests import independent
 from tests.conftest import wait_for
+
+log = logging.getLogger(__name__)
 
 WINDOWS_TO_COMPARE = 2
 # The span compared ends at most this long after the query's start: a query checked late in a
@@ -47,6 +50,14 @@ def _fail(plan, got: list, want: list, judge: str) -> None:
                 f"not in {judge}: {list(extra)[:5]}")
 
 
+def _log_difference(plan, got: list, want: list, waited_s: float) -> None:
+    """What still differs at a re-check (shown with a failure's captured log: a late window
+    differs from a wrong one by whether it came later)."""
+    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+    log.info("%s: after %.1f s, %d rows missing (%s), %d not in the reference (%s)", plan.query_id, waited_s,
+             sum(missing.values()), list(missing)[:3], sum(extra.values()), list(extra)[:3])
+
+
 def assert_equal_to_independent(hierarchy, plan, twin: str, span: tuple[int, int], got: list) -> None:
     """The hierarchy's rows in `span` against the independent judge's (tests/independent.py: `twin`,
     DuckDB SQL, over the same readings log; the hierarchy runs the default topology)."""
@@ -63,14 +74,17 @@ def assert_equal_to_reference(hierarchy, plan, timeout_s: float = 300, twin: str
     """Wait for enough results, then compare; rows of a selection may arrive on one branch of the
     tree later than on another, so a difference is re-checked until `timeout_s` has passed. With
     `twin`, the same rows are then checked against the independent judge too."""
-    deadline = time.monotonic() + timeout_s
+    began = time.monotonic()
+    deadline = began + timeout_s
     span = wait_for(lambda: _span(hierarchy, plan), timeout_s, f"{plan.query_id} to produce results", interval_s=2)
+    log.info("%s: span %s found after %.1f s", plan.query_id, span, time.monotonic() - began)
     while True:
         got, want = _compare(hierarchy, plan, span)
         if same_rows(got, want):
             break
         if time.monotonic() > deadline:
             _fail(plan, got, want, "the reference")
+        _log_difference(plan, got, want, time.monotonic() - began)
         time.sleep(5)
     assert want, f"{plan.query.text}: the compared span holds no rows; the check would be empty"
     if twin is not None:
