@@ -50,7 +50,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.cookies import SimpleCookie
-from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -65,6 +64,7 @@ from services import certs
 from services.auth import Authenticator, Security, open_channel
 from services.dashboard_http import (
     LOCAL_HOSTS,
+    DashboardServer,
     JsonExchange,
     TLSServer,
     allowed_hosts,
@@ -182,7 +182,7 @@ class Dashboard:
         self.metrics = ServiceMetrics("dashboard", mdr)
         self.url = ""
         self.stop_event = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: DashboardServer | None = None
         self._scrapers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dashboard-scrape")
         self._rates = RateWindow(RATE_SPAN_MS)   # stepped only under _snapshot_lock
         self._snapshot: tuple[float, dict] | None = None
@@ -217,7 +217,7 @@ class Dashboard:
             self._server = TLSServer((host, int(port)), Handler)
             self._server.context = certs.server_context(self.security.tls_dir, "dashboard")
         else:
-            self._server = ThreadingHTTPServer((host, int(port)), Handler)
+            self._server = DashboardServer((host, int(port)), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="dashboard-http", daemon=True).start()
         self.url = f"{'https' if tls else 'http'}://{advertise_host or host}:{self._server.server_port}/"

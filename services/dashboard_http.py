@@ -8,6 +8,7 @@ import json
 import logging
 import queue
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from http import HTTPStatus
@@ -42,7 +43,19 @@ def loopback(host: str) -> bool:
     return host in LOCAL_HOSTS
 
 
-class TLSServer(ThreadingHTTPServer):
+class DashboardServer(ThreadingHTTPServer):
+    """The dashboard's HTTP server: a client that hangs up before its answer is written is logged,
+    not printed to stderr as a stack trace (socketserver's default)."""
+
+    def handle_error(self, request, client_address) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, (ConnectionError, TimeoutError)):
+            log.debug("dashboard: %s left before its answer: %s", client_address, error)
+        else:
+            log.warning("dashboard: a request from %s failed: %r", client_address, error)
+
+
+class TLSServer(DashboardServer):
     """The dashboard over TLS: each connection's handshake in its own thread (a client that never
     finishes one holds only that thread, for JsonExchange.timeout at most)."""
 
