@@ -44,8 +44,13 @@ def _compare(hierarchy, plan, span: tuple[int, int]) -> tuple[list, list]:
     return got, want
 
 
+def _difference(got: list, want: list) -> tuple[Counter, Counter]:
+    """(rows missing from the hierarchy's, rows not in the judge's), with their counts."""
+    return Counter(want) - Counter(got), Counter(got) - Counter(want)
+
+
 def _fail(plan, got: list, want: list, judge: str) -> None:
-    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+    missing, extra = _difference(got, want)
     pytest.fail(f"{plan.query.text}\nmissing from the hierarchy: {list(missing)[:5]}\n"
                 f"not in {judge}: {list(extra)[:5]}")
 
@@ -53,7 +58,7 @@ def _fail(plan, got: list, want: list, judge: str) -> None:
 def _log_difference(plan, got: list, want: list, waited_s: float) -> None:
     """What still differs at a re-check (shown with a failure's captured log: a late window
     differs from a wrong one by whether it came later)."""
-    missing, extra = Counter(want) - Counter(got), Counter(got) - Counter(want)
+    missing, extra = _difference(got, want)
     log.info("%s: after %.1f s, %d rows missing (%s), %d not in the reference (%s)", plan.query_id, waited_s,
              sum(missing.values()), list(missing)[:3], sum(extra.values()), list(extra)[:3])
 
