@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from glue.sql.lexer import SqlError
 from glue.topology import load_topology
+from services import heap
 from services.embedded import redacted_url
 from services.paths import (
     DEFAULT_TOPOLOGY,
@@ -227,6 +228,7 @@ def cmd_node(args: argparse.Namespace) -> int:
                     security=_security())
     node.wait_for_children(args.wait, _progress)
     node.start()
+    heap.settle()
     _progress(f"node {args.id} ({topology.nodes[args.id].tier}) serving at {node.address}, metrics at "
               f"{node.metrics.url}, checkpoints in {state_dir} (Ctrl-C stops)")
 

@@ -31,6 +31,7 @@ from glue.standing import standing_views
 from glue.topology import ReceptorSpec, Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2_grpc
+from services import heap
 from services.auth import Security, mint_token, open_channel
 from services.certs import ensure_certificates
 from services.dashboard import Dashboard
@@ -149,6 +150,8 @@ class Hierarchy:
         self.placement = self._placement_service.placement
         self.placement_address = self._placement_service.address
         progress(f"placement service at {self.placement_address}")
+        if self.nodes:   # nodes in this process: their long-lived objects out of the collector's walks
+            heap.settle()
 
     def _start_processes(self, progress: Callable[[str], None], timeout_s: float = 900.0) -> None:
         """Every node as a process under the supervisor (each waits for its children's exports
@@ -231,6 +234,7 @@ class Hierarchy:
         if self.nodes:  # nodes stop side by side: each waits for its queries' batches to end
             with ThreadPoolExecutor(max_workers=len(self.nodes), thread_name_prefix="stop-node") as pool:
                 list(pool.map(HiFiNode.stop, self.nodes.values()))
+            heap.release()
         self.nodes.clear()
         if self.supervisor is not None:
             self.supervisor.stop()
