@@ -206,8 +206,8 @@ class Reference:
 def _partners(join: StreamJoin, alias: str, rows: list[Row], joined: set[str]) -> Callable[[dict], Sequence[Row]]:
     """The rows of input `alias` worth trying beside a combination of the inputs `joined`: those
     whose key equals the combination's, by the first key linking `alias` to a joined input (a hash
-    join: pairing every row with every row made the judge's reference of a minute of a window join
-    take ~20 s), or every row when no key links them. `_allowed` still checks each pair.
+    join: pairing every row with every row made one comparison of test_queries' window joins take
+    23-65 s), or every row when no key links them. `_allowed` still checks each pair.
 
     >>> join = StreamJoin(inputs=(), keys=(("a.tag", "b.tag"),), bounds=())
     >>> rows = [{"tag": 1}, {"tag": 2}, {"tag": None}]

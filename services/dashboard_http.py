@@ -52,7 +52,7 @@ class DashboardServer(ThreadingHTTPServer):
         if isinstance(error, (ConnectionError, TimeoutError)):
             log.debug("dashboard: %s left before its answer: %s", client_address, error)
         else:
-            log.warning("dashboard: a request from %s failed: %r", client_address, error)
+            log.warning("dashboard: a request from %s failed: %r", client_address, error, exc_info=True)
 
 
 class TLSServer(DashboardServer):
