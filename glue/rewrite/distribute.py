@@ -68,6 +68,9 @@ from wire.topics import raw_topic, results_topic, view_topic
 from wire.windows import duration_ms, pane_of
 
 WINDOW_BOUNDS = (("window_start", Col("window_start")), ("window_end", Col("window_end")))
+# The topology's parameters `lateness` (how late a raw reading may come: its stream's watermark) and
+# `level_lateness` (what a parent waits for its children's rows), when it does not set them
+LATENESS, LEVEL_LATENESS = "1 second", "2 seconds"
 Rollup = tuple[Plan, ExportedView]   # a producer's rollup over a running view's partials, and that view
 
 
@@ -145,8 +148,8 @@ class _Builder:
         self.smoothing: dict[str, PartSpec] = {}  # each producer's smoothing part, made with its plan
         self.naive = naive
         self.pane = (query.window if naive else pane_of(query.window)) if query.window is not None else None
-        self.lateness_ms = duration_ms(catalog.parameter("lateness") or "1 second")
-        self.level_lateness_ms = duration_ms(catalog.parameter("level_lateness") or "2 seconds")
+        self.lateness_ms = duration_ms(catalog.parameter("lateness") or LATENESS)
+        self.level_lateness_ms = duration_ms(catalog.parameter("level_lateness") or LEVEL_LATENESS)
 
     # ------------------------------------------------------------ leaves
 

@@ -7,9 +7,12 @@ warehouse counts each door's tags per 2 s window (`door_tags`, over every door: 
 the warehouse, its partials pushed down). After `settle` seconds, for `duration` seconds:
 - the cores the whole process tree used (nodes, Spark's JVM and Python workers, the agents),
   alone and with the broker and Redis;
-- the warehouse's windows: their first emit after the window's end (p50 / p95), and what the
-  warehouse added (its emit after the last door's emit of the same window end, p50 / max): how far
-  it is behind its inputs, window by window;
+- the warehouse's windows: their first emit after the window's end (p50 / p95); their first emit
+  after the reading that closed them reached the broker (p50 / p95: per door, the first reading
+  at or past the window's end + the raw stream's lateness, which moves the door's watermark past
+  the end; the last door's) — what the system takes once the window can close, without the
+  lateness and the readers' cycle before it; and what the warehouse added (its emit after the last
+  door's emit of the same window end, p50 / max): how far it is behind its inputs, window by window;
 - the warehouse's two lag gauges, sampled every half second: its input lag (how long its input
   waited for it: dsp.node_inputs.RecentInput), which says whether it keeps up, and its event-time
   lag (services.node_gauges: now - the newest window end it emitted), which saws by a window (2 s)
@@ -32,11 +35,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from glue.rewrite.distribute import LATENESS
 from glue.topology import Topology, parse_topology
 from services.bench.runtime import EDGE_VIEWS, cores_with_servers
+from wire.windows import duration_ms
 
 CYCLE_MS_PER_CHILD = 25
 WINDOW_MS = 2_000
@@ -88,6 +93,7 @@ class FaninFigures:
     doors_ms: list[float] = field(default_factory=list)   # the doors' windows (smoothed_rfid_stream): emit - end
     lag_ms: list[float] = field(default_factory=list)   # the warehouse's lag gauge, sampled every half second
     input_lag_ms: list[float] = field(default_factory=list)   # its input lag gauge, sampled with it
+    closed_to_emit_ms: list[float] = field(default_factory=list)   # its emit - the last door's closing reading
 
 
 def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
@@ -96,7 +102,8 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
     from services.judge import topic_records
-    from wire.topics import view_topic
+    from wire.codec import cycle_key
+    from wire.topics import raw_topic, view_topic
 
     found = []
     for n in children:
@@ -119,16 +126,47 @@ def run_fanin_bench(children: Sequence[int], settle_s: float, duration_s: float,
                 top = first_emits(topic_records(servers.bootstrap, view_topic(parent, "door_tags")))
                 doors = [first_emits(topic_records(servers.bootstrap, view_topic(d, "smoothed_rfid_stream")))
                          for d in topology.children(parent)]
+                readings = [[(head[2], r.timestamp) for r in topic_records(servers.bootstrap, raw_topic(d))
+                             if (head := cycle_key(r.value)) is not None] for d in topology.children(parent)]
             finally:
                 hierarchy.stop()
         ends = [e for e in top if since_ms <= e <= until_ms]
+        lateness_ms = duration_ms(str(topology.parameters.get("lateness") or LATENESS))
+        closed = window_closes([closing_readings(r, ends, lateness_ms) for r in readings])
         figures = FaninFigures(n, cores, with_servers, rate, [top[e] - e for e in ends],
                                [top[e] - max(d[e] for d in doors) for e in ends if all(e in d for d in doors)],
                                readers, [d[e] - e for d in doors for e in d if since_ms <= e <= until_ms],
-                               lags["lag_ms"], lags["input_lag_ms"])
+                               lags["lag_ms"], lags["input_lag_ms"], [top[e] - closed[e] for e in ends if e in closed])
         found.append(figures)
         progress(f"{n} children: {cores:.2f} cores, windows p50 {_p(figures.close_to_emit_ms, 50)} s after they close")
     return found
+
+
+def closing_readings(readings: Sequence[tuple[int, int]], ends: Sequence[int], lateness_ms: int) -> dict[int, int]:
+    """Window end -> when the reading that closed the window at a door reached the broker: the first
+    of `readings` ((event ms, Kafka ms) in the topic's order) at or past end + `lateness_ms`, which
+    moves the door's watermark past the end (pure).
+
+    >>> closing_readings([(900, 905), (1_700, 1_702), (2_500, 2_503)], [0, 1_000, 2_000], 700)
+    {0: 905, 1000: 1702}
+    """
+    found: dict[int, int] = {}
+    pending = sorted(ends)
+    for event_ms, kafka_ms in readings:
+        while pending and event_ms >= pending[0] + lateness_ms:
+            found[pending.pop(0)] = kafka_ms
+    return found
+
+
+def window_closes(doors: Sequence[Mapping[int, int]]) -> dict[int, int]:
+    """Window end -> when its last door's closing reading reached the broker, for the ends every
+    door closed (pure).
+
+    >>> window_closes([{0: 905, 1_000: 1_702}, {0: 1_210}])
+    {0: 1210}
+    """
+    ends = set.intersection(*(set(d) for d in doors)) if doors else set()
+    return {end: max(d[end] for d in doors) for end in sorted(ends)}
 
 
 @contextlib.contextmanager
@@ -162,7 +200,8 @@ def _p(values: list[float], q: int) -> str:
 
 def fanin_table(figures: list[FaninFigures]) -> str:
     lines = ["children  readings/s  cores  x of first  with broker+Redis  parent's readers  "
-             "window end -> parent emit p50 / p95 s  parent adds p50 / max s  windows  "
+             "window end -> parent emit p50 / p95 s  closing reading -> parent emit p50 / p95 s  "
+             "parent adds p50 / max s  windows  "
              "doors' windows p50 / p95 s  parent's input lag p50 / max s  parent's event-time lag gauge p50 / max s"]
     base = figures[0].cores if figures else 0.0
     for f in figures:
@@ -170,6 +209,7 @@ def fanin_table(figures: list[FaninFigures]) -> str:
         lines.append(f"{f.children:>8}  {f.readings_per_s:>10,.0f}  {f.cores:>5.2f}  {ratio:>10.2f}  "
                      f"{f.cores_with_servers:>17.2f}  {f.readers:>16}  "
                      f"{_p(f.close_to_emit_ms, 50):>20} / {_p(f.close_to_emit_ms, 95):<17}  "
+                     f"{_p(f.closed_to_emit_ms, 50):>26} / {_p(f.closed_to_emit_ms, 95):<15}  "
                      f"{_p(f.added_ms, 50):>14} / {max(f.added_ms, default=0) / 1000:<5.2f}  "
                      f"{len(f.close_to_emit_ms):>7}  {_p(f.doors_ms, 50):>14} / {_p(f.doors_ms, 95):<9}  "
                      f"{_p(f.input_lag_ms, 50):>22} / {max(f.input_lag_ms, default=0) / 1000:<5.2f}  "
