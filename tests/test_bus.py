@@ -23,6 +23,32 @@ def test_deliver_raises_for_messages_the_broker_never_took(tmp_path):
     producer.close(timeout=1)
 
 
+def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the_broker_never_took(tmp_path):
+    """wire.rd_producer behind bus.deliver: its futures read as kafka-python's do."""
+    from wire.range_fetch import read_range
+    from wire.rd_producer import RdProducer
+
+    bootstrap, proc = start_broker(str(tmp_path))
+    producer = RdProducer(bootstrap, **{"message.timeout.ms": 2000})
+    try:
+        bus.ensure_topics(bootstrap, ["t"])
+        sent = [producer.send("t", f"m{i}".encode(), key=b"k", headers=[("h", b"1")], timestamp_ms=1_000 + i)
+                for i in range(5)]
+        bus.deliver(producer, sent)
+        assert all(f.is_done and f.succeeded() and not f.failed() for f in sent)
+        records = list(read_range(bootstrap, "t", 0, 0, 5))
+        assert [(r.value, r.key, r.timestamp, r.headers) for r in records] == [
+            (f"m{i}".encode(), b"k", 1_000 + i, [("h", b"1")]) for i in range(5)]
+    finally:
+        _stop(proc)
+    futures = [producer.send("t", b"lost 1"), producer.send("t", b"lost 2")]
+    with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
+        bus.deliver(producer, futures)
+    assert producer.closed and all(f.failed() for f in futures)
+    with pytest.raises(Exception, match="closed"):
+        producer.send("t", b"after")
+
+
 def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it_for_ever(tmp_path):
     """kafka-python's sender keeps every partition it ever wrote and, once one has no leader (its
     topic deleted: a cancelled query's), asks for metadata every 100 ms for ever (a full core in the
@@ -103,7 +129,7 @@ def test_stopping_an_embedded_broker_closes_this_processs_clients_of_it(tmp_path
     EmbeddedServers(bootstrap=bootstrap, own_broker=True, _procs=[proc]).stop()
     assert bootstrap not in bus._producers and bootstrap not in bus._consumers
     assert not [key for key in bus._true_ends if key[0] == bootstrap]
-    assert producer._closed
+    assert producer.closed
 
 
 def test_an_end_watch_follows_the_ends_of_the_partitions_it_is_asked_about(servers):

@@ -10,11 +10,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+if TYPE_CHECKING:
+    from wire.rd_producer import RdProducer
 
 
 def client_security(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -60,7 +63,7 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> list[str]:
         existing = set(admin.list_topics())
         present = [t for t in dict.fromkeys(topics) if t in existing]
         with _clients_lock:   # this process's writers forget them (other processes' nodes did at the cancel)
-            local = [p for address, p in _producers.items() if address == bootstrap]
+            local = [p for address, p in _producers.items() if address == bootstrap and isinstance(p, KafkaProducer)]
         for producer in local:
             forget_topics(producer, present)
         if present:
@@ -102,7 +105,7 @@ def make_producer(bootstrap: str, **overrides) -> Producer:
     return Producer(**config)
 
 
-def forget_topics(producer: KafkaProducer, topics: Sequence[str]) -> None:
+def forget_topics(producer: KafkaProducer | RdProducer, topics: Sequence[str]) -> None:
     """Make the producer forget the partitions of `topics` it holds nothing for: topics no part
     writes any more (a cancelled query's), deleted a minute later (services.placement's
     delete_retired_topics).
@@ -116,6 +119,8 @@ def forget_topics(producer: KafkaProducer, topics: Sequence[str]) -> None:
     queue under the lock, lets go of it, and adds its new batch to that queue under the lock again:
     a queue dropped in between would take the batch and never send it). A later send to one of
     them makes a new entry."""
+    if not isinstance(producer, KafkaProducer):
+        return   # librdkafka's (wire.rd_producer): a topic it holds nothing for costs it no request
     accumulator, gone = producer._accumulator, set(topics)
     for tp in [tp for tp in list(accumulator._batches) if tp.topic in gone]:
         with accumulator._tp_lock(tp):   # a send that begins now takes the lock after us
@@ -130,7 +135,7 @@ class DeliveryError(RuntimeError):
 DELIVERY_WAIT_S = 30.0   # past the producer's delivery_timeout_ms (20 s): its own expiry answers first
 
 
-def deliver(producer: KafkaProducer, futures: Sequence) -> None:
+def deliver(producer: KafkaProducer | RdProducer, futures: Sequence) -> None:
     """Wait for these sends, then raise DeliveryError if any failed (a caller that marks its work
     done after it would lose them silently otherwise); a batch that sent nothing waits for nothing.
     The producer is flushed first, so they go now, not after its linger: the nodes of one process
@@ -154,7 +159,8 @@ def deliver(producer: KafkaProducer, futures: Sequence) -> None:
         raise DeliveryError(f"{len(failed)} of {len(futures)} messages not delivered: {failed[0]}")
 
 
-def send_and_wait(producer: KafkaProducer, messages: Sequence[tuple[str, bytes, bytes, list, int]]) -> list[bool]:
+def send_and_wait(producer: KafkaProducer | RdProducer,
+                  messages: Sequence[tuple[str, bytes, bytes, list, int]]) -> list[bool]:
     """Send (topic, key, value, headers, timestamp ms) messages in order and wait for the broker;
     for each, whether it took it. A broker that does not answer fails them within the producer's
     timeouts (max_block_ms for metadata, delivery_timeout_ms for the rest)."""
@@ -178,7 +184,7 @@ def make_consumer(bootstrap: str, **overrides) -> KafkaConsumer:
 
 # One client of each kind per bootstrap per process: Spark reuses Python workers across tasks.
 _consumers: dict[str, KafkaConsumer] = {}
-_producers: dict[str, KafkaProducer] = {}
+_producers: dict[str, KafkaProducer | RdProducer] = {}
 _clients_lock = threading.Lock()
 
 
@@ -198,7 +204,7 @@ def drop_clients(bootstrap: str) -> None:
         clients = [cache.pop(bootstrap) for cache in (_producers, _consumers) if bootstrap in cache]
     for client in clients:
         with contextlib.suppress(Exception):   # a client of a dead broker: nothing to flush
-            client.close(timeout=0) if isinstance(client, KafkaProducer) else client.close()
+            client.close() if isinstance(client, KafkaConsumer) else client.close(timeout=0)
     with _true_ends_lock:
         for key in [k for k in _true_ends if k[0] == bootstrap]:
             del _true_ends[key]
@@ -208,8 +214,11 @@ def shared_consumer(bootstrap: str) -> KafkaConsumer:
     return _shared(_consumers, bootstrap, make_consumer)
 
 
-def shared_producer(bootstrap: str) -> KafkaProducer:
-    return _shared(_producers, bootstrap, make_producer)
+def shared_producer(bootstrap: str) -> RdProducer:
+    """The process's producer of `bootstrap` for its nodes' batches (librdkafka: wire.rd_producer)."""
+    from wire.rd_producer import RdProducer
+
+    return _shared(_producers, bootstrap, RdProducer)
 
 
 def partitions_of(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
