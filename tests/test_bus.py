@@ -49,6 +49,37 @@ def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the
         producer.send("t", b"after")
 
 
+def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_it_at_its_next_send(tmp_path):
+    """librdkafka asks about every topic it wrote at each refresh; the embedded broker makes a topic
+    it is asked about. A deleted part's topic stays deleted; a part that writes it again has it."""
+    from wire.rd_producer import RdProducer
+
+    bootstrap, proc = start_broker(str(tmp_path))
+    producer = RdProducer(bootstrap, **{"topic.metadata.refresh.interval.ms": 500})
+    try:
+        bus.ensure_topics(bootstrap, ["kept", "gone"])
+        bus.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
+        bus.forget_topics(producer, ["gone"])
+        assert bus.delete_topics(bootstrap, ["gone"]) == ["gone"]
+        time.sleep(2)   # refreshes come and go
+        assert "gone" not in _topics(bootstrap)
+        bus.deliver(producer, [producer.send("gone", b"3"), producer.send("kept", b"4")])
+        assert "gone" in _topics(bootstrap)
+    finally:
+        producer.close(timeout=1)
+        _stop(proc)
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return set(admin.list_topics())
+    finally:
+        admin.close()
+
+
 def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it_for_ever(tmp_path):
     """kafka-python's sender keeps every partition it ever wrote and, once one has no leader (its
     topic deleted: a cancelled query's), asks for metadata every 100 ms for ever (a full core in the

@@ -63,7 +63,7 @@ def delete_topics(bootstrap: str, topics: Sequence[str]) -> list[str]:
         existing = set(admin.list_topics())
         present = [t for t in dict.fromkeys(topics) if t in existing]
         with _clients_lock:   # this process's writers forget them (other processes' nodes did at the cancel)
-            local = [p for address, p in _producers.items() if address == bootstrap and isinstance(p, KafkaProducer)]
+            local = [p for address, p in _producers.items() if address == bootstrap]
         for producer in local:
             forget_topics(producer, present)
         if present:
@@ -120,7 +120,8 @@ def forget_topics(producer: KafkaProducer | RdProducer, topics: Sequence[str]) -
     a queue dropped in between would take the batch and never send it). A later send to one of
     them makes a new entry."""
     if not isinstance(producer, KafkaProducer):
-        return   # librdkafka's (wire.rd_producer): a topic it holds nothing for costs it no request
+        producer.forget(list(topics))   # librdkafka's (wire.rd_producer): its next send checks the topic
+        return
     accumulator, gone = producer._accumulator, set(topics)
     for tp in [tp for tp in list(accumulator._batches) if tp.topic in gone]:
         with accumulator._tp_lock(tp):   # a send that begins now takes the lock after us

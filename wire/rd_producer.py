@@ -14,6 +14,11 @@ the thread that polls or flushes it), which `deliver` and `send_and_wait` always
 The settings are the node producer's of wire.bus.make_producer, in librdkafka's names: every
 replica's acknowledgement, one request in flight (a partition's order holds on retry: rows before
 their progress marker), no idempotence (see make_producer), 5 ms of linger, 20 s to deliver.
+Its metadata requests create no topic: librdkafka asks about every topic it ever wrote, and a
+broker that creates topics on demand (the embedded one) made a deleted part's topic again at the
+next refresh (seen: at once, refreshing every second). A topic is made, if missing, at its first
+send instead (as kafka-python's first send made it), and `forget` (wire.bus.forget_topics, at a
+part's cancel and a topic's deletion) makes the next send to it check again.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from wire import bus
 from wire.range_fetch import librdkafka_client
 
 log = logging.getLogger("hifi.librdkafka")
@@ -76,8 +82,10 @@ class RdProducer:
                   "max.in.flight.requests.per.connection": 1, "linger.ms": 5, "retries": 5,
                   "message.max.bytes": 8 * 1024 * 1024, "request.timeout.ms": 10_000,
                   "message.timeout.ms": DELIVERY_TIMEOUT_MS, "log.connection.close": False,
-                  "logger": log, **overrides}
+                  "allow.auto.create.topics": False, "logger": log, **overrides}
+        self.bootstrap = bootstrap
         self._producer: Producer | None = Producer(config)
+        self._topics: set[str] = set()   # those known to exist (`_exists`)
         self.closed = False
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None,
@@ -85,6 +93,8 @@ class RdProducer:
              timestamp_ms: int | None = None) -> Delivery:
         delivery = Delivery(self)
         producer = self._live()
+        if topic not in self._topics:
+            self._exists(producer, topic)
         kwargs: dict[str, Any] = {"on_delivery": delivery.answered}
         if partition is not None:
             kwargs["partition"] = partition
@@ -112,6 +122,17 @@ class RdProducer:
             producer.flush(timeout)
         producer.purge()
         producer.flush(0)   # the purged messages' reports: their futures fail
+
+    def forget(self, topics: list[str]) -> None:
+        """The next send to one of `topics` checks that it exists (it may be deleted now)."""
+        self._topics.difference_update(topics)
+
+    def _exists(self, producer: Producer, topic: str) -> None:
+        """The topic made if the broker does not have it (one metadata request, once a topic)."""
+        found = producer.list_topics(topic, timeout=10).topics.get(topic)
+        if found is None or found.error is not None:
+            bus.ensure_topics(self.bootstrap, [topic])
+        self._topics.add(topic)
 
     def _live(self) -> Producer:
         if self._producer is None:
