@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import KafkaException
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -169,8 +170,8 @@ def send_and_wait(producer: KafkaProducer | RdProducer,
     for topic, key, value, headers, timestamp_ms in messages:
         try:
             futures.append(producer.send(topic, key=key, value=value, headers=headers, timestamp_ms=timestamp_ms))
-        except KafkaError:   # no metadata within max_block_ms: the rest would wait as long
-            break
+        except (KafkaError, KafkaException):   # no metadata in time (kafka-python's or librdkafka's):
+            break                              # the rest would wait as long
     producer.flush()
     taken = [f.succeeded() for f in futures]
     return taken + [False] * (len(messages) - len(taken))
