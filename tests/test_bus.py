@@ -6,6 +6,7 @@ from collections import deque
 import pytest
 
 from services.embedded import _stop, start_broker
+from tests.conftest import topic_names
 from wire import bus
 
 
@@ -62,22 +63,12 @@ def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_i
         bus.forget_topics(producer, ["gone"])
         assert bus.delete_topics(bootstrap, ["gone"]) == ["gone"]
         time.sleep(2)   # refreshes come and go
-        assert "gone" not in _topics(bootstrap)
+        assert "gone" not in topic_names(bootstrap)
         bus.deliver(producer, [producer.send("gone", b"3"), producer.send("kept", b"4")])
-        assert "gone" in _topics(bootstrap)
+        assert "gone" in topic_names(bootstrap)
     finally:
         producer.close(timeout=1)
         _stop(proc)
-
-
-def _topics(bootstrap: str) -> set[str]:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        return set(admin.list_topics())
-    finally:
-        admin.close()
 
 
 def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it_for_ever(tmp_path):
