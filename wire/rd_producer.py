@@ -24,7 +24,6 @@ part's cancel and a topic's deletion) makes the next send to it check again.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
@@ -43,12 +42,8 @@ class Delivery:
 
     def __init__(self, producer: RdProducer) -> None:
         self._producer = producer
-        self._done = threading.Event()
+        self.is_done = False   # set by librdkafka's report, in whichever thread flushes (`answered`)
         self.exception: Exception | None = None
-
-    @property
-    def is_done(self) -> bool:
-        return self._done.is_set()
 
     def failed(self) -> bool:
         return self.is_done and self.exception is not None
@@ -71,7 +66,7 @@ class Delivery:
         """librdkafka's delivery report (in the thread that polls or flushes the producer)."""
         if error is not None:
             self.exception = KafkaException(error)
-        self._done.set()
+        self.is_done = True
 
 
 class RdProducer:
