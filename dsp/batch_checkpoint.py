@@ -82,9 +82,13 @@ class BatchCheckpoint:
         """The fences as they are and every part's state (query id -> Part.saved()), atomically."""
         self._saved.parts = dict(parts)
         self._snapshot = pickle.dumps(self._saved, protocol=pickle.HIGHEST_PROTOCOL)
-        os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
         tmp = self.state_path + ".tmp"
-        with open(tmp, "wb") as fh:
+        try:
+            fh = open(tmp, "wb")
+        except FileNotFoundError:   # its directory made at the first save (not every batch's: py-spy)
+            os.makedirs(os.path.dirname(self.state_path), exist_ok=True)
+            fh = open(tmp, "wb")
+        with fh:
             fh.write(self._snapshot)
         os.replace(tmp, self.state_path)
 
