@@ -49,16 +49,13 @@ class Part:
     # rebuilt after a failure of its own and not yet through a batch with output: it still shows
     # FAILED with that cause (a part that keeps dying must not flash "running" between its restarts)
     proving: bool = False
-    _plan_json: tuple[object, str] | None = field(default=None, init=False, repr=False, compare=False)
 
-    @property
+    @functools.cached_property
     def plan_json(self) -> str:
-        """Its plan's JSON, encoded once per plan: it is saved with the part's state after every batch
-        (encoding it each time was 10 % of a save, 2 % of a door's lane: py-spy, 32 doors, 2026-11-29)."""
-        plan = self.managed.plan
-        if self._plan_json is None or self._plan_json[0] is not plan:
-            self._plan_json = (plan, to_json(plan))
-        return self._plan_json[1]
+        """Its plan's JSON (a part's plan never changes: a new plan is a new part), encoded once: it is
+        saved with the part's state after every batch (encoding it each time was 10 % of a save, 2 %
+        of a door's lane: py-spy, 32 doors, 2026-11-29)."""
+        return to_json(self.managed.plan)
 
     def saved(self) -> tuple:
         return self.plan_json, self.root, self.sequence, self.last_marker, self.run

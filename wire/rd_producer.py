@@ -109,7 +109,7 @@ class RdProducer:
         return self._live().flush(-1 if timeout is None else timeout)
 
     def close(self, timeout: float | None = None) -> None:
-        """Deliver what waits (within `timeout`), then let go; what did not go fails."""
+        """Deliver what waits (within `timeout` seconds; none: no wait), then let go; what did not go fails."""
         producer, self._producer, self.closed = self._producer, None, True
         if producer is None:
             return
