@@ -1,6 +1,7 @@
 # HiFi: `make run` brings up the supply-chain hierarchy; `make test` runs the whole test suite.
 # Both set everything up first: Debian packages (as root), .venv with pinned Python packages,
-# and the protobuf/gRPC code generated from protos/hifi.proto.
+# the JVM parts with Maven (Apache Kafka: deploy/jvm/*/pom.xml into .venv/jars), and the
+# protobuf/gRPC code generated from protos/hifi.proto.
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,9 +11,9 @@ PROTO_OUT := protos/hifi_pb2.py protos/hifi_pb2_grpc.py
 # The JVM's class-data archive of Spark's classes: a node's Spark starts ~3 s sooner (dsp/session.py)
 CLASS_ARCHIVE := $(VENV)/hifi-spark.jsa
 
-.PHONY: setup run test lint bench clean system-deps proto
+.PHONY: setup run test lint bench clean system-deps proto jars
 
-setup: system-deps $(STAMP) $(PROTO_OUT) $(CLASS_ARCHIVE)
+setup: system-deps $(STAMP) jars $(PROTO_OUT) $(CLASS_ARCHIVE)
 
 system-deps:
 	@bash deploy/install-system-deps.sh
@@ -22,6 +23,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# Each set is fetched again only when its pom changes (the script's stamp)
+jars: $(STAMP)
+	@bash deploy/fetch-jars.sh $(VENV)/jars
 
 proto: $(PROTO_OUT)
 

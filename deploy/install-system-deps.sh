@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime; Chromium and its
+# Installs the Debian packages HiFi needs (redis-server, a Java 17 runtime, Maven, which fetches
+# the JVM parts (deploy/fetch-jars.sh), kcat, a Kafka client the tests read HiFi's topics with,
+# protobuf-compiler, whose protoc --decode they decode them with; Chromium and its
 # WebDriver for the dashboard's browser test; docker-compose, which validates the compose files)
 # when missing.
 # As root it installs them; otherwise it says what to install and fails.
@@ -10,6 +12,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(17|21)'; then
   missing+=(openjdk-17-jre-headless)
 fi
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)

@@ -94,6 +94,20 @@ def cluster_share(master: str, environ: Mapping[str, str]) -> dict[str, str]:
     return {"spark.cores.max": environ.get("HIFI_SPARK_CORES_MAX", "2")}
 
 
+KAFKA_CLIENT_VARIABLES = ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA")
+
+
+def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The driver's Kafka credentials (wire.bus.client_security) for its executors' Python
+    workers, which read the topics: a cluster's executors do not inherit the driver's environment.
+    Spark's UI and logs redact the password (its name matches spark.redaction.regex).
+
+    >>> executor_kafka_environment({"HIFI_KAFKA_USERNAME": "node-door1", "PATH": "/bin"})
+    {'spark.executorEnv.HIFI_KAFKA_USERNAME': 'node-door1'}
+    """
+    return {f"spark.executorEnv.{name}": environ[name] for name in KAFKA_CLIENT_VARIABLES if environ.get(name)}
+
+
 class SparkSecretMissing(HiFiError):
     """A Spark cluster without the secret that authenticates its connections."""
 
@@ -130,7 +144,8 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             # Parquet Spark's tasks write (a batch's archive on the Spark path) as pyarrow writes it
             .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         )
-        for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ)}.items():
+        for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ),
+                           **executor_kafka_environment(os.environ)}.items():
             builder = builder.config(key, value)
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).

