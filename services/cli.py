@@ -21,6 +21,7 @@ from services.commands import (
     cmd_dashboard,
     cmd_deploy,
     cmd_health,
+    cmd_kafka_setup,
     cmd_motes,
     cmd_node,
     cmd_nodes,
@@ -229,6 +230,18 @@ def _certs_command(sub: argparse._SubParsersAction) -> None:
     certs.set_defaults(func=cmd_certs)
 
 
+def _kafka_setup_command(sub: argparse._SubParsersAction) -> None:
+    setup = sub.add_parser("kafka-setup", help="give a broker the topology's Kafka users and ACLs (compose's "
+                                               "kafka-setup service)")
+    setup.add_argument("--bootstrap", default="127.0.0.1:9094",
+                       help="the broker's listener to set it up on, as its super user (default compose's "
+                            "loopback one, 127.0.0.1:9094; HIFI_KAFKA_USERNAME and friends authenticate if set)")
+    setup.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
+                       help="the topology whose users and ACLs (default $HIFI_TOPOLOGY, else supply-chain); each "
+                            "user's password from its HIFI_KAFKA_PASSWORD_<USER> variable")
+    setup.set_defaults(func=cmd_kafka_setup)
+
+
 def _users_command(sub: argparse._SubParsersAction) -> None:
     users = sub.add_parser("users", help="users' tokens: add (prints a new token once), remove, list")
     users.add_argument("action", choices=["add", "remove", "list"],
@@ -309,6 +322,7 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
     _deploy_command,
     _query_command,
     _certs_command,
+    _kafka_setup_command,
     _users_command,
     _queries_command,
     _cancel_command,

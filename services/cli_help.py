@@ -88,6 +88,11 @@ DESCRIPTIONS: dict[str, str] = {
         "NAME` also writes `NAME.p12`, a PKCS#12 keystore of that service's key and certificate for a JVM "
         "(compose's Kafka broker), locked with a random password in `NAME.p12.password`"
     ),
+    'kafka-setup': (
+        "give the broker at `--bootstrap` the topology's Kafka users (SCRAM-SHA-512, each password from its "
+        "`HIFI_KAFKA_PASSWORD_<USER>` variable) and ACLs (services/kafka_acls.py), idempotently: what "
+        "compose's `kafka-setup` service runs, and what `hifi up` applies to its embedded broker"
+    ),
     'users': (
         "users' bearer tokens, in the MDR: `add` prints a new token for principal `NAME` once (roles `user`, "
         "the default, `operator`, `service`, `admin`; `--expires` e.g. `'30 days'`, default never), `remove` "

@@ -622,6 +622,26 @@ def cmd_certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kafka_setup(args: argparse.Namespace) -> int:
+    """The topology's users (their passwords from the environment, as compose gives them) and ACLs."""
+    from services.kafka_acls import ADMIN_USER, password_variable, users
+    from services.kafka_setup import KafkaSetupError, apply
+    from wire.range_fetch import librdkafka_client
+
+    topology = load_topology(args.topology)
+    named = [user for user in users(topology) if user != ADMIN_USER]
+    missing = [password_variable(user) for user in named if not os.environ.get(password_variable(user))]
+    if missing:
+        raise CLIError(f"no password for {len(missing)} Kafka users: set {', '.join(missing)}")
+    passwords = {user: os.environ[password_variable(user)] for user in named}
+    try:
+        count = apply(librdkafka_client(args.bootstrap), topology, passwords)
+    except KafkaSetupError as exc:
+        raise CLIError(str(exc)) from None
+    _progress(f"kafka users ({len(passwords)}) and ACLs ({count}) in place on {args.bootstrap}")
+    return 0
+
+
 def cmd_users(args: argparse.Namespace) -> int:
     """Users and their tokens, in the MDR (whoever may write the MDR administers the deployment)."""
     from services.auth import mint_token

@@ -22,14 +22,15 @@ import yaml
 
 from glue.topology import Topology
 from services.deploy_names import node_service, secret_variable
-from services.kafka_acls import password_variable, setup_script, users
+from services.kafka_acls import password_variable, users
+from services.kafka_broker import KAFKA_VERSION
 from services.redis_acls import rules_by_user
 from services.tls_bundles import KEYSTORE, bundles, certified_services, copy_script
 from services.tls_bundles import volume as tls_volume
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE = "hifi:${HIFI_VERSION:-latest}"
-KAFKA_IMAGE = "apache/kafka:3.9.1"
+KAFKA_IMAGE = f"apache/kafka:{KAFKA_VERSION}"   # the embedded broker's version
 REDIS_IMAGE = "redis:7.4-alpine"
 PROMETHEUS_IMAGE = "prom/prometheus:v3.1.0"
 GRAFANA_IMAGE = "grafana/grafana:11.4.0"
@@ -174,7 +175,8 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     topology_path, mounts = topology_location(source)
     hifi = _HiFiContainers(topology_path, tuple(mounts), frozenset(redis_users(topology)))
     services: dict[str, Any] = {"certs": _certs_service(topology), "kafka": _kafka_service(),
-                                "kafka-setup": _kafka_setup_service(topology), "redis": _redis_service(topology),
+                                "kafka-setup": _kafka_setup_service(topology, topology_path, mounts),
+                                "redis": _redis_service(topology),
                                 "placement": hifi.service(
                                     ["placement"], "placement",
                                     {"HIFI_LISTEN": f"0.0.0.0:{PLACEMENT_PORT}", "HIFI_ADVERTISE_HOST": "placement",
@@ -273,14 +275,17 @@ def _kafka_service() -> dict[str, Any]:
     }
 
 
-def _kafka_setup_service(topology: Topology) -> dict[str, Any]:
-    """The SCRAM users and their ACLs, made on the broker's loopback listener (its network)."""
+def _kafka_setup_service(topology: Topology, topology_path: str, mounts: Sequence[str]) -> dict[str, Any]:
+    """The SCRAM users and their ACLs, made on the broker's loopback listener (its network) by the
+    code that sets up the embedded broker (services.kafka_setup, `hifi kafka-setup`)."""
     return {
-        "image": KAFKA_IMAGE,
+        "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
         "network_mode": "service:kafka",
-        "entrypoint": ["sh", "-c", setup_script(topology, KAFKA_INTERNAL)],
-        "environment": {password_variable(u): required(password_variable(u), f"the Kafka password of {u}")
-                        for u in users(topology)},
+        "command": ["kafka-setup", "--bootstrap", KAFKA_INTERNAL],
+        "environment": {"HIFI_TOPOLOGY": topology_path,
+                        **{password_variable(u): required(password_variable(u), f"the Kafka password of {u}")
+                           for u in users(topology)}},
+        "volumes": list(mounts),
         "depends_on": _healthy("kafka"),
         "restart": "no",
     }

@@ -24,7 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from services import kafka_broker
+from glue.topology import Topology
+from services import kafka_acls, kafka_broker, kafka_setup
 from wire import bus, range_fetch
 from wire.errors import HiFiError
 
@@ -71,6 +72,7 @@ class EmbeddedServers:
     broker: kafka_broker.Broker | None = None   # started here (not HIFI_KAFKA_BOOTSTRAP's): stopped with these
     _procs: list[subprocess.Popen] = field(default_factory=list)
     _environ_before: dict[str, str | None] = field(default_factory=dict)
+    kafka_passwords: dict[str, str] = field(default_factory=dict)   # the embedded broker's users (authorize)
 
     @property
     def own_broker(self) -> bool:
@@ -100,6 +102,18 @@ class EmbeddedServers:
         url = urlsplit(self.redis_url)
         _, proc = start_redis(self.workdir, url.port or 0, url.password or "")
         self._procs[self._procs.index(old)] = proc
+
+    def authorize(self, topology: Topology) -> dict[str, str]:
+        """Give `topology`'s Kafka users (a new password each, kept for the run) and ACLs to the
+        embedded broker (services.kafka_setup, as its admin); returns every user's password. A
+        broker not started here (HIFI_KAFKA_BOOTSTRAP) is its operator's: nothing is changed."""
+        if self.broker is None:
+            return {}
+        for user in kafka_acls.users(topology):
+            if user != kafka_acls.ADMIN_USER:
+                self.kafka_passwords.setdefault(user, secrets.token_urlsafe(18))
+        kafka_setup.apply(range_fetch.librdkafka_client(self.bootstrap), topology, self.kafka_passwords)
+        return dict(self.kafka_passwords)
 
     def _broker(self) -> subprocess.Popen:
         if self.broker is None:

@@ -1,7 +1,8 @@
-"""Who may read and write which Kafka topics in a compose deployment: SCRAM users and ACLs. Pure.
+"""Who may read and write which Kafka topics: SCRAM users and ACLs. Pure.
 
-The broker (docker-compose.yml's `kafka`) takes clients only over SASL/SCRAM-SHA-512 and denies
-what no ACL allows; its `kafka-setup` service creates the users and applies `acls(topology)`.
+The broker (the embedded one, services.kafka_broker, and compose's `kafka`) takes clients only
+over SASL/SCRAM-SHA-512 and denies what no ACL allows; services.kafka_setup creates the users and
+applies `acls(topology)` (at `hifi up`, and as compose's `kafka-setup` service).
 Principals:
   node-<id>   reads its raw topic and writes its motes' settings (an edge); reads and writes its own
               views and partials and those of the nodes below it (a parent reads its children's
@@ -39,22 +40,20 @@ MECHANISM = "SCRAM-SHA-512"
 @dataclass(frozen=True)
 class Acl:
     principal: str          # a user name (User:<name> to the broker)
-    operation: str          # Read, Write, Create, Describe
-    topic: str              # a topic name, or a prefix when `prefixed`
+    operation: str          # Read, Write, Create, Describe, Delete
+    name: str               # a topic's (or group's) name, or a prefix when `prefixed`
     prefixed: bool = False
+    resource: str = "topic"   # or "group": a consumer group (librdkafka's consumers look up theirs)
 
-    def allows(self, principal: str, operation: str, topic: str) -> bool:
-        implied = {"Read": {"Read", "Describe"}, "Write": {"Write", "Describe"}}.get(self.operation,
-                                                                                   {self.operation})
-        matches = topic.startswith(self.topic) if self.prefixed else topic == self.topic
-        return self.principal == principal and operation in implied and matches
 
-    def command(self, bootstrap: str) -> str:
-        """The kafka-acls.sh line that adds it."""
-        pattern = "PREFIXED" if self.prefixed else "LITERAL"
-        return (f"/opt/kafka/bin/kafka-acls.sh --bootstrap-server {bootstrap} --add --allow-principal "
-                f"User:{self.principal} --operation {self.operation} --topic {self.topic} "
-                f"--resource-pattern-type {pattern}")
+PROJECT_GROUPS = "hifi-"   # the group ids of the project's own consumers (wire.range_fetch, wire.end_watch)
+
+
+def groups(user: str) -> list[Acl]:
+    """The consumer groups `user` may use: the project's own consumers' (they assign partitions
+    and never join, but librdkafka looks their coordinator up) and those named `<user>.…`, for its
+    own tools (kcat -G, the console consumer)."""
+    return [Acl(user, "Read", PROJECT_GROUPS, True, "group"), Acl(user, "Read", f"{user}.", True, "group")]
 
 
 def named_readers(topology: Topology) -> list[str]:
@@ -109,26 +108,10 @@ def acls(topology: Topology) -> list[Acl]:
         rules += [Acl(user, op, prefix, True) for prefix in prefixes for op in ("Read", "Write", "Create")
                   if not (op == "Read" and prefix.startswith("hifi.results."))]
         rules += [Acl(user, op, dead_topic(node)) for op in ("Write", "Create")]
+    rules += [rule for user in users(topology) if user != ADMIN_USER for rule in groups(user)]
     for node in topology.nodes:
         for view in topology.views_at(node):
             if view.materialize:
                 rules += [Acl(reader, "Read", view_topic(node, view.name)) for reader in view.readers
                           if reader != "*" and not reader.startswith("role:")]
     return rules
-
-
-def allowed(rules: list[Acl], principal: str, operation: str, topic: str) -> bool:
-    """What the broker's authorizer answers (deny unless an ACL allows; no deny rules here)."""
-    return principal == ADMIN_USER or any(rule.allows(principal, operation, topic) for rule in rules)
-
-
-def setup_script(topology: Topology, bootstrap: str = "127.0.0.1:9094") -> str:
-    """The kafka-setup service's shell script: each user's SCRAM credential (its password from its
-    environment variable), then every ACL, idempotently (kafka-acls adds an existing ACL once)."""
-    lines = ["set -eu"]
-    for user in users(topology):
-        lines.append(f"/opt/kafka/bin/kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type users "
-                     f"--entity-name {user} --add-config \"{MECHANISM}=[password=$${password_variable(user)}]\"")
-    lines += [rule.command(bootstrap) + " > /dev/null" for rule in acls(topology)]
-    lines.append("echo kafka users and ACLs in place")
-    return "\n".join(lines)

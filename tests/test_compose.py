@@ -21,6 +21,7 @@ from glue.topology import load_topology
 from services.cli import build_parser
 from services.compose import CA_DIR, TLS_DIR, compose_model, render_compose, secret_variables
 from services.deploy_names import node_service, secret_variable
+from services.kafka_acls import password_variable
 from services.kafka_acls import users as kafka_users
 from services.paths import DEFAULT_TOPOLOGY, TOPOLOGIES
 from services.tls_bundles import bundles as tls_bundles
@@ -108,9 +109,10 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     # the Kafka users and ACLs: made on the broker's own loopback listener, before any HiFi service
     setup = services.pop("kafka-setup")
     assert setup["network_mode"] == "service:kafka" and setup["restart"] == "no"
-    script = setup["entrypoint"][-1]
-    assert all(f"--entity-name {user} " in script for user in kafka_users(topology))
-    assert "--bootstrap-server 127.0.0.1:9094" in script and "kafka:9092" not in script
+    assert setup["image"].startswith("hifi:")   # the code that sets up the embedded broker: hifi kafka-setup
+    assert setup["command"] == ["kafka-setup", "--bootstrap", "127.0.0.1:9094"]
+    assert set(setup["environment"]) == {"HIFI_TOPOLOGY", *(password_variable(u) for u in kafka_users(topology))}
+    assert "HIFI_KAFKA_BOOTSTRAP" not in setup["environment"] and "HIFI_KAFKA_USERNAME" not in setup["environment"]
     assert "SASL_SSL://:9092" in services["kafka"]["environment"]["KAFKA_LISTENERS"]
     assert "PLAINTEXT://:" not in services["kafka"]["environment"]["KAFKA_LISTENERS"].replace("SASL_SSL", "")
     assert services["kafka"]["environment"]["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
@@ -219,10 +221,13 @@ def test_every_hifi_service_runs_a_hifi_command_the_cli_accepts():
             continue
         args = parser.parse_args(service["command"])
         commands.add(args.command)
+        if name == "kafka-setup":   # runs once, to completion (the others wait for it)
+            assert service["restart"] == "no" and "healthcheck" not in service
+            continue
         check = service["healthcheck"]["test"]
         assert check[:2] == ["CMD", "hifi"], name
         assert parser.parse_args(check[2:]).command == "health"
-    assert commands == {"certs", "node", "placement", "agents", "dashboard"}
+    assert commands == {"certs", "kafka-setup", "node", "placement", "agents", "dashboard"}
 
 
 def test_a_topology_outside_the_repository_is_mounted_into_the_containers(tmp_path):

@@ -1,13 +1,23 @@
-"""The compose deployment's Kafka rights (services.kafka_acls), checked by evaluating the rendered
-ACLs as the broker's authorizer does (deny unless allowed): each service reads and writes only its
-own topics, and a principal a view names reads that view's topic and nothing else."""
+"""The topology's Kafka users and ACLs (services.kafka_acls) on the embedded Apache Kafka broker,
+applied by services.kafka_setup as `hifi up` applies them: each principal reads and writes what
+its rules allow and the broker refuses it the rest."""
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
 from glue.topology import parse_topology
-from services.kafka_acls import acls, allowed, password_variable, setup_script, users
+from services.kafka_acls import users
 from services.paths import DEFAULT_TOPOLOGY
-from wire.topics import control_topic, dead_topic, raw_topic, results_topic, rqs_topic, view_topic
+from wire import bus
+from wire.topics import control_topic, raw_topic, results_topic, rqs_topic, view_topic
+
+pytestmark = pytest.mark.integration
 
 
 def _topology():
@@ -20,75 +30,96 @@ def _topology():
                           DEFAULT_TOPOLOGY)
 
 
-def test_a_principal_named_by_one_view_reads_its_topic_and_nothing_else():
+class Principal:
+    """librdkafka clients (as kcat's) that authenticate as one SCRAM user of the embedded broker."""
+
+    def __init__(self, bootstrap: str, user: str, password: str) -> None:
+        self.config = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL",
+                       "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user, "sasl.password": password,
+                       "ssl.ca.location": os.environ["HIFI_KAFKA_CA"], "log.connection.close": False,
+                       "logger": logging.getLogger("acl-test")}
+        self.group = f"{user}.acl-test"   # a group of its own (services.kafka_acls.groups)
+
+    def reads(self, topic: str) -> bool:
+        """True when it fetches the topic's record; False when the broker refuses it."""
+        consumer = Consumer({**self.config, "group.id": self.group, "enable.auto.commit": False})
+        try:
+            described = consumer.list_topics(topic, timeout=10).topics[topic].error
+            if described is not None:   # not even told of the topic
+                assert described.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, described
+                return False
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                if message.error() is None:
+                    return True
+                assert message.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, message.error()
+                return False
+            raise AssertionError(f"{topic}: neither a record nor a refusal in 15 s")
+        finally:
+            consumer.close()
+
+    def writes(self, topic: str) -> bool:
+        producer = Producer({**self.config, "message.timeout.ms": 10_000, "allow.auto.create.topics": False})
+        outcome: list = []
+        producer.produce(topic, b"forged?", on_delivery=lambda error, _message: outcome.append(error))
+        producer.flush(15)
+        assert outcome, f"{topic}: no answer in 15 s"
+        if outcome[0] is None:
+            return True
+        assert outcome[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, outcome[0]
+        return False
+
+
+@pytest.fixture(scope="module")
+def principals(servers):
     topology = _topology()
-    rules = acls(topology)
-    assert "analyst" in users(topology)
-    assert allowed(rules, "analyst", "Read", view_topic("region", "location_counts"))
-    refused = [raw_topic("door1"), raw_topic("door2"), view_topic("door1", "smoothed_rfid_stream"),
-               view_topic("door1", "people_in_danger"), view_topic("warehouse", "product_counts"),
-               view_topic("region", "stock_alerts"), rqs_topic("q1", "door1"), results_topic("q1", "region"),
-               dead_topic("door1")]
-    assert [t for t in refused if allowed(rules, "analyst", "Read", t)] == []
-    assert not allowed(rules, "analyst", "Write", view_topic("region", "location_counts"))
-    # a role grants nothing on the broker: someone with only role:user reads no topic
-    assert not allowed(rules, "someone", "Read", view_topic("region", "location_counts"))
+    passwords = servers.authorize(topology)
+    assert set(passwords) == set(users(topology)) - {"admin"}
+    topics = [raw_topic("door1"), raw_topic("door2"), control_topic("door1"),
+              view_topic("region", "location_counts"), view_topic("region", "stock_alerts"),
+              view_topic("door1", "smoothed_rfid_stream"), view_topic("door2", "smoothed_rfid_stream"),
+              rqs_topic("q-acl", "door2"), results_topic("q-acl", "region")]
+    bus.ensure_topics(servers.bootstrap, topics)
+    producer = bus.make_producer(servers.bootstrap)   # this process is the broker's admin
+    bus.deliver(producer, [producer.send(topic, b"row") for topic in topics])
+    producer.close()
+    return lambda user: Principal(servers.bootstrap, user, passwords[user])
 
 
-def test_each_node_reads_what_is_below_it_and_writes_only_its_own():
-    rules = acls(_topology())
-    door1, warehouse, hq = "node-door1", "node-warehouse", "node-hq"
-    assert allowed(rules, door1, "Read", raw_topic("door1")) and not allowed(rules, door1, "Read", raw_topic("door2"))
-    assert allowed(rules, door1, "Write", view_topic("door1", "smoothed_rfid_stream"))
-    assert not allowed(rules, door1, "Write", view_topic("door2", "smoothed_rfid_stream"))
-    assert not allowed(rules, door1, "Read", view_topic("door2", "smoothed_rfid_stream"))
-    assert not allowed(rules, door1, "Read", rqs_topic("q1", "door2"))   # an edge reads no partials
-    assert allowed(rules, door1, "Write", rqs_topic("q1", "door1"))
-    # one node forges no other node's partials or results (a query's results are its final node's)
-    assert not allowed(rules, door1, "Write", rqs_topic("q1", "door2"))
-    assert allowed(rules, door1, "Write", results_topic("q1", "door1"))
-    assert not allowed(rules, door1, "Write", results_topic("q1", "region"))
-    assert not allowed(rules, warehouse, "Write", rqs_topic("q1", "region"))
-    assert not allowed(rules, warehouse, "Read", results_topic("q1", "warehouse"))
-    assert allowed(rules, door1, "Write", dead_topic("door1"))
-    assert allowed(rules, warehouse, "Read", view_topic("door1", "smoothed_rfid_stream"))
-    assert allowed(rules, warehouse, "Read", rqs_topic("q1", "door2"))
-    assert not allowed(rules, warehouse, "Read", raw_topic("door1"))
-    assert not allowed(rules, warehouse, "Read", view_topic("region", "location_counts"))   # above it
-    # the core may run any dead node's parts meanwhile (re-parenting): it writes their views too
-    assert allowed(rules, hq, "Write", view_topic("door1", "smoothed_rfid_stream"))
-    assert allowed(rules, hq, "Write", results_topic("q1", "region"))
+def test_a_principal_named_by_one_view_reads_its_topic_and_nothing_else(principals):
+    analyst = principals("analyst")
+    assert analyst.reads(view_topic("region", "location_counts"))
+    refused = [view_topic("region", "stock_alerts"), view_topic("door1", "smoothed_rfid_stream"), raw_topic("door1"),
+               rqs_topic("q-acl", "door2"), results_topic("q-acl", "region")]
+    assert [topic for topic in refused if analyst.reads(topic)] == []
+    assert not analyst.writes(view_topic("region", "location_counts"))
+    assert not analyst.writes(view_topic("door1", "smoothed_rfid_stream"))
 
 
-def test_the_services_and_the_operator_have_their_own_rights():
-    rules = acls(_topology())
-    assert allowed(rules, "agents", "Write", raw_topic("door2")) and not allowed(rules, "agents", "Read",
-                                                                                  raw_topic("door2"))
-    assert not allowed(rules, "agents", "Write", view_topic("door1", "smoothed_rfid_stream"))
-    assert allowed(rules, "agents", "Read", control_topic("door1")) and \
-        not allowed(rules, "agents", "Write", control_topic("door1"))
-    assert allowed(rules, "node-door1", "Write", control_topic("door1")) and \
-        not allowed(rules, "node-door1", "Write", control_topic("door2"))
-    assert allowed(rules, "placement", "Read", results_topic("q1", "door1"))
-    assert allowed(rules, "placement", "Describe", raw_topic("door1"))
-    assert not allowed(rules, "placement", "Read", raw_topic("door1"))
-    # a cancel's topics, deleted later: what queries made, never a raw, control or dead-letter topic
-    assert all(allowed(rules, "placement", "Delete", topic) for topic in (
-        results_topic("q1", "door1"), rqs_topic("q1", "door1"), view_topic("region", "stock_alerts")))
-    assert not any(allowed(rules, "placement", "Delete", topic) for topic in (
-        raw_topic("door1"), control_topic("door1"), dead_topic("door1")))
-    assert allowed(rules, "dashboard", "Read", view_topic("region", "stock_alerts"))
-    assert allowed(rules, "dashboard", "Read", dead_topic("door1"))
-    assert not allowed(rules, "dashboard", "Read", raw_topic("door1"))
-    assert allowed(rules, "operator", "Read", raw_topic("door1"))
-    assert not allowed(rules, "operator", "Write", raw_topic("door1"))
+def test_a_node_writes_its_own_topics_and_not_a_siblings(principals):
+    door1 = principals("node-door1")
+    assert door1.writes(view_topic("door1", "smoothed_rfid_stream"))
+    assert door1.reads(raw_topic("door1")) and not door1.reads(raw_topic("door2"))
+    assert not door1.writes(view_topic("door2", "smoothed_rfid_stream"))
+    assert not door1.writes(rqs_topic("q-acl", "door2"))
+    assert not door1.writes(results_topic("q-acl", "region"))
+    assert not door1.reads(view_topic("door2", "smoothed_rfid_stream"))
+    warehouse = principals("node-warehouse")
+    assert warehouse.reads(view_topic("door1", "smoothed_rfid_stream")) and warehouse.reads(rqs_topic("q-acl", "door2"))
+    assert not warehouse.reads(raw_topic("door1"))
+    assert not warehouse.reads(view_topic("region", "location_counts"))   # above it
 
 
-def test_the_setup_script_makes_every_user_and_adds_every_acl():
-    topology = _topology()
-    script = setup_script(topology)
-    for user in users(topology):
-        assert f"--entity-name {user} --add-config \"SCRAM-SHA-512=[password=$${password_variable(user)}]\"" in script
-    for rule in acls(topology):
-        assert rule.command("127.0.0.1:9094") in script
-    assert password_variable("node-door1") == "HIFI_KAFKA_PASSWORD_NODE_DOOR1"
+def test_the_services_and_the_operator_have_their_own_rights(principals):
+    agents, operator = principals("agents"), principals("operator")
+    assert agents.writes(raw_topic("door2")) and not agents.reads(raw_topic("door2"))
+    assert agents.reads(control_topic("door1")) and not agents.writes(control_topic("door1"))
+    assert not agents.writes(view_topic("door1", "smoothed_rfid_stream"))
+    assert principals("placement").reads(results_topic("q-acl", "region"))
+    assert not principals("placement").reads(raw_topic("door1"))
+    assert principals("dashboard").reads(view_topic("region", "stock_alerts"))
+    assert operator.reads(raw_topic("door1")) and not operator.writes(raw_topic("door1"))
