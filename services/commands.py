@@ -89,6 +89,19 @@ def login_notice(dashboard_url: str, token: str, terminal: bool) -> str:
     return f"dashboard at {link}" if terminal else f"dashboard at {dashboard_url} (the link that logs you in: {path})"
 
 
+def _kafka_users(servers, topology) -> None:
+    """The embedded broker's users and ACLs for the topology, and their client files (for kcat and
+    Kafka's tools) under HIFI_HOME/kafka; a broker of HIFI_KAFKA_BOOTSTRAP is left as it is."""
+    from services.hierarchy import hifi_home
+    from services.kafka_client_files import write_client_files
+
+    passwords = servers.authorize(topology)
+    if servers.broker is not None:
+        directory = os.path.join(hifi_home(), "kafka")
+        write_client_files(directory, servers.bootstrap, servers.broker.ca_file, passwords)
+        _progress(f"Kafka users {', '.join(sorted(passwords))}: client settings in {directory} (docs/other-tools.md)")
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy, follow_results, format_result, hifi_home
@@ -99,6 +112,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with embedded_or_external() as servers:
         _progress(f"MDR at {redacted_url(servers.redis_url)}, broker at {servers.bootstrap}")
+        _kafka_users(servers, topology)
         hierarchy = Hierarchy(topology, servers.redis_url, servers.bootstrap, state_dir=args.state_dir or "",
                               trigger_ms=args.trigger_ms, processes=args.processes,
                               tls_dir=os.path.join(hifi_home(), "tls"))
