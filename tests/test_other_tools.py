@@ -31,9 +31,9 @@ def analyst(servers, tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("kafka-clients"))
     write_client_files(directory, servers.bootstrap, servers.broker.ca_file, {"analyst": passwords["analyst"]})
     producer = bus.make_producer(servers.bootstrap)
-    bus.deliver(producer, [producer.send(topic, encode_row_batch("region", topic.rsplit(".", 1)[1], ["location", "tags"],
-                                                                 [("dock-7", 42)], batch_id=1, emitted_ms=1))
-                           for topic in (READABLE, REFUSED)])
+    rows = {topic: encode_row_batch("region", topic.rsplit(".", 1)[1], ["location", "tags"], [("dock-7", 42)],
+                                    batch_id=1, emitted_ms=1) for topic in (READABLE, REFUSED)}
+    bus.deliver(producer, [producer.send(topic, value) for topic, value in rows.items()])
     producer.close()
     return servers.bootstrap, directory
 
@@ -64,7 +64,8 @@ def console_consumer(bootstrap: str, directory: str, topic: str) -> subprocess.C
     with open(logging, "w") as fh:
         fh.write(LOG4J2)
     return subprocess.run(
-        ["java", f"-Dlog4j2.configurationFile={logging}", "-cp", os.path.join(jar_dir("kafka"), "*"), "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ["java", f"-Dlog4j2.configurationFile={logging}", "-cp", os.path.join(jar_dir("kafka"), "*"),
+         "org.apache.kafka.tools.consumer.ConsoleConsumer",
          "--bootstrap-server", bootstrap, "--command-config", os.path.join(directory, "analyst.properties"),
          "--topic", topic, "--from-beginning", "--max-messages", "1", "--timeout-ms", "20000",
          "--group", "analyst.console"], capture_output=True, timeout=120)
