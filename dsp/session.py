@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from dsp.kafka_source import KafkaDataSource
+from wire import bus
 from wire.errors import HiFiError
 
 _lock = threading.Lock()
@@ -94,9 +95,6 @@ def cluster_share(master: str, environ: Mapping[str, str]) -> dict[str, str]:
     return {"spark.cores.max": environ.get("HIFI_SPARK_CORES_MAX", "2")}
 
 
-KAFKA_CLIENT_VARIABLES = ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA")
-
-
 def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The driver's Kafka credentials (wire.bus.client_security) for its executors' Python
     workers, which read the topics: a cluster's executors do not inherit the driver's environment.
@@ -105,7 +103,7 @@ def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
     >>> executor_kafka_environment({"HIFI_KAFKA_USERNAME": "node-door1", "PATH": "/bin"})
     {'spark.executorEnv.HIFI_KAFKA_USERNAME': 'node-door1'}
     """
-    return {f"spark.executorEnv.{name}": environ[name] for name in KAFKA_CLIENT_VARIABLES if environ.get(name)}
+    return {f"spark.executorEnv.{name}": environ[name] for name in bus.CLIENT_VARIABLES if environ.get(name)}
 
 
 class SparkSecretMissing(HiFiError):

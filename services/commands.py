@@ -163,10 +163,16 @@ def _start_dashboard(hierarchy, listen: str) -> str:
 
 
 def _bootstrap() -> str:
-    bootstrap = os.environ.get("HIFI_KAFKA_BOOTSTRAP") or _run_info().get("bootstrap")
-    if not bootstrap:
+    """The broker: HIFI_KAFKA_BOOTSTRAP's, else the running `hifi up`'s, whose credentials (its run
+    file's) this process's clients then use."""
+    if os.environ.get("HIFI_KAFKA_BOOTSTRAP"):
+        return os.environ["HIFI_KAFKA_BOOTSTRAP"]
+    info = _run_info()
+    if not info.get("bootstrap"):
         raise CLIError("no broker known: set HIFI_KAFKA_BOOTSTRAP or run `hifi up`")
-    return bootstrap
+    for name, value in info.get("kafka", {}).items():
+        os.environ.setdefault(name, value)
+    return info["bootstrap"]
 
 
 def _serve_until_stopped(close) -> None:

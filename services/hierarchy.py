@@ -249,7 +249,11 @@ class Hierarchy:
                        "topology": self.topology.source, "readings": self.readings_path,
                        "state_dir": self.state_dir, "placement": self.placement_address,
                        "tls_dir": self.tls_dir, "token": self.admin_token,
-                       "dashboard": self.dashboard.url if self.dashboard else ""}, fh)
+                       "dashboard": self.dashboard.url if self.dashboard else "",
+                       # the broker's credentials of this process (the embedded one's admin), for the
+                       # hifi commands that read topics (services.commands._bootstrap)
+                       "kafka": {name: os.environ[name] for name in bus.CLIENT_VARIABLES if os.environ.get(name)}},
+                      fh)
 
 
 def next_whole_second(now_ms: int) -> int:

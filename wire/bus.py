@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from wire.rd_producer import RdProducer
 
 
+CLIENT_VARIABLES = ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA")   # what client_security reads
+
+
 def client_security(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """SASL/SCRAM settings of every client of this process, from HIFI_KAFKA_USERNAME and
     HIFI_KAFKA_PASSWORD (compose's broker takes no other client; services.kafka_acls says what each
