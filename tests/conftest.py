@@ -1,4 +1,4 @@
-"""Shared fixtures: one real Redis, one real Kafka-protocol broker and one Spark session for the
+"""Shared fixtures: one real Redis, one real Apache Kafka broker and one Spark session for the
 whole run (started by the project's own embedded default, or the HIFI_* endpoints if set)."""
 
 from __future__ import annotations

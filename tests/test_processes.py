@@ -43,6 +43,8 @@ class Deployment:
     def __init__(self, servers, workdir) -> None:
         self.servers, self.workdir = servers, workdir
         self.model = compose_model(load_topology(SMALL), SMALL)["services"]
+        # each service is its compose Kafka user on the embedded broker, with compose's ACLs
+        self.kafka_passwords = servers.authorize(load_topology(SMALL))
         self.ports: dict[str, int] = {}          # container port -> the local port standing in for it
         self.processes: dict[str, subprocess.Popen] = {}
         self.envs: dict[str, dict[str, str]] = {}
@@ -67,8 +69,9 @@ class Deployment:
         env = {name: self.local(str(value), service) for name, value in spec.get("environment", {}).items()}
         env.update(HIFI_REDIS_URL=self.servers.redis_url, HIFI_KAFKA_BOOTSTRAP=self.servers.bootstrap,
                    HIFI_HOME=str(self.workdir / "home"))
-        for name in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA"):   # the embedded broker: PLAINTEXT
-            env.pop(name, None)
+        if "HIFI_KAFKA_USERNAME" in env:   # compose's user, its password and CA the embedded broker's
+            env.update(HIFI_KAFKA_PASSWORD=self.kafka_passwords[env["HIFI_KAFKA_USERNAME"]],
+                       HIFI_KAFKA_CA=self.servers.broker.ca_file)
         if "HIFI_ADVERTISE_HOST" in env:
             env["HIFI_ADVERTISE_HOST"] = "127.0.0.1"
         if "HIFI_METRICS_PORT" in env:   # any free port, bound by the service itself: a port picked here

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 if TYPE_CHECKING:
     from wire.rd_producer import RdProducer
@@ -233,14 +233,19 @@ def partitions_of(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicP
     return tps
 
 
+ENDS_TIMEOUT_MS = 5_000   # a partition the broker answers for answers in milliseconds
+
+
 def end_offsets(consumer: KafkaConsumer, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
     """The next offset of each partition (its high watermark). A partition the broker no longer
-    answers for (its topic deleted: services.placement) is left out."""
+    answers for (its topic deleted: services.placement) is left out: the consumer's metadata
+    still lists it, and kafka-python asks for it again until its timeout (Apache Kafka answers
+    UNKNOWN_TOPIC_OR_PARTITION), so the ends are asked again, of the partitions that exist now."""
     if not tps:
         return {}
     try:
-        return consumer.end_offsets(list(tps))
-    except KeyError:
+        return consumer.end_offsets(list(tps), timeout_ms=ENDS_TIMEOUT_MS)
+    except (KeyError, KafkaTimeoutError):
         consumer.topics()   # the broker's topics afresh: only the partitions that exist now
         tps = [tp for tp in tps if tp.partition in (consumer.partitions_for_topic(tp.topic) or ())]
         return consumer.end_offsets(tps) if tps else {}
@@ -345,8 +350,8 @@ def beginnings(bootstrap: str, keys: Sequence[str]) -> dict[str, int]:
     reader told nothing else starts (0 for a partition the broker does not answer for yet)."""
     tps = [TopicPartition(topic, int(partition)) for topic, _, partition in (key.rpartition(":") for key in keys)]
     try:
-        found = shared_consumer(bootstrap).beginning_offsets(tps)
-    except KeyError:   # kafka-python, a partition the broker did not answer for (a topic just made)
+        found = shared_consumer(bootstrap).beginning_offsets(tps, timeout_ms=ENDS_TIMEOUT_MS)
+    except (KeyError, KafkaTimeoutError):   # a partition the broker did not answer for (a topic just made)
         return {key: 0 for key in keys}
     return {offset_key(tp.topic, tp.partition): int(offset) for tp, offset in found.items()}
 
