@@ -2,7 +2,8 @@
 # Fetches the JVM parts HiFi runs (deploy/jvm/<set>/pom.xml, versions pinned) with Maven into
 # DEST/<set> (default .venv/jars): Apache Kafka's broker and tools (kafka). Maven checks each
 # file's checksum against the registry's (-C: a mismatch fails) and keeps its own cache in
-# ~/.m2; a set already in place (its pom unchanged) is not fetched again.
+# ~/.m2; a set already in place (its pom unchanged) is not fetched again. HIFI_MAVEN_ARGS adds
+# Maven options (a settings file with a mirror: -s FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="${1:-.venv/jars}"
@@ -21,7 +22,8 @@ for pom in deploy/jvm/*/pom.xml; do
   echo "fetching the $set_name jars with Maven ($pom)" >&2
   rm -rf "$out.tmp"
   log="$(mktemp)"
-  if ! mvn -B -q -C -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+  # shellcheck disable=SC2086
+  if ! mvn -B -q -C ${HIFI_MAVEN_ARGS:-} -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
        -DoutputDirectory="$PWD/$out.tmp" >"$log" 2>&1; then
     reason="$(grep -m1 -oE "(Could not (resolve|transfer)[^:]*|Checksum validation failed[^,]*|Unknown host [^ ]*|Connection refused)" "$log" || true)"
     echo "could not fetch the $set_name jars: ${reason:-Maven failed (see $log)}" >&2

@@ -193,7 +193,7 @@ def start_redis(workdir: str, port: int = 0, password: str = "") -> tuple[str, s
 def start_broker(workdir: str) -> kafka_broker.Broker:
     """The embedded Apache Kafka broker in `workdir` (services.kafka_broker)."""
     try:
-        return kafka_broker.start_kafka(workdir)
+        return kafka_broker.start_kafka(workdir, free_port(), free_port())
     except kafka_broker.BrokerError as exc:
         raise EmbeddedError(str(exc)) from exc
 

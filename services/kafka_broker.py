@@ -55,12 +55,6 @@ def cluster_id() -> str:
     return base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass(frozen=True)
 class Broker:
     """A running embedded broker: where clients connect and as whom."""
@@ -129,9 +123,9 @@ def _java(classpath: str, main: str, *args: str, home: str) -> list[str]:
             f"-Dlog4j2.configurationFile={os.path.join(home, 'log4j2.properties')}", "-cp", classpath, main, *args]
 
 
-def start_kafka(workdir: str) -> Broker:
-    """Format a new KRaft log in `workdir`/kafka and start the broker on free loopback ports;
-    return once it answers its admin over SASL_SSL."""
+def start_kafka(workdir: str, port: int, controller_port: int) -> Broker:
+    """Format a new KRaft log in `workdir`/kafka and start the broker on loopback, clients on
+    `port`; return once it answers its admin over SASL_SSL."""
     classpath = kafka_classpath()
     home = os.path.join(workdir, "kafka")
     tls = os.path.join(home, "tls")
@@ -140,7 +134,7 @@ def start_kafka(workdir: str) -> Broker:
     with open(f"{keystore}.password") as fh:
         keystore_password = fh.read().strip()
     ca_file = os.path.join(tls, "ca.pem")
-    port, controller_port, admin_password = _free_port(), _free_port(), secrets.token_urlsafe(24)
+    admin_password = secrets.token_urlsafe(24)
     config = os.path.join(home, "server.properties")
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

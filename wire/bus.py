@@ -26,8 +26,8 @@ CLIENT_VARIABLES = ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD", "HIFI_KAFKA_CA
 def client_security(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """SASL/SCRAM settings of every client of this process, from HIFI_KAFKA_USERNAME and
     HIFI_KAFKA_PASSWORD (compose's broker takes no other client; services.kafka_acls says what each
-    user may do), over TLS checked against the CA file HIFI_KAFKA_CA names, if any (as compose
-    does); none without a user (the embedded broker speaks PLAINTEXT on loopback only).
+    user may do), over TLS checked against the CA file HIFI_KAFKA_CA names, if any (as compose and
+    the embedded broker do: services.embedded sets them); none without a user (a PLAINTEXT broker).
 
     >>> client_security({"HIFI_KAFKA_USERNAME": "agents", "HIFI_KAFKA_PASSWORD": "p", "HIFI_KAFKA_CA": "/t/ca.pem"})
     ... # doctest: +NORMALIZE_WHITESPACE
