@@ -6,7 +6,7 @@
 # Maven options (a settings file with a mirror: -s FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dest="${1:-.venv/jars}"
+dest="$(realpath -m "${1:-.venv/jars}")"
 for pom in deploy/jvm/*/pom.xml; do
   set_name="$(basename "$(dirname "$pom")")"
   out="$dest/$set_name"
@@ -23,10 +23,12 @@ for pom in deploy/jvm/*/pom.xml; do
   rm -rf "$out.tmp"
   log="$(mktemp)"
   # shellcheck disable=SC2086
-  if ! mvn -B -q -C ${HIFI_MAVEN_ARGS:-} -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-       -DoutputDirectory="$PWD/$out.tmp" >"$log" 2>&1; then
-    reason="$(grep -m1 -oE "(Could not (resolve|transfer)[^:]*|Checksum validation failed[^,]*|Unknown host [^ ]*|Connection refused)" "$log" || true)"
-    echo "could not fetch the $set_name jars: ${reason:-Maven failed (see $log)}" >&2
+  if ! mvn -B -q -C ${HIFI_MAVEN_ARGS:-} -f "$pom" \
+       org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies -DincludeScope=runtime \
+       -DoutputDirectory="$out.tmp" >"$log" 2>&1; then
+    # Maven's first error, without its colour codes and long tail: what it could not resolve and why
+    reason="$(sed -e 's/\x1b\[[0-9;]*m//g' "$log" | grep -m1 '^\[ERROR\] ' | sed -e 's/^\[ERROR\] //' | cut -c1-300)"
+    echo "could not fetch the $set_name jars: ${reason:-Maven failed} (Maven's output: $log)" >&2
     exit 1
   fi
   rm -f "$log"
