@@ -146,7 +146,7 @@ class SharedRuntime:
         self.forms = FormBatches(node_id, self.parts, self.archive)
         self.history = HistoryFeed(node_id, spark, self.archive, self.parts, spark_batches, self._producer)
         self.batches = StreamBatches(node_id, self.inputs, self.parts, self.forms, self.checkpoint, self._locks,
-                                     self.stream, self._producer, self.handoff_dir)
+                                     self.stream, self._producer, bootstrap, self.handoff_dir)
         self.recent_input = self.batches.recent_input
 
     @property

@@ -2,8 +2,9 @@
 (`BatchCheckpoint.intend`), its forms through the parts in key order, its output delivered, then
 its fence, the stream's position and the parts' state saved together. A batch Spark replays after
 the save is skipped; one that fails midway puts the parts back to the last save and runs again,
-over its own logged ends, before the next one (what it sent goes out again alike, and every
-reader drops what it has seen: wire.codec's identities).
+over its own logged ends, before the next one: it makes the same messages, and sends only those
+its topics do not hold yet (dsp.unrepeated), so each stands once in the log; every reader of the
+project still drops what it has seen (wire.codec's identities).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dsp.offset_log import Offsets
 from dsp.parts import Parts, Reports
 from dsp.process_stream import ProcessStream
 from dsp.turns import stepping_aside
+from dsp.unrepeated import Unrepeated
 from wire import bus
 
 log = logging.getLogger("hifi.dsp")
@@ -36,10 +38,10 @@ class StreamBatches:
 
     def __init__(self, node_id: str, inputs: NodeInputs, parts: Parts, forms: FormBatches,
                  checkpoint: BatchCheckpoint, locks: ControlFirstLock, stream: ProcessStream,
-                 producer: Callable[[], object], handoff_dir: str) -> None:
+                 producer: Callable[[], object], bootstrap: str, handoff_dir: str) -> None:
         self.node_id, self.inputs, self.parts, self.forms = node_id, inputs, parts, forms
         self.checkpoint, self.locks, self.stream, self.producer = checkpoint, locks, stream, producer
-        self.handoff_dir = handoff_dir
+        self.bootstrap, self.handoff_dir = bootstrap, handoff_dir
         self.recent_input = RecentInput()
         # (fence key, batch id) that failed after it started: run again before the next (`run`)
         self.pending: tuple[str, int] | None = checkpoint.unfinished()
@@ -100,6 +102,9 @@ class StreamBatches:
         with self.locks.batch():
             bounds = self.inputs.bounds(stream, ends)   # the starts as they are now (a deploy may have set some)
             producer, sent = self.producer(), []
+            # a batch that failed after it started sends only what its topics lack (dsp.unrepeated)
+            sender = Unrepeated(producer, self.bootstrap, self.node_id) if self.pending == (fence_key, batch_id) \
+                else producer
             reports: Reports = []
             self.checkpoint.intend(fence_key, batch_id)
             rows = 0
@@ -109,10 +114,12 @@ class StreamBatches:
                     frame, table = read if read_at == (start, end) else take(reader, start, end)
                     if frame is not None:
                         with stepping_aside():   # Spark's jobs: the other nodes' lanes go on meanwhile
-                            rows += self.forms.on_cluster(reader, batch_id, frame, producer, sent, reports)
+                            rows += self.forms.on_cluster(reader, batch_id, frame, sender, sent, reports)
                     else:
-                        rows += self.forms.on_driver(reader, batch_id, table, producer, sent, reports)
+                        rows += self.forms.on_driver(reader, batch_id, table, sender, sent, reports)
                 bus.deliver(producer, sent)
+                if isinstance(sender, Unrepeated):
+                    sender.report(batch_id)
                 if sent:
                     crash_point(AFTER_FLUSH, self.node_id)
             except BaseException:

@@ -23,7 +23,10 @@ For each: the seconds from the node's restart (the broker's return; the fault, f
 dead parent) until the query emits a window that began after the fault; and over the windows from
 the fault to the next one: readings published (the agents' log) vs readings the query counted,
 duplicated windows (a window and receptor emitted twice), and whether every window equals the
-fault-free answer (the count over the log, which is what any run with the same readings must give).
+fault-free answer (the count over the log, which is what any run with the same readings must give):
+as the project's own reader gets them (it drops a batch it has seen), and as a reader outside the
+project does (`committed_rows`: librdkafka at isolation.level=read_committed, every record of the
+results topic decoded as it stands, nothing dropped).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ class FaultFigures:
     duplicates: int = 0           # (window, receptor) emitted more than once
     windows: int = 0
     equal: int = 0                # windows equal to the fault-free answer
+    committed_duplicates: int = 0   # the same, as a read_committed consumer that drops nothing reads them
+    committed_equal: int = 0
 
 
 class Results:
@@ -105,6 +110,39 @@ class Results:
         """When the first window that began at or after `since_ms` was emitted."""
         with self._lock:
             return min((emitted for start, _, _, emitted in self.rows if start >= since_ms), default=None)
+
+
+def committed_rows(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[tuple[int, str, int, int]]:
+    """Every row of `topic` as a read_committed librdkafka consumer reads it, repeats and all:
+    (window start ms, receptor, reads, emitted ms), decoded from each RowBatch as it stands."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from protos import hifi_pb2
+    from wire.range_fetch import librdkafka_client
+
+    consumer = Consumer({**librdkafka_client(bootstrap), "group.id": "hifi-chaos-judge", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    rows: list[tuple[int, str, int, int]] = []
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        left, deadline = set(partitions), time.monotonic() + timeout_s
+        while left and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            if message.error() is not None:
+                left.discard(message.partition())   # the end (partition EOF) or a read error
+                continue
+            batch = hifi_pb2.RowBatch.FromString(message.value())
+            at = {name: n for n, name in enumerate(batch.columns)}
+            for row in batch.rows if at else ():
+                values = row.values
+                rows.append((values[at["window_start"]].ts_ms, values[at["receptor_id"]].s,
+                             values[at["reads"]].i, batch.emitted_ms))
+    finally:
+        consumer.close()
+    return rows
 
 
 def _published(readings_path: str) -> Counter:
@@ -190,19 +228,26 @@ def run_chaos_bench(settle_s: float, progress: Callable[[str], None]) -> list[Fa
                 time.sleep(settle_s)
             agent.stop()
             time.sleep(10)   # the last windows close and come up
-            _judge(figures, results, _published(agent.readings_path), plan.start_ms or 0)
+            _judge(figures, results.rows, committed_rows(servers.bootstrap, plan.result_topic),
+                   _published(agent.readings_path), plan.start_ms or 0)
             return figures
         finally:
             stop.set()
             hierarchy.stop()
 
 
-def _judge(figures: list[FaultFigures], results: Results, published: Counter, start_ms: int) -> None:
+def _by_window(rows: list[tuple[int, str, int, int]]) -> dict[tuple[int, str], list[int]]:
+    found: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for start, receptor, reads, _ in rows:
+        found[(start, receptor)].append(reads)
+    return found
+
+
+def _judge(figures: list[FaultFigures], rows: list, committed: list, published: Counter, start_ms: int) -> None:
     """Each fault's period (from it to the next fault; the last: to the last window emitted)
-    against the fault-free answer, window by window."""
-    emitted: dict[tuple[int, str], list[int]] = defaultdict(list)
-    for start, receptor, reads, _ in results.rows:
-        emitted[(start, receptor)].append(reads)
+    against the fault-free answer, window by window: as the project's reader got the rows and as
+    a read_committed consumer reads them."""
+    emitted, seen = _by_window(rows), _by_window(committed)
     last = max(start for start, _ in emitted) if emitted else 0
     first = (start_ms // WINDOW_MS + 1) * WINDOW_MS   # the query's first whole window
     for n, figure in enumerate(figures):
@@ -214,6 +259,8 @@ def _judge(figures: list[FaultFigures], results: Results, published: Counter, st
         figure.counted = sum(sum(emitted.get(k, [])) for k in keys)
         figure.duplicates = sum(len(emitted.get(k, [])) > 1 for k in keys)
         figure.equal = sum(emitted.get(k, []) == ([published[k]] if published[k] else []) for k in keys)
+        figure.committed_duplicates = sum(len(seen.get(k, [])) > 1 for k in keys)
+        figure.committed_equal = sum(seen.get(k, []) == ([published[k]] if published[k] else []) for k in keys)
 
 
 def _moved_and_back(mdr, at: float) -> str:
@@ -242,5 +289,6 @@ def chaos_table(figures: list[FaultFigures]) -> str:
         note = f"; {f.note}" if f.note else ""
         rows.append((f.fault, f"results again {back} after {f.since}{note}; readings published {f.published:,}, "
                               f"counted {f.counted:,}; duplicated windows {f.duplicates}; windows equal to the "
-                              f"fault-free answer {f.equal}/{f.windows}"))
+                              f"fault-free answer {f.equal}/{f.windows}; a read_committed consumer: duplicated "
+                              f"{f.committed_duplicates}, equal {f.committed_equal}/{f.windows}"))
     return figures_table(rows)
