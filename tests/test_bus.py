@@ -191,3 +191,26 @@ def test_an_end_watch_follows_the_ends_of_the_partitions_it_is_asked_about(serve
         watch.close()
         producer.close()
         consumer.close()
+
+
+def test_a_tail_reads_a_topic_made_after_it_began(servers):
+    """A view's topic is made at its first write, and a consumer's metadata request makes none:
+    a tail that began before (a results follower, the dashboard) reads it once it is made."""
+    import threading
+
+    early, late = f"tail.early.{time.time_ns()}", f"tail.late.{time.time_ns()}"
+    bus.ensure_topics(servers.bootstrap, [early])
+    stop, got = threading.Event(), []
+    follower = threading.Thread(target=lambda: got.extend(r.value for r in bus.tail(servers.bootstrap, [early, late],
+                                                                                       stop)), daemon=True)
+    follower.start()
+    time.sleep(1.5)   # the tail runs with `late` not made yet
+    producer = bus.make_producer(servers.bootstrap)
+    bus.deliver(producer, [producer.send(late, b"made later"), producer.send(early, b"there before")])
+    deadline = time.monotonic() + 15
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    follower.join(5)
+    producer.close()
+    assert sorted(got) == [b"made later", b"there before"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -356,17 +357,41 @@ def beginnings(bootstrap: str, keys: Sequence[str]) -> dict[str, int]:
     return {offset_key(tp.topic, tp.partition): int(offset) for tp, offset in found.items()}
 
 
+TAIL_RECHECK_S = 1.0   # how often a tail asks whether a topic it waits for has been made
+
+
 def tail(bootstrap: str, topics: Sequence[str], stop: threading.Event, from_beginning: bool = True,
          poll_ms: int = 200) -> Iterator:
-    """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group)."""
+    """Yield records of `topics` as they arrive until `stop` is set (manual assignment, no group).
+    A topic not made yet (a view's is made at its first write; a consumer's metadata request makes
+    none) is asked about again every TAIL_RECHECK_S and read from its beginning once it is there."""
     consumer = make_consumer(bootstrap)
     try:
         tps = partitions_of(consumer, topics)
         consumer.assign(tps)
         if from_beginning:
             consumer.seek_to_beginning(*tps)
+        waiting, checked = [t for t in dict.fromkeys(topics) if t not in {tp.topic for tp in tps}], time.monotonic()
         while not stop.is_set():
+            if waiting and time.monotonic() - checked >= TAIL_RECHECK_S:
+                checked = time.monotonic()
+                made = _made(consumer, waiting)
+                if made:
+                    positions = {tp: consumer.position(tp) for tp in tps}
+                    tps = [*tps, *made]
+                    consumer.assign(tps)
+                    for tp, offset in positions.items():
+                        consumer.seek(tp, offset)
+                    consumer.seek_to_beginning(*made)
+                    waiting = [t for t in waiting if t not in {tp.topic for tp in made}]
             for records in consumer.poll(timeout_ms=poll_ms).values():
                 yield from records
     finally:
         consumer.close()
+
+
+def _made(consumer: KafkaConsumer, topics: Sequence[str]) -> list[TopicPartition]:
+    """The partitions of those of `topics` the broker has now (its metadata asked afresh once)."""
+    existing = consumer.topics()
+    return [TopicPartition(topic, partition) for topic in topics if topic in existing
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())]
