@@ -118,14 +118,28 @@ logger.started.level = info
 """
 
 
-def _java(classpath: str, main: str, *args: str, home: str) -> list[str]:
-    return ["java", HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+def class_archive() -> str:
+    """The JVM's class-data archive of the broker's classes (`python -m services.kafka_broker
+    --archive`, run by `make setup`): the broker answers ~2 s sooner with it (5.9 -> 4.0 s on the
+    2-core machine). A JVM that cannot use it (other jars, another JDK) starts without it."""
+    return jar_dir("kafka") + ".jsa"
+
+
+def _java(classpath: str, main: str, *args: str, home: str, archive_at_exit: str = "") -> list[str]:
+    if archive_at_exit:
+        sharing = [f"-XX:ArchiveClassesAtExit={archive_at_exit}"]
+    elif os.path.exists(class_archive()):
+        sharing = [f"-XX:SharedArchiveFile={class_archive()}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+    else:
+        sharing = []
+    return ["java", HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true", *sharing,
             f"-Dlog4j2.configurationFile={os.path.join(home, 'log4j2.properties')}", "-cp", classpath, main, *args]
 
 
-def start_kafka(workdir: str, port: int, controller_port: int) -> Broker:
+def start_kafka(workdir: str, port: int, controller_port: int, archive_at_exit: str = "") -> Broker:
     """Format a new KRaft log in `workdir`/kafka and start the broker on loopback, clients on
-    `port`; return once it answers its admin over SASL_SSL."""
+    `port`; return once it answers its admin over SASL_SSL. `archive_at_exit`: the broker's JVM
+    writes its class-data archive there when it stops."""
     classpath = kafka_classpath()
     home = os.path.join(workdir, "kafka")
     tls = os.path.join(home, "tls")
@@ -150,8 +164,8 @@ def start_kafka(workdir: str, port: int, controller_port: int) -> Broker:
     if formatted.returncode != 0:
         raise BrokerError(f"kafka-storage format failed: {(formatted.stderr or formatted.stdout).strip()[-400:]}")
     with open(log, "wb") as out:
-        proc = subprocess.Popen(_java(classpath, "kafka.Kafka", config, home=home), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
+        command = _java(classpath, "kafka.Kafka", config, home=home, archive_at_exit=archive_at_exit)
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=home)
     broker = Broker(f"127.0.0.1:{port}", proc, admin_password, ca_file)
     try:
         _wait_ready(broker, log)
@@ -199,3 +213,43 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+
+def write_class_archive() -> None:
+    """Run a broker once through what a node's clients do (a topic made, written and read over
+    SASL_SSL), and stop it: its JVM writes the class-data archive (`class_archive`)."""
+    import tempfile
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    target = class_archive()
+    with tempfile.TemporaryDirectory(prefix="hifi-kafka-archive-") as workdir:
+        ports = []
+        for _ in range(2):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports.append(int(sock.getsockname()[1]))
+        broker = start_kafka(workdir, *ports, archive_at_exit=target + ".tmp")
+        try:
+            client = {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_SSL",
+                      "sasl.mechanism": MECHANISM, "sasl.username": ADMIN_USER,
+                      "sasl.password": broker.admin_password, "ssl.ca.location": broker.ca_file}
+            producer = Producer(client)
+            producer.produce("hifi.archive.warm-up", b"x")
+            producer.flush(30)
+            consumer = Consumer({**client, "group.id": "hifi-archive"})
+            consumer.assign([TopicPartition("hifi.archive.warm-up", 0, 0)])
+            consumer.poll(10)
+            consumer.close()
+            del producer   # its threads go before the broker does (else they log its absence)
+        finally:
+            stop(broker.proc)
+    if os.path.exists(target + ".tmp"):
+        os.replace(target + ".tmp", target)
+        print(f"class-data archive of the broker's classes: {target}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--archive"]:
+        raise SystemExit("usage: python -m services.kafka_broker --archive")
+    write_class_archive()
