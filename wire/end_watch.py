@@ -1,15 +1,14 @@
 """Where partitions end, learned by reading them as they grow (librdkafka): for a stream that asks
 every 250 ms where each of its children's topics ends.
 
-Asking the broker (ListOffsets, and the fetch that corrects the embedded broker's answer:
-wire.bus.end_offsets) costs a poll in Python per partition, so a parent's cost grew with its
-children. A consumer positioned at the ends of those partitions sees each record as it is appended
-(a child's views, partials and markers: a few records a window) and the end is the last one's offset
-plus one; librdkafka fetches in its own threads, in C. Measured on the 2-core machine (64 topics, a
-record to one of them every 31 ms, ends asked every 250 ms, 30 s): ListOffsets 0.027 cores, this
-0.007 with `fetch.wait.max.ms` 100, a record seen ~30 ms later than ListOffsets would (500 ms: 0.002
-cores, ~130 ms later: the embedded broker answers a waiting fetch at its deadline, not at the
-record). Raw topics are not watched: their records are many and their readers fetch them anyway.
+Asking the broker (ListOffsets: wire.bus.end_offsets) costs a poll in Python per partition, so a
+parent's cost grew with its children. A consumer positioned at the ends of those partitions sees
+each record as it is appended (a child's views, partials and markers: a few records a window) and
+the end is the last one's offset plus one; librdkafka fetches in its own threads, in C. Apache
+Kafka answers a waiting fetch as soon as a record arrives, so the fetch may wait long: with
+`fetch.wait.max.ms` 500 rather than 100 the default hierarchy's broker and Redis used 0.10 cores
+rather than 0.16 and its windows came out no later (`hifi bench pipeline`, one run each). Raw
+topics are not watched: their records are many and their readers fetch them anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from confluent_kafka import Consumer, TopicPartition
 from wire import bus
 from wire.range_fetch import librdkafka_client
 
-FETCH_WAIT_MS = 100   # how long the broker may hold a fetch with nothing new (the figures above)
+FETCH_WAIT_MS = 500   # how long the broker may hold a fetch with nothing new (the figures above)
 
 
 class EndWatch:
