@@ -26,16 +26,19 @@ READABLE, REFUSED = view_topic("region", "location_counts"), view_topic("region"
 
 @pytest.fixture(scope="module")
 def analyst(servers, tmp_path_factory):
-    """The analyst's client files; one batch of rows on a view it may read and one it may not."""
+    """The analyst's client files, and where a batch of rows stands on a view it may read and one it
+    may not (earlier tests' hierarchies may have written those topics before)."""
     passwords = servers.authorize(_topology())
     directory = str(tmp_path_factory.mktemp("kafka-clients"))
     write_client_files(directory, servers.bootstrap, servers.broker.ca_file, {"analyst": passwords["analyst"]})
     producer = bus.make_producer(servers.bootstrap)
     rows = {topic: encode_row_batch("region", topic.rsplit(".", 1)[1], ["location", "tags"], [("dock-7", 42)],
                                     batch_id=1, emitted_ms=1) for topic in (READABLE, REFUSED)}
-    bus.deliver(producer, [producer.send(topic, value) for topic, value in rows.items()])
+    bus.deliver(producer, [producer.send(topic, b"an earlier hierarchy's record") for topic in rows])
+    sent = {topic: producer.send(topic, value) for topic, value in rows.items()}
+    bus.deliver(producer, list(sent.values()))
     producer.close()
-    return servers.bootstrap, directory
+    return servers.bootstrap, directory, {topic: future.get().offset for topic, future in sent.items()}
 
 
 def decoded(value: bytes) -> str:
@@ -45,11 +48,11 @@ def decoded(value: bytes) -> str:
     return done.stdout.decode()
 
 
-def kcat(directory: str, topic: str) -> subprocess.CompletedProcess:
+def kcat(directory: str, topic: str, offset: int) -> subprocess.CompletedProcess:
     """Debian's kcat on confluent-kafka's librdkafka (services.kafka_client_files: Debian's is too old
     for Kafka 4's SCRAM)."""
-    return subprocess.run(["kcat", "-F", os.path.join(directory, "analyst.conf"), "-C", "-t", topic, "-o", "beginning",
-                           "-c", "1", "-e", "-q", "-f", "%s"], capture_output=True, timeout=60,
+    return subprocess.run(["kcat", "-F", os.path.join(directory, "analyst.conf"), "-C", "-t", topic, "-p", "0",
+                           "-o", str(offset), "-c", "1", "-e", "-q", "-f", "%s"], capture_output=True, timeout=60,
                           env={**os.environ, "LD_LIBRARY_PATH": os.path.join(directory, "lib")})
 
 
@@ -58,7 +61,7 @@ LOG4J2 = "rootLogger.level = warn\nrootLogger.appenderRef.err.ref = err\nappende
          "appender.err.layout.pattern = %p %m%n\n"
 
 
-def console_consumer(bootstrap: str, directory: str, topic: str) -> subprocess.CompletedProcess:
+def console_consumer(bootstrap: str, directory: str, topic: str, offset: int) -> subprocess.CompletedProcess:
     """Kafka's console consumer, its warnings (a refusal) on stderr."""
     logging = os.path.join(directory, "log4j2.properties")
     with open(logging, "w") as fh:
@@ -67,28 +70,28 @@ def console_consumer(bootstrap: str, directory: str, topic: str) -> subprocess.C
         ["java", f"-Dlog4j2.configurationFile={logging}", "-cp", os.path.join(jar_dir("kafka"), "*"),
          "org.apache.kafka.tools.consumer.ConsoleConsumer",
          "--bootstrap-server", bootstrap, "--command-config", os.path.join(directory, "analyst.properties"),
-         "--topic", topic, "--from-beginning", "--max-messages", "1", "--timeout-ms", "20000",
-         "--group", "analyst.console"], capture_output=True, timeout=120)
+         "--topic", topic, "--partition", "0", "--offset", str(offset), "--max-messages", "1",
+         "--timeout-ms", "20000"], capture_output=True, timeout=120)
 
 
 @pytest.mark.skipif(not shutil.which("kcat"), reason="deploy/install-system-deps.sh installs kcat")
 def test_kcat_reads_a_view_the_user_may_read_and_is_refused_one_it_may_not(analyst):
-    _, directory = analyst
-    done = kcat(directory, READABLE)
+    _, directory, offsets = analyst
+    done = kcat(directory, READABLE, offsets[READABLE])
     assert done.returncode == 0, done.stderr.decode()
     text = decoded(done.stdout)
     assert 'columns: "location"' in text and 's: "dock-7"' in text and "i: 42" in text
-    refused = kcat(directory, REFUSED)
+    refused = kcat(directory, REFUSED, offsets[REFUSED])
     assert refused.stdout == b"" and b"authorization failed" in refused.stderr.lower(), refused.stderr.decode()
 
 
 def test_kafkas_console_consumer_reads_a_view_the_user_may_read_and_is_refused_one_it_may_not(analyst):
-    bootstrap, directory = analyst
-    done = console_consumer(bootstrap, directory, READABLE)
+    bootstrap, directory, offsets = analyst
+    done = console_consumer(bootstrap, directory, READABLE, offsets[READABLE])
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     text = decoded(done.stdout.rstrip(b"\n"))
     assert 's: "dock-7"' in text and "i: 42" in text
-    refused = console_consumer(bootstrap, directory, REFUSED)
+    refused = console_consumer(bootstrap, directory, REFUSED, offsets[REFUSED])
     assert b"dock-7" not in refused.stdout
     assert b"TopicAuthorizationException" in refused.stderr or b"Not authorized" in refused.stderr, \
         refused.stderr.decode()[-2000:]
