@@ -23,11 +23,10 @@ import time
 from dataclasses import dataclass
 
 from services import certs
+from services.kafka_acls import ADMIN_USER, MECHANISM
 from wire.errors import HiFiError
 
 KAFKA_VERSION = "4.4.0"     # deploy/jvm/kafka/pom.xml's; compose's image is the same version
-ADMIN_USER = "admin"
-MECHANISM = "SCRAM-SHA-512"
 HEAP = "-Xmx768m"           # beside a Spark driver and Redis on 2 cores and 24 GB
 START_TIMEOUT_S = 60.0
 
@@ -222,14 +221,11 @@ def write_class_archive() -> None:
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
+    from services.embedded import free_port  # imported here: embedded imports this module
+
     target = class_archive()
     with tempfile.TemporaryDirectory(prefix="hifi-kafka-archive-") as workdir:
-        ports = []
-        for _ in range(2):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                ports.append(int(sock.getsockname()[1]))
-        broker = start_kafka(workdir, *ports, archive_at_exit=target + ".tmp")
+        broker = start_kafka(workdir, free_port(), free_port(), archive_at_exit=target + ".tmp")
         try:
             client = {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_SSL",
                       "sasl.mechanism": MECHANISM, "sasl.username": ADMIN_USER,
