@@ -50,8 +50,13 @@ def kafka_classpath() -> str:
 
 
 def cluster_id() -> str:
-    """A new KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid)."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+    """A new KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid),
+    never starting with "-" (the storage tool would read it as an option; Kafka's own Uuid draws
+    again then too)."""
+    while True:
+        found = base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 @dataclass(frozen=True)

@@ -40,3 +40,9 @@ def test_the_broker_takes_clients_over_sasl_ssl_only_and_denies_what_no_acl_allo
     assert settings["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert settings["super.users"] == "User:admin" and settings["allow.everyone.if.no.acl.found"] == "false"
     assert "PLAINTEXT://" not in settings["listeners"].replace("SASL_SSL://", "")
+
+
+def test_a_cluster_id_is_never_read_as_an_option():
+    """One id in 64 would start with "-" (URL-safe base64): the storage tool then failed to format."""
+    ids = [kafka_broker.cluster_id() for _ in range(2_000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids) and len(set(ids)) == len(ids)
