@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROTO_OUT := protos/hifi_pb2.py protos/hifi_pb2_grpc.py
-# The JVM's class-data archive of Spark's classes: a node's Spark starts ~3 s sooner (dsp/session.py)
+# The JVM's class-data archive of Spark's classes: a node's Spark starts ~3 s sooner (dsp/spark/session.py)
 CLASS_ARCHIVE := $(VENV)/hifi-spark.jsa
 # The same for the embedded broker's JVM (services/kafka_broker.py): it answers ~2 s sooner
 KAFKA_ARCHIVE := $(VENV)/jars/kafka.jsa
@@ -38,10 +38,11 @@ $(PROTO_OUT): protos/hifi.proto $(STAMP)
 $(KAFKA_ARCHIVE): $(VENV)/jars/kafka/.pom.sha256
 	$(PY) -m services.kafka_broker --archive || echo "no class-data archive of the broker: it starts ~2 s slower"
 
-$(VENV)/jars/kafka/.pom.sha256: deploy/jvm/kafka/pom.xml | jars
+$(VENV)/jars/%/.pom.sha256: deploy/jvm/%/pom.xml | jars
+	@bash deploy/fetch-jars.sh $(VENV)/jars
 
-$(CLASS_ARCHIVE): $(STAMP) $(PROTO_OUT)
-	$(PY) -m dsp.session --archive || echo "no class-data archive: Spark starts without it, ~3 s slower"
+$(CLASS_ARCHIVE): $(STAMP) $(PROTO_OUT) $(VENV)/jars/spark/.pom.sha256
+	$(PY) -m dsp.spark.session --archive || echo "no class-data archive: Spark starts without it, ~3 s slower"
 
 run: setup
 	$(VENV)/bin/hifi up

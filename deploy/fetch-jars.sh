@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
 # Fetches the JVM parts HiFi runs (deploy/jvm/<set>/pom.xml, versions pinned) with Maven into
-# DEST/<set> (default .venv/jars): Apache Kafka's broker and tools (kafka). Maven checks each
+# DEST/<set> (default .venv/jars): Apache Kafka's broker and tools (kafka), Spark's Kafka
+# connector (spark); `fetch-jars.sh DEST SET...` fetches only those sets. Maven checks each
 # file's checksum against the registry's (-C: a mismatch fails) and keeps its own cache in
 # ~/.m2; a set already in place (its pom unchanged) is not fetched again. HIFI_MAVEN_ARGS adds
 # Maven options (a settings file with a mirror: -s FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest="$(realpath -m "${1:-.venv/jars}")"
-for pom in deploy/jvm/*/pom.xml; do
+shift || true
+poms=()
+if [ "$#" -gt 0 ]; then
+  for set_name in "$@"; do poms+=("deploy/jvm/$set_name/pom.xml"); done
+else
+  poms=(deploy/jvm/*/pom.xml)
+fi
+for pom in "${poms[@]}"; do
+  if [ ! -f "$pom" ]; then
+    echo "no such set of JVM parts: $pom" >&2
+    exit 1
+  fi
   set_name="$(basename "$(dirname "$pom")")"
   out="$dest/$set_name"
   stamp="$out/.pom.sha256"

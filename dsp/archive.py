@@ -111,7 +111,7 @@ class Archive:
 
     def adopt(self, reader_key: str, batch_id: int, written: str, now_ms: int | None = None) -> None:
         """Archive one batch whose rows Spark's tasks wrote as the Parquet folder `written` (read
-        back as one table; dsp.spark_partials.write_by_topic): moved into place, as `append` does."""
+        back as one table; dsp.spark.partials.write_by_topic): moved into place, as `append` does."""
         if self.retention_ms <= 0:
             shutil.rmtree(written, ignore_errors=True)
             return

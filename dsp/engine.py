@@ -241,7 +241,7 @@ class SourceOp(Operator):
         return rows
 
     def advance(self, topic: str, progress: SourceProgress) -> None:
-        """Take in what a batch of `topic` promised (both the driver's path and Spark's, dsp.spark_partials)."""
+        """Take in what a batch of `topic` promised (both the driver's path and Spark's, dsp.spark.partials)."""
         if progress.triaged:
             self.triaged_span = progress.triaged_span
         if progress.mark_ms is not None and self.plan.markers:
@@ -746,7 +746,7 @@ class AggregateOp(Operator):
         """Merge a batch's partials into the state: per group (values of the group columns) the
         values of `Partial.arrow`'s aggregations in order (`results`, a list per aggregation), and
         the ROW_BY_ROW aggregates' partials per group (`best`, by aggregate index). The driver's
-        path and Spark's (dsp.spark_partials) both end here."""
+        path and Spark's (dsp.spark.partials) both end here."""
         for n, group in enumerate(groups):
             fresh, at = [], 0
             for i, partial in enumerate(self.partials):
@@ -881,7 +881,7 @@ def advance_topics(aggregate: AggregateOp, topics: Sequence[str], names: Sequenc
     """Each of a batch's `topics` (in order) taken in by the sources under `aggregate` reading it
     (`progress`: what its rows tell a source); per topic read, its input's bound before it — the
     bound its rows are late against (`together`: the bound before the batch, for all). Both the
-    driver's whole batch (AggregateOp.push_tagged) and Spark's (dsp.spark_partials) go through here."""
+    driver's whole batch (AggregateOp.push_tagged) and Spark's (dsp.spark.partials) go through here."""
     befores: dict[str, int | None] = {}
     first, under = aggregate.child.bound(), sources_under(aggregate)
     for topic in topics:

@@ -2,7 +2,7 @@
 
 Who computes it: the driver's Arrow engine (dsp.engine) over its rows (dsp.topic_batch); or — on a
 cluster, and locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the
-parts it can compute, only their partials coming back (dsp.spark_partials), the others taking
+parts it can compute, only their partials coming back (dsp.spark.partials), the others taking
 the rows. Every form's batch the node's own stream takes in is archived (dsp.archive) inside its
 micro-batch, for queries over the past.
 """
@@ -17,11 +17,11 @@ from collections.abc import Callable
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from dsp import spark_partials
 from dsp.archive import Archive
 from dsp.engine import sources_under
 from dsp.node_inputs import Reader
 from dsp.parts import Part, Parts, Reports, push_tagged
+from dsp.spark import partials as spark_partials
 from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
 
 log = logging.getLogger("hifi.dsp")
@@ -39,7 +39,7 @@ class FormBatches:
 
     def __init__(self, node_id: str, parts: Parts, archive: Archive) -> None:
         self.node_id, self.parts, self.archive = node_id, parts, archive
-        self.on_spark = 0   # batches whose parts Spark computed (dsp.spark_partials)
+        self.on_spark = 0   # batches whose parts Spark computed (dsp.spark.partials)
 
     def on_driver(self, reader: Reader, batch_id: int, table: pa.Table, producer, sent: list, reports: Reports,
                   skip: Callable[[Part], bool] = lambda part: False, archive: bool = True) -> int:
@@ -65,7 +65,7 @@ class FormBatches:
 
     def on_cluster(self, reader: Reader, batch_id: int, frame: DataFrame, producer, sent: list,
                    reports: Reports) -> int:
-        """The batch on Spark (dsp.spark_partials): the parts Spark can compute take its partials,
+        """The batch on Spark (dsp.spark.partials): the parts Spark can compute take its partials,
         the others its rows, here; archived by Spark's tasks. How many rows it had."""
         reading = {id(p): p for topic in reader.topics for p in self.parts.reading(reader, topic)}
         on_spark = [p for p in reading.values() if spark_partials.computable(p.root)]

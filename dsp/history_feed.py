@@ -2,7 +2,7 @@
 from just before its submission): the archived batches of the forms it joins, from that time on,
 fed in the order they came (dsp.archive) before it joins the live stream at the next batch (the
 runtime holds its lock: no batch missing or doubled at the seam); or, over a long past, computed by
-Spark over the archive's files as one batch (dsp.spark_past).
+Spark over the archive's files as one batch (dsp.spark.past).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from dsp import spark_partials, spark_past
 from dsp.archive import Archive
 from dsp.engine import lateness_seen, raw_sources, sources_under
 from dsp.node_inputs import Reader
 from dsp.parts import Part, Parts, Reports, push_tagged
-from dsp.spark_partials import SparkBatches
+from dsp.spark import partials as spark_partials
+from dsp.spark import past as spark_past
+from dsp.spark.partials import SparkBatches
 from dsp.topic_batch import TopicBatch
 from wire import bus
 
@@ -74,7 +75,7 @@ class HistoryFeed:
                  part.managed.query_id, batches, since_ms, late_ms)
 
     def _on_spark(self, part: Part, since_ms: int, archived: Mapping[str, Sequence[str]]) -> bool:
-        """The part's past computed by Spark over the archive's files as one batch (dsp.spark_past)
+        """The part's past computed by Spark over the archive's files as one batch (dsp.spark.past)
         when Spark can compute the part and `SparkBatches.past` says so; whether it was."""
         if not spark_partials.computable(part.root) or not self.spark_batches.past(int(time.time() * 1000) - since_ms):
             return False

@@ -767,7 +767,7 @@ _mdrs: dict[str, MDR] = {}
 
 def shared_mdr(url: str) -> MDR:
     # Imported here: every query's source runner imports this module, and must connect back to
-    # Spark within 10 s (dsp/python_worker.sh); only the ingest statistics need redis.
+    # Spark within 10 s (dsp/spark/python_worker.sh); only the ingest statistics need redis.
     from mdr.repository import MDR
 
     if url not in _mdrs:

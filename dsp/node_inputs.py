@@ -25,7 +25,8 @@ from dsp.batch_checkpoint import BatchCheckpoint
 from dsp.compiler import CompileContext, Ingest, reader_options
 from dsp.kafka_source import KafkaStreamReader, OffsetRange, local_reader, take_handoff
 from dsp.offset_log import Offsets, batch_end
-from dsp.spark_partials import SparkBatches
+from dsp.spark import kafka_read
+from dsp.spark.partials import SparkBatches
 from dsp.turns import stepping_aside
 from wire import bus
 from wire.intake import IntakeRules
@@ -323,8 +324,8 @@ class NodeInputs:
         read it), when Spark computes its parts (spark_partials.SparkBatches); else its rows, a
         small batch read here (KafkaStreamReader.read_here, its records fetched once for every
         form of the batch: `fetched`), a larger one by Spark's tasks."""
-        if self._spark_computes(start, end):
-            return self._frame(reader, start, end).persist(), None
+        if self._spark_computes(start, end):   # read and decoded by Spark's tasks (dsp.spark.kafka_read)
+            return kafka_read.read_form(self.settings.spark, self._sources[reader.key], start, end).persist(), None
         local = self._local_readers.get(reader.key)
         lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own
         if local is not None and (table := local.read_here(start, end, fetched, lane)) is not None:
@@ -345,6 +346,8 @@ class NodeInputs:
         return self.spark_batches.enabled and not self.spark_batches.small(sum(end.values()) - sum(start.values()))
 
     def _frame(self, reader: Reader, start: Offsets, end: Offsets) -> DataFrame:
-        """Form `reader`'s records from `start` to `end` as a batch DataFrame Spark's tasks read."""
+        """Form `reader`'s records from `start` to `end` as a batch DataFrame of the Python data
+        source (dsp.kafka_source) when the driver computes them: its tasks hand the rows over in
+        files (`handoff_dir`), which Spark's Kafka source cannot."""
         return (self.settings.spark.read.format("hifi_kafka").options(**self._sources[reader.key])
                 .option("startingOffsets", json.dumps(start)).option("endingOffsets", json.dumps(end)).load())

@@ -37,7 +37,7 @@ def next_window_start(watermark_ms: int, window: Window) -> int:
 def marker_due(promise_ms: int, last_ms: int, repeated: bool) -> bool:
     """Whether a query publishes a marker now: when its promise moves, and once more after each
     move. A parent applies a watermark only in the micro-batch after the one that read it, and
-    with no-data batches off (dsp.session) that batch waits for the next record; the repeat is
+    with no-data batches off (dsp.spark.session) that batch waits for the next record; the repeat is
     that record, so the parent need not wait for the child's next pane. (At 10 s panes on deep.yaml
     the levels still add ~18-21 s each with it, as without it: see the stop note of 2026-11-23.)"""
     return promise_ms > last_ms or (promise_ms == last_ms and not repeated)

@@ -36,7 +36,7 @@ micro-batch: no reader, no Kafka round trip (the topic is still written for ever
 
 Who computes a batch: the driver's Arrow engine (dsp.engine) over its rows, or — on a cluster, and
 locally above HIFI_SPARK_BATCH_RECORDS — Spark over the batch's DataFrame for the parts it can
-compute, only their partials coming back (dsp.spark_partials; the others take the rows): dsp.form_batches.
+compute, only their partials coming back (dsp.spark.partials; the others take the rows): dsp.form_batches.
 
 Recovery: the process's stream's batches live in its Spark checkpoint; the parts' state (open
 windows, marker positions) is saved after every micro-batch with the node stream's position and
@@ -90,7 +90,7 @@ from dsp.manager import DSPManager, ManagedQuery, QueryExists
 from dsp.node_inputs import READER_PREFIX, NodeInputs, Reader, SourceSettings, lane_name
 from dsp.parts import Part, Parts
 from dsp.process_stream import ProcessStream
-from dsp.spark_partials import SparkBatches
+from dsp.spark.partials import SparkBatches
 from dsp.stream_batches import StreamBatches
 from dsp.uplink import Uplink
 from wire import bus
@@ -151,7 +151,7 @@ class SharedRuntime:
 
     @property
     def spark_batches(self) -> SparkBatches:
-        """Which batches and pasts Spark computes (dsp.spark_partials)."""
+        """Which batches and pasts Spark computes (dsp.spark.partials)."""
         return self.inputs.spark_batches
 
     @spark_batches.setter
@@ -160,7 +160,7 @@ class SharedRuntime:
 
     @property
     def spark_batches_taken(self) -> int:
-        """Batches (and pasts) whose parts Spark computed (dsp.spark_partials)."""
+        """Batches (and pasts) whose parts Spark computed (dsp.spark.partials)."""
         return self.forms.on_spark + self.history.on_spark
 
     # ------------------------------------------------------------ deploying

@@ -211,9 +211,9 @@ def become_from_standby() -> None:
     FILE}), its environment set, the output sent to its log. The caller parses the `hifi node`
     arguments again under that environment (services.cli.main)."""
     from dsp import faults
-    from dsp.session import spark_session
+    from dsp.spark.session import spark_session
 
-    spark_session("hifi-standby")   # Spark and its Python workers up (dsp.session.start_python_workers)
+    spark_session("hifi-standby")   # Spark and its Python workers up (dsp.spark.session.start_python_workers)
     _progress("standby: warm, waiting for the node to become")
     line = sys.stdin.readline()
     if not line.strip():
@@ -232,7 +232,7 @@ def cmd_node(args: argparse.Namespace) -> int:
     """One node of a topology in this process (its own Spark session): what a container runs."""
     import tempfile
 
-    from dsp.session import spark_session
+    from dsp.spark.session import spark_session
     from services.node import HiFiNode
 
     topology = load_topology(args.topology)

@@ -1,6 +1,6 @@
 """Bring up a whole topology: MDR contents, every node, the placement service, the receptor agents.
 
-The embedded default hosts every node's DSP in one Spark application (jobs FIFO, see dsp.session);
+The embedded default hosts every node's DSP in one Spark application (jobs FIFO, see dsp.spark.session);
 each node is still its own gRPC service with its own queries, checkpoints and topics. With
 `processes`, each node is a `hifi node` process of its own (its own Spark) under a supervisor
 (services.supervisor) that starts one that dies again, as compose does with containers.
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import grpc
 
 from base.plan import RAW_STREAMS
-from dsp.session import spark_session
+from dsp.spark.session import spark_session
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
 from edge.scenario import Scenario

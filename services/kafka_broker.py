@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from base.jar_sets import jar_dir
 from services import certs
 from services.kafka_acls import ADMIN_USER, MECHANISM
 from wire.errors import HiFiError
@@ -33,12 +34,6 @@ START_TIMEOUT_S = 60.0
 
 class BrokerError(HiFiError, RuntimeError):
     """The embedded broker could not be started; the message says what to run or check."""
-
-
-def jar_dir(name: str) -> str:
-    """Where `make setup` puts one of deploy/jvm's jar sets (HIFI_JARS overrides the root)."""
-    root = os.environ.get("HIFI_JARS") or os.path.join(sys.prefix, "jars")
-    return os.path.join(root, name)
 
 
 def kafka_classpath() -> str:

@@ -23,7 +23,7 @@ def servers() -> Iterator:
 @pytest.fixture(scope="session")
 def spark(servers):
     """The session's Spark, started after the broker: its workers inherit the broker's credentials."""
-    from dsp.session import spark_session
+    from dsp.spark.session import spark_session
 
     session = spark_session("hifi-tests")
     yield session

@@ -47,3 +47,10 @@ def test_a_dockerfile_without_a_package_is_caught():
     """The check itself: the image before base/ was copied (issue 63) fails it."""
     without = [s for s in copied() if s != "base"]
     assert not in_image("base", without) and in_image("base", copied())
+
+
+def test_the_image_fetches_sparks_kafka_connector_where_the_session_finds_it():
+    text = (REPO / "deploy" / "Dockerfile").read_text()
+    fetched = re.search(r'ENV HIFI_JARS=(\S+)\nRUN bash deploy/fetch-jars.sh "\$HIFI_JARS" spark', text)
+    assert fetched is not None and (REPO / "deploy" / "jvm" / "spark" / "pom.xml").exists()
+    assert re.search(r"apt-get install .*\bmaven\b", text)

@@ -357,7 +357,7 @@ def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spar
 
 
 def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers, spark, tmp_path, monkeypatch):
-    """HIFI_SPARK_BATCH_RECORDS: a backlog's batches go to Spark (dsp.spark_partials). A windowed
+    """HIFI_SPARK_BATCH_RECORDS: a backlog's batches go to Spark (dsp.spark.partials). A windowed
     count is computed there and a selection beside it needs the rows (the driver's path for that
     part, in the same batch): both count every reading once, and Spark's tasks archive the batches."""
     from base.plan import Aggregate, AggSpec, Filter, Window
@@ -394,7 +394,7 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
 
 
 def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spark, tmp_path):
-    """dsp.spark_past: an archive of the end of a closed (compacted) hour and the start of this
+    """dsp.spark.past: an archive of the end of a closed (compacted) hour and the start of this
     one (a file a batch). A windowed count over the past from inside the closed hour (its row
     groups, then the files) and from the closed hour's start (its compacted file whole), deployed
     by the driver's path and by Spark's: the same windows, each reading counted once."""
@@ -402,7 +402,7 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
     from dsp.archive import HOUR_MS, hour_of
     from dsp.node_inputs import READER_PREFIX
     from dsp.shared import SharedRuntime
-    from dsp.spark_partials import SparkBatches
+    from dsp.spark.partials import SparkBatches
     from services.bench.past import BATCH_MS, hour_batch
 
     node, raw = "pa", "hifi.raw.pa"
@@ -443,12 +443,12 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
 
 
 def test_spark_reads_the_past_of_whole_batch_files_and_of_a_topics_own_files(spark, tmp_path):
-    """dsp.spark_past: a whole batch's file tags each row with its topic (the part's topics of it
+    """dsp.spark.past: a whole batch's file tags each row with its topic (the part's topics of it
     kept), a topic's own file (an older layout, Spark's tasks') is its one topic's."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dsp.spark_past import archived_frame
+    from dsp.spark.past import archived_frame
     from dsp.topic_batch import TOPIC_COLUMN
 
     whole = str(tmp_path / "whole.parquet")

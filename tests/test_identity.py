@@ -209,7 +209,7 @@ def test_hifi_deploy_secrets_writes_every_secret_privately_and_never_over_an_exi
 
 
 def test_the_spark_driver_listens_on_loopback_or_authenticated_and_encrypted():
-    from dsp.session import SparkSecretMissing, network_settings
+    from dsp.spark.session import SparkSecretMissing, network_settings
 
     assert network_settings("local[2]", {}) == {"spark.driver.bindAddress": "127.0.0.1",
                                                 "spark.driver.host": "127.0.0.1"}
@@ -223,11 +223,11 @@ def test_the_spark_driver_listens_on_loopback_or_authenticated_and_encrypted():
 def test_a_node_on_a_spark_cluster_holds_a_share_of_its_cores_not_all():
     import doctest
 
-    import dsp.session
-    from dsp.session import cluster_share
+    import dsp.spark.session
+    from dsp.spark.session import cluster_share
 
     assert cluster_share("spark://spark-master:7077", {"HIFI_SPARK_CORES_MAX": "1"}) == {"spark.cores.max": "1"}
-    assert doctest.testmod(dsp.session).failed == 0
+    assert doctest.testmod(dsp.spark.session).failed == 0
 
 
 def test_open_health_watches_hold_no_worker_thread_of_a_service(servers, tmp_path):

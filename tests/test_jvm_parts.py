@@ -46,3 +46,35 @@ def test_a_cluster_id_is_never_read_as_an_option():
     """One id in 64 would start with "-" (URL-safe base64): the storage tool then failed to format."""
     ids = [kafka_broker.cluster_id() for _ in range(2_000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_the_spark_connector_is_the_version_of_the_pinned_pyspark():
+    """Spark's Kafka connector is built against one Spark: another pyspark fails at its first read."""
+    import re
+    import tomllib
+
+    with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:
+        pinned = next(d for d in tomllib.load(fh)["project"]["dependencies"] if d.startswith("pyspark=="))
+    with open(os.path.join(REPO, "deploy", "jvm", "spark", "pom.xml"), encoding="utf-8") as fh:
+        connector = re.search(r"<spark.version>(.+?)</spark.version>", fh.read()).group(1)
+    import pyspark
+
+    assert pinned == f"pyspark=={connector}" and pyspark.__version__ == connector
+
+
+def test_the_spark_set_brings_only_what_pysparks_jars_lack():
+    from base.jar_sets import jars_of
+
+    names = [os.path.basename(jar) for jar in jars_of("spark")]
+    assert any(n.startswith("spark-sql-kafka-0-10_2.13-") for n in names), names
+    assert any(n.startswith("kafka-clients-") for n in names)
+    clashing = [n for n in names if n.startswith(("hadoop-", "scala-", "slf4j-", "spark-tags", "snappy", "lz4"))]
+    assert clashing == []
+
+
+def test_a_missing_connector_says_what_to_run(tmp_path, monkeypatch):
+    from dsp.spark.session import SparkConnectorMissing, connector_jars
+
+    monkeypatch.setenv("HIFI_JARS", str(tmp_path))
+    with pytest.raises(SparkConnectorMissing, match="run `make setup`"):
+        connector_jars()

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from services.kafka_broker import jar_dir
+from base.jar_sets import jar_dir
 from services.kafka_client_files import write_client_files
 from tests.test_kafka_acls import _topology
 from wire import bus

@@ -4,7 +4,7 @@ it as processes, each its own application holding one core (HIFI_SPARK_CORES_MAX
 starves; the executors ran the batches' tasks (on a cluster the driver reads none itself); a
 door killed and restarted on the cluster resumes from its checkpoints, and a query over its
 readings equals the reference window by window across the restart: nothing lost or doubled. On a
-cluster Spark computes every batch's partials (dsp.spark_partials): the answers are Spark's."""
+cluster Spark computes every batch's partials (dsp.spark.partials): the answers are Spark's."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
              120, "the query's first windows")
     before = cluster.executor_tasks(f"hifi-{DOOR}")
     assert before > 0, f"no task of {DOOR}'s batches ran on the cluster's executors"
-    # on a cluster Spark computes the parts' partials and its tasks archive the batches (dsp.spark_partials)
+    # on a cluster Spark computes the parts' partials and its tasks archive the batches (dsp.spark.partials)
     archived = glob.glob(os.path.join(hierarchy.state_dir, "**", "archive", "*", "*", "*.parquet"), recursive=True)
     assert any(os.path.isdir(path) for path in archived), "no batch was archived by Spark's tasks"
 

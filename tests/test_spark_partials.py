@@ -1,4 +1,4 @@
-"""Spark's path of a part's per-batch work equals the driver's (dsp.spark_partials against dsp.engine).
+"""Spark's path of a part's per-batch work equals the driver's (dsp.spark.partials against dsp.engine).
 
 Every part of generated plans (the grammar of tests/test_equivalence.py: filters, lookup joins,
 windows tumbling and sliding, keys, every aggregate, HAVING, queries over the smoothed view, the
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from base.plan import to_json
 from dsp.bottom_up import pushed
 from dsp.engine import AggregateOp, Operator, build, sources_under
-from dsp.spark_partials import BatchOnSpark, computable, push
+from dsp.spark.partials import BatchOnSpark, computable, push
 from dsp.topic_batch import TOPIC_COLUMN
 from glue.analyzer import analyze
 from glue.planner import plan_query

@@ -1,4 +1,4 @@
-"""dsp.worker_daemon: a worker forked after the daemon's imports works (pyarrow's threads)."""
+"""dsp.spark.worker_daemon: a worker forked after the daemon's imports works (pyarrow's threads)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 # lock an import's thread held at the fork would hang this test (the alarm ends it: exit 3).
 CHILD = textwrap.dedent("""
     import os, signal, sys, tempfile
-    from dsp.worker_daemon import WORKER_MODULES, preload
+    from dsp.spark.worker_daemon import WORKER_MODULES, preload
     preload()
     pid = os.fork()
     if pid == 0:

@@ -5,7 +5,7 @@ raw topic holding that many readings (the supply-chain mix, capacity.mixed_cycle
 count of readings per receptor, twice: the **driver's path** (the readers hand their rows over in
 files and the driver's Arrow engine computes, dsp.engine) and **Spark's** (HIFI_SPARK_BATCH_RECORDS=1:
 Spark computes the part's partials over the batch's DataFrame and its tasks archive it,
-dsp.spark_partials). Printed per size and path: seconds from the deploy to the last window's count
+dsp.spark.partials). Printed per size and path: seconds from the deploy to the last window's count
 and the CPU-seconds of this process tree meanwhile (driver, JVM, Python workers), and whether the
 counts of the two paths agree. Both paths run in one Spark session, one after the other, in one run.
 """
@@ -35,7 +35,7 @@ class Drain:
 
 
 def run_batches_bench(backlogs: Sequence[int], progress: Callable[[str], None]) -> list[Drain]:
-    from dsp.session import spark_session
+    from dsp.spark.session import spark_session
     from services.embedded import embedded_or_external
 
     found = []

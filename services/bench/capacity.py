@@ -109,7 +109,7 @@ def mixed_cycles(receptors: Sequence[str], cycles: int, seed: int = 7) -> list[C
     return out
 
 
-CLUSTER_APP = "hifi"   # the application name of an in-process hierarchy (dsp.session.spark_session's default)
+CLUSTER_APP = "hifi"   # the application name of an in-process hierarchy (dsp.spark.session.spark_session's default)
 
 
 @contextmanager

@@ -6,7 +6,7 @@ archive: a batch every half second (a reader's trigger) of that rate's readings,
 compacted as a node compacts an hour once it has passed (dsp.archive). Then a query over the past
 (a windowed count of readings per receptor from the hour's start) is deployed twice, by the
 driver's path (the archive read batch by batch and pushed through dsp.engine) and by Spark's
-(dsp.spark_past: Spark reads the Parquet files as one batch and computes the partials). Printed per
+(dsp.spark.past: Spark reads the Parquet files as one batch and computes the partials). Printed per
 rate and path: seconds of the deploy (the whole past fed), this process tree's CPU-seconds
 meanwhile, the windows and readings its answer counted, and whether the two answers are the same
 rows (every window's count per receptor).
@@ -42,7 +42,7 @@ class PastRun:
 
 
 def run_past_bench(rates: Sequence[int], progress: Callable[[str], None]) -> list[PastRun]:
-    from dsp.session import spark_session
+    from dsp.spark.session import spark_session
     from services.embedded import embedded_or_external
 
     found = []
@@ -79,7 +79,7 @@ def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None
     from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
     from dsp.archive import hour_of
     from dsp.shared import SharedRuntime
-    from dsp.spark_partials import SparkBatches
+    from dsp.spark.partials import SparkBatches
     from services.bench.runtime import tree_cpu_s
     from services.judge import topic_rows
     from wire import bus

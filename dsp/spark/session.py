@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from base.jar_sets import jars_of
 from dsp.kafka_source import KafkaDataSource
 from wire import bus
 from wire.errors import HiFiError
@@ -39,7 +40,7 @@ WORKER_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyth
 
 
 def use_worker_launcher() -> None:
-    """Start Spark's Python processes through dsp/python_worker.sh (see there why): this
+    """Start Spark's Python processes through dsp/spark/python_worker.sh (see there why): this
     interpreter, without the bundled Spark's archives on its path."""
     import pyspark
 
@@ -49,7 +50,7 @@ def use_worker_launcher() -> None:
 
 
 def class_archive() -> str:
-    """The JVM's class-data archive of Spark's classes (`python -m dsp.session --archive`, run by
+    """The JVM's class-data archive of Spark's classes (`python -m dsp.spark.session --archive`, run by
     `make setup` and the image build): a fresh Spark with it starts and runs its first job in
     4.5 s instead of 6.7 s (measured on the 2-core machine), which is most of what a restarted
     node waits for. A JVM that cannot use it (another JDK, other jars) starts without it."""
@@ -106,6 +107,20 @@ def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {f"spark.executorEnv.{name}": environ[name] for name in bus.CLIENT_VARIABLES if environ.get(name)}
 
 
+def connector_jars() -> str:
+    """Spark's own Kafka connector and its dependencies, as `make setup` fetched them (deploy/jvm/
+    spark): `spark.jars`, which a cluster's executors fetch from the driver too."""
+    found = jars_of("spark")
+    if not any(os.path.basename(jar).startswith("spark-sql-kafka-0-10") for jar in found):
+        raise SparkConnectorMissing("Spark's Kafka connector is not where `make setup` puts it "
+                                    "(.venv/jars/spark, or $HIFI_JARS/spark): run `make setup`")
+    return ",".join(found)
+
+
+class SparkConnectorMissing(HiFiError):
+    """Spark's Kafka connector jars were not fetched."""
+
+
 class SparkSecretMissing(HiFiError):
     """A Spark cluster without the secret that authenticates its connections."""
 
@@ -126,6 +141,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.extraJavaOptions", _java_options(archive_at_exit))
+            .config("spark.jars", connector_jars())
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", os.environ.get("HIFI_SHUFFLE_PARTITIONS", "1"))
             .config("spark.scheduler.mode", "FIFO")
@@ -147,7 +163,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             builder = builder.config(key, value)
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).
-            builder = builder.config("spark.python.daemon.module", "dsp.worker_daemon")
+            builder = builder.config("spark.python.daemon.module", "dsp.spark.worker_daemon")
             for key, value in LOCAL_CHECKPOINT_SETTINGS.items():
                 builder = builder.config(key, value)
         new = SparkSession.getActiveSession() is None
@@ -161,7 +177,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
 
 
 def start_python_workers(spark: SparkSession) -> None:
-    """Start Spark's Python worker daemon (dsp.worker_daemon) and a worker per core now, not in a
+    """Start Spark's Python worker daemon (dsp.spark.worker_daemon) and a worker per core now, not in a
     node's first micro-batch that has records: that batch waited ~0.7 s for them (measured: a
     2 M-reading backlog's 3.9 s batch began with 0.8 s before either task read a record)."""
     cores = spark.sparkContext.defaultParallelism
@@ -178,7 +194,7 @@ def write_class_archive() -> None:
     target = class_archive()
     with tempfile.TemporaryDirectory() as scratch:
         writing = os.path.join(scratch, "spark.jsa")
-        subprocess.run([sys.executable, "-m", "dsp.session", "--archive-child", writing], check=True,
+        subprocess.run([sys.executable, "-m", "dsp.spark.session", "--archive-child", writing], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
         if not os.path.exists(writing):
             raise RuntimeError("the JVM wrote no class-data archive")

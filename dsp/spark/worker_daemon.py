@@ -6,7 +6,7 @@ every zip archive on the path, once per cached package inside it: pyspark.zip, p
 spark-core jar, 16 importers in all, about 0.12 s of CPU per task on an idle machine — more than
 the whole work of a typical HiFi micro-batch. Archives on the path never change while a worker
 lives, so here the invalidation skips zip importers and still refreshes directory finders.
-(Since dsp/python_worker.sh the Spark archives are off a local worker's path; this still saves
+(Since dsp/spark/python_worker.sh the Spark archives are off a local worker's path; this still saves
 the cost when PYSPARK_PYTHON is set by the user, and for any other archive on the path.)
 
 The daemon also imports, once, the modules a HiFi reader's task imports (WORKER_MODULES), so each

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Spark's Python launcher on a local Spark (PYSPARK_PYTHON, set by dsp.session): runs
+# Spark's Python launcher on a local Spark (PYSPARK_PYTHON, set by dsp.spark.session): runs
 # $HIFI_WORKER_PYTHON with the bundled Spark's archives taken off PYTHONPATH.
 #
 # Spark puts pyspark.zip, py4j's zip and the spark-core jar first on every Python process it

@@ -170,7 +170,7 @@ def _shape_stats(fmt: str, event_time: str, names: Sequence[str]) -> list[tuple[
 def push(root: Operator, batch: BatchOnSpark, together: bool = False) -> pa.Table | None:
     """What `root.push` of each of the batch's topics in turn would return, computed by Spark
     (`root`: `computable`); None when the part reads none of them. `together`: every topic's rows
-    judged against the bound before the whole batch (the past as one batch, dsp.spark_past: a
+    judged against the bound before the whole batch (the past as one batch, dsp.spark.past: a
     topic's hours of rows must not make another's late)."""
     above, aggregate = _split(root)
     assert aggregate is not None
@@ -404,7 +404,7 @@ class SparkBatches:
     docs/architecture.md for the measurement: on this 2-core machine the driver's path is faster
     at every size, Spark's jobs competing with it for the same cores). A local node whose large
     batches go to Spark reads them without handing rows over in files (dsp.kafka_source). A part's
-    past (dsp.spark_past): on a cluster always, locally a past of `past_minutes` or more
+    past (dsp.spark.past): on a cluster always, locally a past of `past_minutes` or more
     (HIFI_SPARK_PAST_MINUTES, default 30; 0: never). Measured with `hifi bench past` (an hour of
     archive, one run): at 200 readings/s the driver took 21.4 s, Spark 17.9 s; at 2 000/s 96.4 s
     against 16.1 s — Spark's cost is mostly fixed (~15 s here), the driver's grows with the rows."""
@@ -447,5 +447,5 @@ class SparkBatches:
         return not self.on_cluster and (self.min_records == 0 or records < self.min_records)
 
     def past(self, span_ms: int) -> bool:
-        """Whether Spark computes a part's past of `span_ms` (dsp.spark_past)."""
+        """Whether Spark computes a part's past of `span_ms` (dsp.spark.past)."""
         return self.on_cluster or (self.past_minutes > 0 and span_ms >= self.past_minutes * 60_000)
