@@ -73,8 +73,11 @@ class FormBatches:
                                                      [s for p in on_spark for s in sources_under(p.root)])
         if not reader.owner:
             self._archive_on_spark(reader, batch_id, frame)
+        planned = {id(part): _planned(part, batch) for part in on_spark}
+        ready = [p for p in planned.values() if isinstance(p, spark_partials.Planned)]
+        partials = dict(zip(map(id, ready), spark_partials.collect(ready), strict=True))   # one job for all
         for part in on_spark:
-            self.parts.feed(part, functools.partial(spark_partials.push, batch=batch), producer, sent, reports)
+            self.parts.feed(part, functools.partial(_finish, planned[id(part)], partials), producer, sent, reports)
         self.on_spark += 1
         if len(on_spark) < len(reading):   # the rest need the rows (already archived)
             done = {id(p) for p in on_spark}
@@ -106,3 +109,18 @@ class FormBatches:
         except Exception:  # noqa: BLE001 - see _archive
             self.archive.usage.failures += 1
             log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
+
+
+def _planned(part: Part, batch: spark_partials.BatchOnSpark) -> spark_partials.Planned | Exception | None:
+    """The part's share of the batch planned (dsp.spark.partials.plan), or why it could not be."""
+    try:
+        return spark_partials.plan(part.root, batch)
+    except Exception as exc:  # noqa: BLE001 - the part's failure, raised by `_finish` (Parts.feed fails it)
+        return exc
+
+
+def _finish(planned: spark_partials.Planned | Exception | None, partials: dict, root) -> pa.Table | None:
+    """The part's output: its partials (as the batch's one job brought them) folded in."""
+    if isinstance(planned, Exception):
+        raise planned
+    return None if planned is None else planned.finish(partials[id(planned)])

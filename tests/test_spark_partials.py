@@ -177,3 +177,54 @@ def test_spark_computes_the_mote_quality_part_as_the_driver_does(spark):
         assert same_table(got, want) and got.num_rows == want.num_rows, (got, want)
         assert (twin.judged, twin.quality.to_json()) == (driver.judged, driver.quality.to_json())
     assert driver.judged == 11
+
+
+def mixed_parts(count: int) -> list[Operator]:
+    """`count` different aggregates over one raw topic: windows, keys and aggregates of their own."""
+    from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
+
+    raw = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
+    shapes = [(("receptor_id",), (AggSpec("n", "count"),)),
+              (("tag_id",), (AggSpec("top", "max", "read_strength"), AggSpec("at", "argmax", "receptor_id",
+                                                                               "read_strength"))),
+              ((), (AggSpec("tags", "count_distinct", "tag_id"), AggSpec("mean", "avg", "read_strength")))]
+    return [build(Aggregate(raw, *shapes[i % len(shapes)], None, Window(1000 * (1 + i % 7), 1000 * (1 + i % 7))), {})
+            for i in range(count)]
+
+
+def jobs_of(spark, work: Callable[[], object]) -> int:
+    """The Spark jobs `work` ran (its job group's, counted by Spark's status tracker)."""
+    group = f"counted-{random.random()}"
+    spark.sparkContext.setJobGroup(group, "counted")
+    try:
+        work()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_one_job_computes_every_parts_partials_and_each_part_gets_its_own(spark):
+    """Jobs per batch do not grow with the parts (1 -> 30), and each part's partials taken out of
+    the batch's one job are what it computes alone (and the driver's evaluator)."""
+    from dsp.spark.partials import collect, plan
+
+    batches = [raw_batch([(f"r{i % 3}", f"t{i % 5}", 0.1 * (i % 9), START_MS + 137 * i + 500 * b)
+                          for i in range(60)]) for b in range(3)]
+    jobs = {}
+    for count in (1, 30):
+        fused, alone, driver = mixed_parts(count), mixed_parts(count), mixed_parts(count)
+        per_batch = []
+        for table in batches:
+            frame = spark.createDataFrame(table)
+            progress = BatchOnSpark.progress(frame, ["raw"], [s for p in fused for s in sources_under(p)])
+            planned = [plan(p, progress) for p in fused]
+            found: list = []
+            per_batch.append(jobs_of(spark, lambda planned=planned, found=found: found.extend(collect(planned))))
+            outs = [p.finish(f) for p, f in zip(planned, found, strict=True)]
+            for out, one, on_driver in zip(outs, alone, driver, strict=True):
+                want = on_driver.push("raw", table)
+                assert same_table(out, want) and same_table(push(one, BatchOnSpark.progress(
+                    frame, ["raw"], sources_under(one))), want)
+            assert [evaluator_state(p) for p in fused] == [evaluator_state(p) for p in driver]
+        jobs[count] = max(per_batch)
+    assert jobs[1] >= 1 and jobs[30] <= 1.5 * jobs[1], jobs

@@ -172,15 +172,41 @@ def push(root: Operator, batch: BatchOnSpark, together: bool = False) -> pa.Tabl
     (`root`: `computable`); None when the part reads none of them. `together`: every topic's rows
     judged against the bound before the whole batch (the past as one batch, dsp.spark.past: a
     topic's hours of rows must not make another's late)."""
+    planned = plan(root, batch, together)
+    return None if planned is None else planned.finish(collect([planned])[0])
+
+
+@dataclass
+class Planned:
+    """One part's share of a batch on Spark, its sources advanced: its partials' rows to compute
+    (`grouped`, None: no rows of the batch reach its Aggregate), then to fold (`finish`)."""
+
+    root: Operator
+    above: list[Operator]
+    aggregate: AggregateOp
+    weighted: bool
+    grouped: DataFrame | None
+    keys: list[str]
+    row_by_row: dict[int, str]
+
+    def finish(self, grouped: pa.Table | Exception | None) -> pa.Table | None:
+        """The part's output once its partials (`grouped`, as `collect` brings them) are folded in
+        (raised: why they could not be computed)."""
+        if isinstance(grouped, Exception):
+            raise grouped
+        if grouped is not None:
+            _take_grouped(self.aggregate, grouped, self.keys, self.row_by_row, self.weighted)
+        out = self.aggregate.emit()
+        for op in reversed(self.above):
+            out = op.apply(out)   # type: ignore[attr-defined]
+        return out
+
+
+def plan(root: Operator, batch: BatchOnSpark, together: bool = False) -> Planned | None:
+    """`root`'s sources advanced over the batch and its partials' DataFrame made (not computed);
+    None when the part reads none of the batch's topics."""
     above, aggregate = _split(root)
     assert aggregate is not None
-    out = _push_aggregate(aggregate, batch, together)
-    for op in reversed(above):
-        out = op.apply(out)   # type: ignore[attr-defined]
-    return out
-
-
-def _push_aggregate(root: AggregateOp, batch: BatchOnSpark, together: bool) -> pa.Table | None:
     weighted = False
 
     def progress(source: SourceOp, topic: str) -> SourceProgress:
@@ -189,13 +215,49 @@ def _push_aggregate(root: AggregateOp, batch: BatchOnSpark, together: bool) -> p
         weighted = weighted or found.triaged_span is not None
         return found
 
-    befores = advance_topics(root, batch.topics, batch.names, progress, together)
+    befores = advance_topics(aggregate, batch.topics, batch.names, progress, together)
     if not befores:
         return None
-    rows = _rows(root.child, batch, set(befores), weighted)
-    if rows is not None:
-        _fold(root, rows, befores, weighted)
-    return root.emit()
+    rows = _rows(aggregate.child, batch, set(befores), weighted)
+    if rows is None:
+        return Planned(root, above, aggregate, weighted, None, [], {})
+    grouped, keys, row_by_row = _grouped(aggregate, rows, befores, weighted)
+    return Planned(root, above, aggregate, weighted, grouped, keys, row_by_row)
+
+
+PART = "__part"
+
+
+def collect(planned: Sequence[Planned]) -> list[pa.Table | Exception | None]:
+    """Every planned part's partials, computed by one Spark job: their DataFrames tagged by part,
+    each column under a name of its part's, and unioned (a column another part lacks is null).
+    Should that job fail, each part's partials are computed alone, so that only the part whose
+    rows fail it fails (its `finish` raises)."""
+    jobs = [(i, p.grouped) for i, p in enumerate(planned) if p.grouped is not None]
+    found: list[pa.Table | Exception | None] = [None] * len(planned)
+    if len(jobs) == 1:
+        found[jobs[0][0]] = jobs[0][1].toArrow()
+        return found
+    if not jobs:
+        return found
+    tagged = [grouped.select(F.lit(i).alias(PART), *[F.col(f"`{name}`").alias(f"p{i}:{name}")
+                                                     for name in grouped.columns]) for i, grouped in jobs]
+    try:
+        table = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged).toArrow()
+    except Exception:  # noqa: BLE001 - see the docstring
+        return [None if p.grouped is None else _alone(p.grouped) for p in planned]
+    for i, grouped in jobs:
+        mine = table.filter(pc.equal(table[PART], i))
+        found[i] = mine.select([f"p{i}:{name}" for name in grouped.columns]).rename_columns(grouped.columns)
+    return found
+
+
+def _alone(grouped: DataFrame) -> pa.Table | Exception:
+    """One part's partials computed by a job of its own, or why they cannot be."""
+    try:
+        return grouped.toArrow()
+    except Exception as exc:  # noqa: BLE001 - the part's failure, raised by its `finish`
+        return exc
 
 
 # ---------------------------------------------------------------- the stateless prefix
@@ -278,9 +340,11 @@ def _source_rows(source: SourceOp, batch: BatchOnSpark, topics: set[str], weight
 
 # ---------------------------------------------------------------- the partial aggregation
 
-def _fold(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | None], weighted: bool) -> None:
-    """Rows late against their topic's bound counted and dropped, the rest windowed and grouped,
-    in one pass on Spark (the late rows are groups of their own); the partials folded."""
+def _grouped(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | None], weighted: bool
+             ) -> tuple[DataFrame, list[str], dict[int, str]]:
+    """The partials' DataFrame: rows late against their topic's bound marked (a group of their
+    own, to be counted and dropped), the rest windowed and grouped, in one pass on Spark; with the
+    grouping columns and the row-by-row partials' columns."""
     time_column = root.time_column
     bounds = [item for topic, before in befores.items() if before is not None for item in (F.lit(topic), F.lit(before))]
     late = F.lit(False)
@@ -300,9 +364,13 @@ def _fold(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | None],
         else:
             twins = _arrow_twins(partial, weighted, types)   # avg: two (its sum and count)
             aggregates += [agg.alias(f"__p{len(aggregates) + n}") for n, agg in enumerate(twins)]
-    grouped = _finish_row_by_row(rows.groupBy(LATE, *keys).agg(*aggregates), root.partials, row_by_row)
-    table = grouped.toArrow()
-    is_late = table[LATE]
+    return _finish_row_by_row(rows.groupBy(LATE, *keys).agg(*aggregates), root.partials, row_by_row), keys, row_by_row
+
+
+def _take_grouped(root: AggregateOp, table: pa.Table, keys: list[str], row_by_row: Mapping[int, str],
+                  weighted: bool) -> None:
+    """The late rows counted, the partials of the others folded into the part's state."""
+    is_late = pc.fill_null(table[LATE], False)
     root.late += pc.sum(table.filter(is_late)["__rows"]).as_py() or 0
     _take(root, table.filter(pc.invert(is_late)), keys, row_by_row, weighted)
 

@@ -145,6 +145,10 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.sql.shuffle.partitions", os.environ.get("HIFI_SHUFFLE_PARTITIONS", "1"))
             .config("spark.scheduler.mode", "FIFO")
+            # A micro-batch's parts are one union of their aggregations (dsp.spark.partials.collect):
+            # adaptive execution would run each aggregation's shuffle as a job of its own, and its
+            # re-planning buys nothing on a batch's few rows
+            .config("spark.sql.adaptive.enabled", os.environ.get("HIFI_SPARK_ADAPTIVE", "false"))
             .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
             # A watermark move would otherwise cost an extra (empty) micro-batch per query; the next
             # data batch closes the windows instead (data and progress markers arrive every trigger).
