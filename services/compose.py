@@ -114,10 +114,16 @@ SPARK_SECRET = "${HIFI_SPARK_SECRET:?set HIFI_SPARK_SECRET (the Spark cluster's 
                "--spark-cluster makes it)}"
 
 
+SHARED_STATE = "hifi-state"   # on a Spark cluster: every node's state, where its executors write too
+
+
 def spark_cluster_services(workers: int = SPARK_WORKERS) -> dict[str, Any]:
-    """A Spark standalone master and `workers` workers, running the HiFi image (the nodes' Python
-    code, the Kafka data source, runs on the executors), every connection authenticated with
-    HIFI_SPARK_SECRET; the master's UI on the host's loopback."""
+    """A Spark standalone master and `workers` workers, running the HiFi image (the executors run
+    the nodes' Python code: the decoding of Spark's Kafka reads), every connection authenticated
+    with HIFI_SPARK_SECRET; the master's UI on the host's loopback. A worker mounts the nodes'
+    shared state (their executors write a batch's archive and read checkpoints where the driver
+    does) and the CA its executors' Kafka clients check the broker with; the Kafka credentials
+    come from each node's driver (dsp.spark.session.executor_kafka_environment)."""
     daemon = {"SPARK_DAEMON_JAVA_OPTS": f"-Dspark.authenticate=true -Dspark.authenticate.secret={SPARK_SECRET}"}
     services: dict[str, Any] = {"spark-master": {
         "image": IMAGE,
@@ -127,7 +133,8 @@ def spark_cluster_services(workers: int = SPARK_WORKERS) -> dict[str, Any]:
         services[f"spark-worker-{n}"] = {
             "image": IMAGE, "entrypoint": ["spark-class", "org.apache.spark.deploy.worker.Worker",
                                            "spark://spark-master:7077"],
-            "environment": daemon, "depends_on": ["spark-master"], "restart": "unless-stopped"}
+            "environment": daemon, "depends_on": ["spark-master"], "restart": "unless-stopped",
+            "volumes": [f"{SHARED_STATE}:{STATE_DIR}", f"{tls_volume('spark-workers')}:{TLS_DIR}:ro"]}
     return services
 
 
@@ -200,7 +207,8 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     services.update(_monitoring_services())
     volumes = ["kafka-data", "redis-data", "hifi-archive", "hifi-ca", *(tls_volume(name) for name in bundles(topology)),
                "prometheus-data", "grafana-data",
-               *(f"{node_service(spec.id)}-state" for spec in topology.bottom_up())]
+               *([SHARED_STATE] if spark_cluster else
+                 [f"{node_service(spec.id)}-state" for spec in topology.bottom_up()])]
     return {"services": services, "volumes": {name: {} for name in volumes}}
 
 
@@ -211,15 +219,18 @@ def _node_services(topology: Topology, hifi: _HiFiContainers, spark_cluster: boo
     services: dict[str, Any] = {}
     for spec in topology.bottom_up():
         name = node_service(spec.id)
+        # on a cluster the nodes' state is one volume the workers mount too, a folder per node
+        state = (f"{SHARED_STATE}:{STATE_DIR}", f"{STATE_DIR}/{spec.id}") if spark_cluster else \
+            (f"{name}-state:{STATE_DIR}", STATE_DIR)
         services[name] = hifi.service(
             ["node"], name,
             {"HIFI_NODE_ID": spec.id, "HIFI_LISTEN": f"0.0.0.0:{NODE_PORT}", "HIFI_ADVERTISE_HOST": name,
-             "HIFI_METRICS_PORT": str(METRICS_PORT), "HIFI_STATE_DIR": STATE_DIR,
+             "HIFI_METRICS_PORT": str(METRICS_PORT), "HIFI_STATE_DIR": state[1],
              "HIFI_SPARK_DRIVER_MEMORY": "1g", **spark},
             {**_healthy("kafka", "redis", "placement", *(node_service(c) for c in sorted(topology.children(spec.id)))),
              **({"spark-master": {"condition": "service_started"}} if spark_cluster else {})},
             _healthcheck(["CMD", "hifi", "health", "--node", spec.id], start_period="120s", retries=30),
-            volumes=[f"{name}-state:{STATE_DIR}"])
+            volumes=[state[0]])
     return services
 
 

@@ -90,14 +90,18 @@ class LocalCluster:
 
     def executor_tasks(self, app_name: str) -> int:
         """Tasks the executors of the applications named `app_name` finished (their logs)."""
-        finished = re.compile(r"Finished task .* in stage")
+        return self.executor_log_lines(app_name, r"Finished task .* in stage")
+
+    def executor_log_lines(self, app_name: str, pattern: str) -> int:
+        """Lines matching `pattern` in the logs of the executors of the applications named `app_name`."""
+        found = re.compile(pattern)
         state = self.state()
         ids = {a["id"] for a in state.get("activeapps", []) + state.get("completedapps", []) if a["name"] == app_name}
         total = 0
         for path in self.executor_logs():
             if any(f"/{app}/" in path for app in ids):
                 with open(path, errors="replace") as log:
-                    total += len(finished.findall(log.read()))
+                    total += len(found.findall(log.read()))
         return total
 
     def executor_logs(self) -> Iterator[str]:

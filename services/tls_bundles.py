@@ -56,6 +56,7 @@ def bundles(topology: Topology) -> dict[str, Bundle]:
         found[node_service(node)] = Bundle(("ca.pem", "placement.pem", f"{node}.pem", f"{node}.key"), HIFI_UID)
     found["dashboard"] = Bundle(("ca.pem", "dashboard.pem", "dashboard.key"), HIFI_UID)
     found["agents"] = Bundle(("ca.pem",), HIFI_UID)
+    found["spark-workers"] = Bundle(("ca.pem",), HIFI_UID)   # executors' Kafka clients check the broker with it
     found["kafka"] = Bundle((KEYSTORE, f"{KEYSTORE}.password"), KAFKA_UID)
     found["prometheus"] = Bundle(("ca.pem",), PROMETHEUS_UID)
     return found

@@ -257,6 +257,31 @@ def test_spark_cluster_renders_the_nodes_on_a_standalone_cluster_that_validates(
         assert env["HIFI_SPARK_SECRET"] == f"secret-{secrets.index('HIFI_SPARK_SECRET')}"
     worker = services["spark-worker-1"]["environment"]["SPARK_DAEMON_JAVA_OPTS"]
     assert "-Dspark.authenticate=true" in worker and "spark.authenticate.secret=secret-" in worker
+    # the executors reach what their tasks read and write: the nodes' state where the drivers keep
+    # it (a batch's archive, checkpoints), the CA their Kafka clients check the broker with, and the
+    # credentials each driver passes on
+    def mounts(service: dict) -> dict[str, tuple[str, str]]:   # target -> (source, mode), as compose writes them
+        return {parts[1]: (parts[0], parts[2] if len(parts) > 2 else "rw")
+                for parts in (v.split(":") for v in service["volumes"])}
+
+    states = {node_service(n): services[node_service(n)] for n in topology.nodes}
+    for name, node in states.items():
+        assert mounts(node)["/var/lib/hifi/state"][0] == "hifi-state", (name, node["volumes"])
+        assert node["environment"]["HIFI_STATE_DIR"].startswith("/var/lib/hifi/state/")
+    assert len({node["environment"]["HIFI_STATE_DIR"] for node in states.values()}) == len(states)
+    for worker_name in ("spark-worker-1", "spark-worker-2"):
+        found = mounts(services[worker_name])
+        assert found["/var/lib/hifi/state"][0] == "hifi-state"
+        assert found["/var/lib/hifi/tls"] == ("tls-spark-workers", "ro")
+        assert any(node["environment"]["HIFI_KAFKA_CA"] == "/var/lib/hifi/tls/ca.pem" for node in states.values())
+    model = compose_model(topology, DEFAULT_TOPOLOGY, spark_cluster=True)
+    assert "ca.pem" in " ".join(model["services"]["certs"]["entrypoint"][2].split("\n")[1:]) and \
+        "tls-spark-workers" in model["volumes"]
+    from dsp.spark.session import executor_kafka_environment
+
+    passed = executor_kafka_environment(services[node_service("door1")]["environment"])
+    assert set(passed) == {f"spark.executorEnv.{v}" for v in ("HIFI_KAFKA_USERNAME", "HIFI_KAFKA_PASSWORD",
+                                                              "HIFI_KAFKA_CA")}
     without = _compose_config(path, {name: f"secret-{i}" for i, name in enumerate(secrets)
                                      if name != "HIFI_SPARK_SECRET"})
     assert without.returncode != 0 and "HIFI_SPARK_SECRET" in without.stderr

@@ -1,7 +1,8 @@
 """Nodes on a real Spark standalone cluster (services.spark_cluster: a master and two workers of
 two cores from the installed pyspark, every connection authenticated): a door and the core above
 it as processes, each its own application holding one core (HIFI_SPARK_CORES_MAX), so neither
-starves; the executors ran the batches' tasks (on a cluster the driver reads none itself); a
+starves; the executors ran the batches' tasks, their records read by Spark's own Kafka source
+in the executors (on a cluster the driver reads none itself); a
 door killed and restarted on the cluster resumes from its checkpoints, and a query over its
 readings equals the reference window by window across the restart: nothing lost or doubled. On a
 cluster Spark computes every batch's partials (dsp.spark.partials): the answers are Spark's."""
@@ -14,6 +15,7 @@ import time
 
 import pytest
 
+from dsp.spark.kafka_read import GROUP_PREFIX
 from glue.topology import load_topology
 from services.hierarchy import Hierarchy
 from services.judge import as_ms, rows_in_span, same_rows, topic_rows
@@ -83,6 +85,10 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
              120, "the query's first windows")
     before = cluster.executor_tasks(f"hifi-{DOOR}")
     assert before > 0, f"no task of {DOOR}'s batches ran on the cluster's executors"
+    # the batches' records were read by Spark's own Kafka source in the executors' JVMs (a consumer
+    # of its group, dsp.spark.kafka_read), not in the driver: the warm-up job reads no topic
+    assert cluster.executor_log_lines(f"hifi-{DOOR}", rf"group\.id = {GROUP_PREFIX}-[0-9a-f-]+-executor") > 0, \
+        f"Spark's Kafka source read none of {DOOR}'s batches on the executors"
     # on a cluster Spark computes the parts' partials and its tasks archive the batches (dsp.spark.partials)
     archived = glob.glob(os.path.join(hierarchy.state_dir, "**", "archive", "*", "*", "*.parquet"), recursive=True)
     assert any(os.path.isdir(path) for path in archived), "no batch was archived by Spark's tasks"
