@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from base.part_spec import PartSpec
 from base.plan import Column, Plan, Window, output_columns, window_of
+from wire.identity import Identity
 
 # The names the planner gives the partial streams it exports (glue.rewrite.distribute: a part's
-# role and its plan's hash); a user's view may not take one (a later query would read it as its own).
-INTERNAL_VIEW_NAME = re.compile(r"(smooth|producer|merge|window|final)_[0-9a-f]{12}")
+# role and its plan's hash; a query's smoothing after the query's id); a user's view may not take
+# one (a later query would read it as its own).
+INTERNAL_VIEW_NAME = re.compile(r"(smooth|producer|merge|window|final|join)_[0-9a-f]{12}|smooth_q[0-9a-f]{8}")
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,15 @@ class Catalog:
 
     def exports_of(self, view: str) -> list[ExportedView]:
         return [v for v in self.views if v.name == view]
+
+    def as_read_by(self, reader: Identity) -> Catalog:
+        """The catalog `reader`'s queries are planned over: of a view exported at several nodes,
+        only the exports it may read, so that one readable export of a name does not open the
+        others (a name none of whose exports it may read stays, for the analyzer to refuse by
+        name); the planner's own partial exports stay (reused by their plan, never named)."""
+        readable = {id(v) for v in self.views if INTERNAL_VIEW_NAME.fullmatch(v.name) or reader.may_read(v.readers)}
+        names = {v.name for v in self.views if id(v) in readable}
+        return replace(self, views=[v for v in self.views if id(v) in readable or v.name not in names])
 
     def children(self, node: str) -> list[str]:
         return sorted(n.id for n in self.nodes.values() if n.parent == node)

@@ -22,6 +22,7 @@ from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from wire.errors import HiFiError
+from wire.identity import IdentityError, checked_readers
 from wire.windows import duration_ms
 
 TIERS = ("edge", "aggregation", "core")
@@ -237,7 +238,10 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
                                 f"({', '.join(RAW_STREAMS)})")
         if not isinstance(readers, list) or not readers:
             raise TopologyError(f"{source}: stream_readers of {name!r} is a list of principals or role:NAME")
-        stream_readers[str(name)] = tuple(str(r) for r in readers)
+        try:
+            stream_readers[str(name)] = checked_readers([str(r) for r in readers])
+        except IdentityError as exc:
+            raise TopologyError(f"{source}: stream_readers of {name!r}: {exc}") from None
 
     return Topology(name=str(doc.get("name", source)), nodes=nodes, receptors=receptors, relations=relations,
                     views=views, parameters=_clean(doc.get("parameters") or {}),
@@ -298,7 +302,22 @@ def _view(item: dict[str, Any], nodes: dict[str, NodeSpec]) -> ViewSpec:
         raise TopologyError(f"line {line}: view {name!r}: priority {priority!r} is not a whole number")
     return ViewSpec(name, sql, operator, tuple(tiers), {k: v for k, v in _clean(item).items() if k not in known},
                     sql or str(item.get("definition", "")).strip(), bool(item.get("materialize", True)),
-                    tuple(item.get("readers") or ["*"]), tuple(placed), str(item.get("alert") or ""), priority)
+                    _view_readers(item, name, line), tuple(placed), str(item.get("alert") or ""), priority)
+
+
+def _view_readers(item: dict, name: str, line: int) -> tuple[str, ...]:
+    """Who may read a standing view: everyone when the file says nothing; a `readers` it gives
+    must be a non-empty list of readers (`[]`, `null` or `alice` are refused, not read as `*`)."""
+    if "readers" not in item:
+        return ("*",)
+    readers = item["readers"]
+    if not isinstance(readers, list) or not all(isinstance(r, str) for r in readers):
+        raise TopologyError(f"line {line}: view {name!r}: readers is a list, e.g. [role:operator, alice] "
+                            f"(got {str(readers)[:60]!r})")
+    try:
+        return checked_readers(readers)
+    except IdentityError as exc:
+        raise TopologyError(f"line {line}: view {name!r}: readers: {exc}") from None
 
 
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(b|bytes|kb|mb)?\s*(?:/\s*s|per second)?\s*", re.IGNORECASE)

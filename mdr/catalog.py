@@ -4,14 +4,21 @@ relations and exported views (the planner's and the nodes' shared picture of the
 from __future__ import annotations
 
 import json
+import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mdr.records import NodeRecord, ViewRecord, now_ms
 from mdr.store import Store
+from wire.identity import IdentityError, checked_readers
+from wire.topics import view_topic
+
+log = logging.getLogger("hifi.mdr")
 
 
 class CatalogKeys(Store):
+    refused_views: Counter[str]
     # ------------------------------------------------------------ nodes
 
     def register_node(self, node_id: str, tier: str, parent: str, alternates: Sequence[str], address: str,
@@ -200,15 +207,66 @@ class CatalogKeys(Store):
         return bool(removed)
 
     def views(self, node_id: str | None = None) -> list[ViewRecord]:
+        """Every export the MDR holds that its key vouches for (`view_record`): a record another
+        writer forged — naming a node, view or topic not its key's, or no valid readers — is
+        left out, logged once and counted (`refused_views`)."""
         keys = sorted(self.r.smembers(self.k("views")))
         with self.r.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hgetall(self.k("view", key))
             answers = pipe.execute()
-        records = [ViewRecord(
-            name=d["name"], node=d["node"], topic=d["topic"], window=d.get("window", ""),
-            definition=d.get("definition", ""), plan=d.get("plan", ""),
-            columns=tuple(tuple(c) for c in json.loads(d.get("columns", "[]"))),
-            readers=tuple(json.loads(d.get("readers", '["*"]'))), exported_ms=int(d.get("exported_ms", 0)),
-        ) for d in answers if d]
-        return [v for v in records if node_id is None or v.node == node_id]
+        records = []
+        for key, data in zip(keys, answers, strict=True):
+            if not data:
+                continue
+            record, problem = view_record(key, data)
+            if record is None:
+                self._refuse_view(key, problem)
+            elif node_id is None or record.node == node_id:
+                records.append(record)
+        return records
+
+    def _refuse_view(self, key: str, problem: str) -> None:
+        if key not in self.refused_views:
+            log.warning("the MDR's export %s is ignored: %s", key[:200], problem)
+        self.refused_views[key] += 1
+
+
+def view_record(key: str, data: dict[str, str]) -> tuple[ViewRecord | None, str]:
+    """The export stored under `view:<key>` as a record, or None and why it cannot be trusted: a
+    node may write its own keys only (its Redis user's rules), so what a record says must follow
+    from its key — its node and name, its topic (`hifi.view.<node>.<name>`, or none: a
+    definition-only view) — and its readers must be a valid, non-empty list (fail closed).
+
+    >>> good = {"name": "v", "node": "d1", "topic": "hifi.view.d1.v", "readers": '["role:operator"]'}
+    >>> view_record("d1.v", good)[0].readers
+    ('role:operator',)
+    >>> view_record("d2.v", {**good, "node": "d2"})[1]
+    "its topic 'hifi.view.d1.v' is not its own ('hifi.view.d2.v')"
+    >>> view_record("d1.v", {**good, "readers": '"alice"'})[1]
+    'its readers are not a list of readers'
+    >>> view_record("d1.v", {**good, "readers": '["role:opertor"]'})[1]
+    "its readers: reader 'role:opertor': a role is one of user, operator, service, admin"
+    """
+    node, _, name = key.partition(".")
+    if (data.get("node"), data.get("name")) != (node, name):
+        return None, f"it names {data.get('node', '')!r}.{data.get('name', '')!r}, not its key"
+    topic = data.get("topic", "")
+    if topic and topic != view_topic(node, name):
+        return None, f"its topic {topic[:120]!r} is not its own ({view_topic(node, name)!r})"
+    try:
+        readers = json.loads(data["readers"])
+        if not isinstance(readers, list) or not all(isinstance(r, str) for r in readers):
+            return None, "its readers are not a list of readers"
+        readers = checked_readers(readers)
+        columns = tuple(tuple(c) for c in json.loads(data.get("columns", "[]")))
+        exported_ms = int(data.get("exported_ms", 0))
+    except KeyError:
+        return None, "it names no readers"
+    except IdentityError as exc:
+        return None, f"its readers: {exc}"
+    except (ValueError, TypeError) as exc:
+        return None, f"it is malformed ({str(exc)[:120]})"
+    return ViewRecord(name=name, node=node, topic=topic, window=data.get("window", ""),
+                      definition=data.get("definition", ""), plan=data.get("plan", ""), columns=columns,
+                      readers=readers, exported_ms=exported_ms), ""

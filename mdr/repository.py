@@ -115,6 +115,7 @@ class MDR(CatalogKeys, ControlKeys, StatisticsKeys):
         self.p = prefix
         self.url = ""
         self.operations: Counter[str] = Counter()
+        self.refused_views: Counter[str] = Counter()   # export keys whose record its key does not vouch for
         self._operations_lock = threading.Lock()
         self._register_scripts(client)
 

@@ -136,7 +136,9 @@ class QueryPlacer:
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
         refuse_taken_view_name(statement, catalog)
-        return analyze_statement(statement, catalog, principal or "*", sql), catalog
+        reader = principal if isinstance(principal, Identity) else Identity(principal or "*", frozenset())
+        catalog = catalog.as_read_by(reader)
+        return analyze_statement(statement, catalog, reader, sql), catalog
 
     def _planned(self, bound: tuple[LogicalQuery, Catalog], query_id: str, naive: bool = False,
                  since_ms: int | None = None, until_ms: int | None = None,

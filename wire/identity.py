@@ -130,7 +130,10 @@ def checked_principal(name: str) -> str:
 
 
 def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """A readers list as a user gives it: `*`, `role:<a role>` or principals."""
+    """A readers list as a user gives it: `*`, `role:<a role>` or principals; at least one (an
+    empty list would be read as no one, or by an older reader as everyone: refused)."""
+    if isinstance(readers, str) or not readers:
+        raise IdentityError("a readers list names at least one reader (`*`: everyone, `role:operator`, a principal)")
     for reader in readers:
         if reader == "*":
             continue
