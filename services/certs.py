@@ -103,9 +103,21 @@ def make_certificates(directory: str, services: Sequence[str] = (DEFAULT_SERVICE
     if not os.path.exists(os.path.join(directory, "ca.pem")):
         _make_ca(directory, deployment)
         written.append(os.path.join(directory, "ca.pem"))
-    for service in services:
-        written.append(issue(directory, service, hosts))
+    for given in services:
+        service, own = service_hosts(given)
+        written.append(issue(directory, service, [*own, *hosts]))
     return written
+
+
+def service_hosts(given: str) -> tuple[str, list[str]]:
+    """A service as `hifi certs --service` takes it: NAME, or NAME:HOST[,HOST] with the names its
+    certificate is valid for besides its own (only those: a node's key must not pass as another's).
+
+    >>> service_hosts("door1:node-door1"), service_hosts("placement")
+    (('door1', ['node-door1']), ('placement', []))
+    """
+    service, _, hosts = given.partition(":")
+    return service, [h for h in hosts.split(",") if h]
 
 
 def write_keystore(directory: str, service: str) -> str:

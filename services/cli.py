@@ -219,7 +219,8 @@ def _certs_command(sub: argparse._SubParsersAction) -> None:
     certs.add_argument("directory", help="where (ca.pem, ca.key, <service>.pem/.key); give services HIFI_TLS_DIR")
     certs.add_argument("--service", action="append", default=[],
                        help="a certificate for this service (repeat; default: one shared 'hifi' certificate). "
-                            "A node uses its id's, the placement service 'placement''s")
+                            "A node uses its id's, the placement service 'placement''s; SERVICE:HOST[,HOST] "
+                            "makes it valid for those names too, and for no other service's")
     certs.add_argument("--host", action="append", default=[],
                        help="a name or address the certificates are valid for besides the service name, "
                             "localhost and 127.0.0.1 (repeat)")

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from glue.topology import Topology
-from services.deploy_names import node_service, secret_variable
+from services.deploy_names import DeploymentNameError, name_problems, node_service, secret_variable
 from services.kafka_acls import password_variable, users
 from services.kafka_broker import KAFKA_VERSION
 from services.redis_acls import rules_by_user
@@ -179,6 +179,9 @@ def compose_model(topology: Topology, source: str, spark_cluster: bool = False) 
     """The compose file as plain data; with `spark_cluster`, the nodes run on a Spark standalone
     cluster of its own services (spark_cluster_services), each node's application holding
     HIFI_SPARK_CORES_MAX cores of it."""
+    problems = name_problems(topology.nodes, users(topology))
+    if problems:
+        raise DeploymentNameError(f"{source}: {problems[0]}")
     topology_path, mounts = topology_location(source)
     hifi = _HiFiContainers(topology_path, tuple(mounts), frozenset(redis_users(topology)))
     services: dict[str, Any] = {"certs": _certs_service(topology), "kafka": _kafka_service(),
@@ -239,10 +242,11 @@ def _certs_service(topology: Topology) -> dict[str, Any]:
     each `docker compose up` (a rotation: clients trust the same CA); then each container's bundle
     into its own volume (services.tls_bundles). As root: each bundle is owned by the user its
     container runs as."""
-    hosts = ["placement", *(node_service(n) for n in topology.nodes), "dashboard", "kafka"]
+    # each certificate valid for its own service's host name only (a node's key never passes as placement's)
+    hosts = {"placement": "placement", **{n: node_service(n) for n in topology.nodes}, "dashboard": "dashboard",
+             "kafka": "kafka"}
     certify = " ".join(["hifi certs", CA_DIR, "--deployment", shlex.quote(topology.name),
-                        *(f"--service {s}" for s in certified_services(topology)),
-                        *(f"--host {h}" for h in hosts), "--keystore kafka"])
+                        *(f"--service {s}:{hosts[s]}" for s in certified_services(topology)), "--keystore kafka"])
     return {
         "image": IMAGE, "build": {"context": ".", "dockerfile": "deploy/Dockerfile"},
         "user": "0",

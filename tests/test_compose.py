@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -99,7 +100,8 @@ def test_the_compose_file_of_every_topology_validates_and_matches_it(topology_fi
     certs = services.pop("certs")
     made = _certs_command(certs)
     assert made.directory == CA_DIR and certs["restart"] == "no" and certs["user"] == "0"
-    assert set(made.service) == {"placement", *topology.nodes, "dashboard", "kafka"} and made.keystore == ["kafka"]
+    assert {s.partition(":")[0] for s in made.service} == {"placement", *topology.nodes, "dashboard", "kafka"}
+    assert made.keystore == ["kafka"]
     assert _copied(certs) == {name: set(bundle.files) for name, bundle in tls_bundles(topology).items()}
     for name, service in services.items():
         mounted = [v for v in service.get("volumes", []) if _volume_source(v).startswith(("tls-", "hifi-ca"))]
@@ -347,3 +349,75 @@ def test_a_services_redis_user_runs_the_mdr_on_its_own_keys_and_nothing_else(tmp
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def _certify_args(model: dict) -> list[str]:
+    """The `hifi certs` arguments the compose file's certs service runs."""
+    script = model["services"]["certs"]["entrypoint"][2]
+    line = next(line for line in script.splitlines() if line.startswith("hifi certs"))
+    return shlex.split(line.split(">")[0])[2:]
+
+
+def test_each_certificate_is_valid_for_its_own_service_only(tmp_path):
+    """door1's key must not pass a TLS check as the placement service (it would collect the tokens
+    the dashboard forwards): one certificate per service, with its own host name and the local ones."""
+    import socket
+    import ssl
+    import threading
+
+    from cryptography import x509
+
+    from services import certs
+
+    topology = load_topology(DEFAULT_TOPOLOGY)
+    args = _certify_args(compose_model(topology, DEFAULT_TOPOLOGY))
+    services = [args[i + 1] for i, a in enumerate(args) if a == "--service"]
+    assert "--host" not in args
+    certs.make_certificates(str(tmp_path), services, (), "t")
+    for given in services:
+        name, own = certs.service_hosts(given)
+        with open(tmp_path / f"{name}.pem", "rb") as fh:
+            sans = x509.load_pem_x509_certificate(fh.read()).extensions.get_extension_for_class(
+                x509.SubjectAlternativeName).value
+        names = set(sans.get_values_for_type(x509.DNSName))
+        assert names == {name, *own, *(n for n in certs.LOCAL_NAMES if not n[0].isdigit())}, (name, names)
+
+    def handshake(presenting: str, as_host: str) -> None:
+        server = certs.server_context(str(tmp_path), presenting)
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+
+        def serve() -> None:
+            conn, _ = listener.accept()
+            try:
+                server.wrap_socket(conn, server_side=True).close()
+            except (ssl.SSLError, OSError):
+                conn.close()
+
+        thread = threading.Thread(target=serve)
+        thread.start()
+        try:
+            client = certs.client_context(str(tmp_path))
+            with socket.create_connection(("127.0.0.1", port)) as raw, client.wrap_socket(raw, server_hostname=as_host):
+                pass
+        finally:
+            thread.join(5)
+            listener.close()
+
+    handshake("placement", "placement")
+    with pytest.raises(ssl.SSLCertVerificationError):
+        handshake("door1", "placement")
+
+
+@pytest.mark.parametrize(("nodes", "said"), [
+    ("  - {id: placement, tier: core}\n", "node id 'placement' is the name of HiFi's own placement service"),
+    ("  - {id: hq, tier: core}\n  - {id: a-b, tier: edge, parent: hq}\n  - {id: a_b, tier: edge, parent: hq}\n",
+     "users 'node-a-b' and 'node-a_b' would share one password variable"),
+])
+def test_names_a_deployment_cannot_give_each_their_own_are_one_line(tmp_path, nodes, said):
+    path = tmp_path / "t.yaml"
+    path.write_text(f"name: t\nnodes:\n{nodes}")
+    done = subprocess.run([sys.executable, "-m", "services.cli", "deploy", "--topology", str(path), "compose"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len([line for line in done.stderr.splitlines() if line.strip()]) == 1, done.stderr
