@@ -28,7 +28,6 @@ class CatalogKeys(Store):
         started_ms = started_ms or now_ms()
         known = self.r.hget(self.k("node", node_id), "started_ms")
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.sadd(self.k("nodes"), node_id)
             pipe.hset(self.k("node", node_id), mapping={
                 "tier": tier, "parent": parent or "", "alternates": json.dumps(list(alternates)),
                 "address": address, "capabilities": json.dumps(capabilities or {}), "started_ms": started_ms,
@@ -53,7 +52,7 @@ class CatalogKeys(Store):
             pipe.execute()
 
     def nodes(self) -> list[NodeRecord]:
-        ids = sorted(self.r.smembers(self.k("nodes")))
+        ids = self.ids_of("node")
         with self.r.pipeline(transaction=False) as pipe:
             for node_id in ids:
                 pipe.hgetall(self.k("node", node_id))
@@ -117,7 +116,7 @@ class CatalogKeys(Store):
     def histograms(self) -> dict[tuple[str, str], list[int]]:
         """Every edge node's motes' histograms: (receptor, quantity) -> counts."""
         found = {}
-        for node in self.r.smembers(self.k("nodes")):
+        for node in self.ids_of("node"):
             for field_name, counts in self.r.hgetall(self.k("hist", node)).items():
                 receptor, _, quantity = field_name.rpartition(":")
                 found[(receptor, quantity)] = json.loads(counts)
@@ -187,7 +186,6 @@ class CatalogKeys(Store):
 
     def export_view(self, view: ViewRecord) -> None:
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.sadd(self.k("views"), view.key)
             pipe.hset(self.k("view", view.key), mapping={
                 "name": view.name, "node": view.node, "topic": view.topic, "window": view.window,
                 "definition": view.definition, "plan": view.plan,
@@ -200,7 +198,6 @@ class CatalogKeys(Store):
     def revoke_view(self, node_id: str, name: str) -> bool:
         key = f"{node_id}.{name}"
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.srem(self.k("views"), key)
             pipe.delete(self.k("view", key))
             self._announce(pipe, "view", "revoke", key)
             removed = pipe.execute()[0]
@@ -210,7 +207,7 @@ class CatalogKeys(Store):
         """Every export the MDR holds that its key vouches for (`view_record`): a record another
         writer forged — naming a node, view or topic not its key's, or no valid readers — is
         left out, logged once and counted (`refused_views`)."""
-        keys = sorted(self.r.smembers(self.k("views")))
+        keys = self.ids_of("view")
         with self.r.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.hgetall(self.k("view", key))

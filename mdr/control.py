@@ -134,7 +134,6 @@ class ControlKeys(Store):
         if not self.r.hsetnx(self.k("adoption", node_id), "adopter", adopter):
             return False
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.sadd(self.k("adoptions"), node_id)
             pipe.hset(self.k("adoption", node_id),
                       mapping={"since_ms": now_ms(), "children": json.dumps(list(children)), "parts": "{}"})
             self._announce(pipe, "adoption", "claim", node_id)
@@ -158,13 +157,12 @@ class ControlKeys(Store):
     def end_adoption(self, node_id: str) -> None:
         with self.r.pipeline(transaction=True) as pipe:
             pipe.delete(self.k("adoption", node_id))
-            pipe.srem(self.k("adoptions"), node_id)
             self._announce(pipe, "adoption", "end", node_id)
             pipe.execute()
 
     def adoptions(self) -> dict[str, Adoption]:
         """Node -> its adoption, for every node whose parts run (or ran until a hand-back) elsewhere."""
-        ids = sorted(self.r.smembers(self.k("adoptions")))
+        ids = self.ids_of("adoption")
         with self.r.pipeline(transaction=False) as pipe:
             for node_id in ids:
                 pipe.hgetall(self.k("adoption", node_id))

@@ -2,7 +2,6 @@
 
 Key layout (all keys under the prefix, default "hifi:"):
 
-  nodes                      SET   node ids
   node:<id>                  HASH  tier, parent, alternates (JSON list), address, capabilities (JSON),
                                    started_ms (when its process started), starts (how many it has had)
   node:<id>:alive            STR   last heartbeat (epoch ms); expires after the heartbeat TTL,
@@ -18,9 +17,9 @@ Key layout (all keys under the prefix, default "hifi:"):
   parameters                 HASH  deployment parameter -> JSON value (strength_T, t1, ...)
   relations                  SET   static relation names
   relation:<name>            HASH  columns (JSON), rows (JSON), replicas (JSON list of node ids)
-  views                      SET   "<node>.<view>"
   view:<node>.<view>         HASH  name, node, topic, window, definition, plan, columns (JSON),
-                                   readers (JSON list; ["*"] = everyone), exported_ms
+                                   readers (JSON list; ["*"] = everyone), exported_ms; what the record
+                                   says must follow from its key (mdr.catalog.view_record)
   queries                    SET   query ids
   query:<id>                 HASH  text, root, remote (JSON {node: [query ids]}), status, submitted_ms,
                                    result_topic, explain, columns (JSON), tasks (JSON: the placement)
@@ -39,7 +38,6 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    placement service's signature (a node runs no other: services.part_signing)
   retired_topics             ZSET  topic -> when a cancel ended what wrote it (epoch ms), for
                                    services.placement's delete_retired_topics; kept a day (mdr.control)
-  adoptions                  SET   nodes whose parts run at another node (glue.adoption)
   adoption:<node>            HASH  adopter, since_ms, children (JSON list: the nodes that moved),
                                    parts (JSON {query id: first window start it emits}), handback_ms
                                    (where the node takes its parts back), drained_ms (when the
@@ -50,12 +48,14 @@ Key layout (all keys under the prefix, default "hifi:"):
                                    reads (below the cleaning threshold) the node's data listener took in
   stats:<node>:history       LIST  JSON samples {ms, rows_in, rows_out, dead, input_rate, lag_ms}, the
                                    newest last, capped at HISTORY_LENGTH (the dashboard's charts)
-  endpoints                  HASH  service ("node:<id>", "placement", "dashboard") -> JSON {grpc,
-                                   metrics, http}: where to reach it and scrape its Prometheus metrics
+  endpoint:<service>         STR   JSON {grpc, metrics, http} of a service ("node:<id>", "placement",
+                                   "dashboard"): where to reach it and scrape its Prometheus metrics
   placement                  STR   the placement service's gRPC address
   changes                    STREAM  one entry per change: kind, op, id (nodes and dashboard watch it)
 
-Every change is one MULTI/EXEC transaction (or one Lua script) that also appends to `changes`.
+Every change is one MULTI/EXEC transaction (or one Lua script) that also appends to `changes`. Each
+key has one writer (services.redis_acls); nodes, views, adoptions and endpoints are found by their
+keys (`Store.ids_of`), not listed in sets every writer could change.
 
 The methods live with their keys: mdr.catalog (nodes to views), mdr.control (queries, users,
 tokens, desired state, retired topics, adoptions), mdr.statistics (stats, endpoints, parts'

@@ -121,12 +121,14 @@ class StatisticsKeys(Store):
     def put_endpoints(self, service: str, endpoints: dict[str, str]) -> None:
         """Where `service` ("node:<id>", "placement", "dashboard") is reached: grpc, metrics, http."""
         with self.r.pipeline(transaction=True) as pipe:
-            pipe.hset(self.k("endpoints"), service, json.dumps(endpoints))
+            pipe.set(self.k("endpoint", service), json.dumps(endpoints))
             self._announce(pipe, "endpoints", "put", service)
             pipe.execute()
 
     def endpoints(self) -> dict[str, dict[str, str]]:
-        return {service: json.loads(value) for service, value in self.r.hgetall(self.k("endpoints")).items()}
+        services = self.ids_of("endpoint", nested=True)
+        values = self.r.mget([self.k("endpoint", s) for s in services]) if services else []
+        return {service: json.loads(value) for service, value in zip(services, values, strict=True) if value}
 
     def set_gauges(self, node_id: str, gauges: dict[str, float]) -> None:
         self.r.hset(self.k("stats", node_id), mapping={**gauges, "updated_ms": now_ms()})

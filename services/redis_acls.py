@@ -5,18 +5,18 @@ tokens, reads views, desired state and the topology's metadata). Writes are each
 (the key layout: mdr/repository.py):
 
   placement   every key: it is the control plane (queries, desired state, tokens, the metadata)
-  dashboard   `endpoints` (where it is scraped) and `changes` (every write announces itself)
+  dashboard   `endpoint:dashboard` (where it is scraped) and `changes` (every write announces itself)
   node <n>    its own records: node:<n>, node:<n>:alive, stats:<n> and stats:<n>:*, parts:<n>,
-              told:<n>, obeyed:<n>, hist:<n>, view:<n>.* (the views it exports); adoption:<n> (it
-              takes its parts back) and adoption:<d> of each node <d> it may adopt (the topology
-              says which: glue.adoption.adopter); and the shared sets and hashes every node adds
-              itself to: nodes, views, adoptions, endpoints, changes
+              told:<n>, obeyed:<n>, hist:<n>, view:<n>.* (the views it exports), endpoint:node:<n>;
+              adoption:<n> (it takes its parts back) and adoption:<d> of each node <d> it may adopt
+              (the topology says which: glue.adoption.adopter); and `changes`
 
 So a node cannot mint a token, change what another node runs (desired state; a node checks the
 placement service's signature on it anyway: services.part_signing), rewrite another node's
-address, statistics or views, or take over a node it could never adopt. What Redis cannot tell
-apart: a member of a shared set or field of a shared hash (a node could remove another's entry
-from `views` or `endpoints`; the records themselves stay the owner's).
+address, endpoints, statistics or views, or take over a node it could never adopt. No set or hash
+is shared among writers: the MDR finds nodes, views, adoptions and endpoints by their keys
+(mdr.store.Store.ids_of), and an export says only what its key vouches for (mdr.catalog.view_record).
+What stays shared is the change feed, a notification that makes readers read again.
 
 >>> from glue.topology import parse_topology
 >>> t = parse_topology('''
@@ -31,7 +31,7 @@ from `views` or `endpoints`; the records themselves stay the owner's).
 >>> sorted(rules_by_user(t))
 ['dashboard', 'node-core', 'node-d1', 'node-wh', 'placement']
 >>> rules_by_user(t)["dashboard"]
-('resetchannels', '+@all', '-@dangerous', '%R~hifi:*', '~hifi:endpoints', '~hifi:changes')
+('resetchannels', '+@all', '-@dangerous', '%R~hifi:*', '~hifi:endpoint:dashboard', '~hifi:changes')
 """
 
 from __future__ import annotations
@@ -43,14 +43,14 @@ from services.deploy_names import node_service
 # what every HiFi service may run: every command but the administrative and dangerous ones
 # (FLUSHALL, KEYS, CONFIG, ACL, DEBUG, SHUTDOWN, ...); no pub/sub channel (the MDR uses none)
 COMMANDS = ("resetchannels", "+@all", "-@dangerous")
-SHARED = ("nodes", "views", "adoptions", "endpoints", "changes")   # keys every node adds itself to
+SHARED = ("changes",)   # the one key every writer adds to (a notification: readers read the records again)
 
 
 def node_keys(topology: Topology, node_id: str, prefix: str) -> list[str]:
     """The key patterns node `node_id` writes."""
     own = [f"node:{node_id}", f"node:{node_id}:alive", f"stats:{node_id}", f"stats:{node_id}:*",
            f"parts:{node_id}", f"told:{node_id}", f"obeyed:{node_id}", f"hist:{node_id}", f"view:{node_id}.*",
-           f"adoption:{node_id}"]
+           f"endpoint:node:{node_id}", f"adoption:{node_id}"]
     adopted = [f"adoption:{dead}" for dead in topology.nodes if may_adopt(topology, node_id, dead)]
     return [prefix + key for key in (*SHARED, *own, *adopted)]
 
@@ -59,7 +59,7 @@ def rules_by_user(topology: Topology, prefix: str = "hifi:") -> dict[str, tuple[
     """Each MDR user (the placement service, the dashboard, every node's service) and its ACL rules."""
     read_all = f"%R~{prefix}*"
     found = {"placement": (*COMMANDS, f"~{prefix}*"),
-             "dashboard": (*COMMANDS, read_all, f"~{prefix}endpoints", f"~{prefix}changes")}
+             "dashboard": (*COMMANDS, read_all, f"~{prefix}endpoint:dashboard", f"~{prefix}changes")}
     for node_id in topology.nodes:
         found[node_service(node_id)] = (*COMMANDS, read_all, *(f"~{key}" for key in node_keys(topology, node_id,
                                                                                             prefix)))

@@ -60,9 +60,15 @@ def test_each_service_writes_only_its_own_records(servers):
     _refused(lambda: region.set_gauges("hq", {"input_rate": 1.0}))
     _refused(lambda: region.put_round("hq", {}, {"input_rate": 1.0}, {"input_rate": 1.0}))
     _refused(lambda: region.claim_adoption("hq", "region", ["region"]))   # nobody adopts the top
+    # nothing shared to rewrite: another node's metrics URL, or its place in the list of nodes
+    _refused(lambda: region.put_endpoints("node:hq", {"metrics": "http://evil/"}))
+    _refused(lambda: region.r.delete(region.k("node", "hq")))
+    _refused(lambda: region.r.delete(region.k("endpoint", "placement")))
 
     dashboard = _as(servers, admin, "dashboard")
     dashboard.put_endpoints("dashboard", {"http": "http://127.0.0.1:1/"})
+    _refused(lambda: dashboard.put_endpoints("node:region", {"metrics": "http://evil/"}))
+    assert set(admin.endpoints()) == {"node:region", "dashboard"}
     _refused(lambda: dashboard.put_token("y" * 64, TokenRecord("mallory", ("admin",), 0)))
     placement = _as(servers, admin, "placement")
     placement.put_desired({"warehouse": {"q1": "{}"}})
