@@ -33,8 +33,28 @@ class TopologyError(HiFiError):
     """A topology that cannot be run; the message names the file line and the problem."""
 
 
+MAX_BYTES = 4 << 20   # a topology of thousands of nodes is well under this
+MAX_DEPTH = 64        # nesting: a topology's deepest is ~6
+
+
 class _LineLoader(yaml.SafeLoader):
-    """A safe loader that records each mapping's line as the key '__line__'."""
+    """A safe loader that records each mapping's line as the key '__line__', and refuses what
+    would exhaust it: aliases (a few nested ones expand to billions of entries), deep nesting."""
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.MarkedYAMLError(problem="a topology takes no YAML aliases (*name): write the value out",
+                                       problem_mark=mark)
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_DEPTH:
+            raise yaml.MarkedYAMLError(problem=f"nested more than {MAX_DEPTH} deep",
+                                       problem_mark=self.peek_event().start_mark)
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:
@@ -164,12 +184,58 @@ def _clean(item: dict) -> dict[str, Any]:
 
 
 def parse_topology(text: str, source: str = "<topology>") -> Topology:
+    """The topology `text` describes; TopologyError names the line and the problem of anything
+    else (never another exception: tests/test_topology.py fuzzes it)."""
+    if len(text) > MAX_BYTES:
+        raise TopologyError(f"{source}: {len(text):,} characters; a topology is at most {MAX_BYTES:,}")
     try:
         doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - _LineLoader is a SafeLoader
     except yaml.YAMLError as exc:
-        raise TopologyError(f"{source}: not valid YAML: {exc}") from exc
+        raise TopologyError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(doc, dict):
         raise TopologyError(f"{source}: a topology is a mapping with 'nodes', 'receptors', ...")
+    for key in ("nodes", "receptors", "relations", "views"):
+        _entries(doc, key)
+    for key in ("parameters", "stream_readers"):   # (a scenario: a mapping or the path of its file)
+        if not isinstance(doc.get(key) or {}, dict):
+            raise TopologyError(f"{source}: {key!r} is a mapping, not {_shown(doc[key])}")
+    try:
+        return _parse(doc, source)
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:   # a value of the wrong shape
+        raise TopologyError(f"{source}: a value is not of the shape a topology's is ({_shown(exc)})") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """Where and what, in one line."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = " ".join(str(getattr(exc, "problem", None) or exc).split())[:200]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
+
+
+def _shown(value: object) -> str:
+    return repr(" ".join(str(value).split())[:80])
+
+
+def _entries(doc: dict, key: str) -> list[dict]:
+    """`doc[key]`, checked to be a list of mappings (each a node, receptor, relation or view)."""
+    items = doc.get(key) or []
+    if not isinstance(items, list):
+        raise TopologyError(f"line {doc.get('__line__', 1)}: {key!r} is a list of mappings, not {_shown(items)}")
+    for n, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise TopologyError(f"line {doc.get('__line__', 1)}: {key!r} is a list of mappings; its item {n} "
+                                f"is {_shown(item)}")
+    return items
+
+
+def _number(item: dict, key: str, where: str) -> float:
+    value = item.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TopologyError(f"line {item.get('__line__', '?')}: {where}: {key} is a number, not {_shown(value)}")
+    return float(value)
+
+
+def _parse(doc: dict, source: str) -> Topology:
 
     nodes: dict[str, NodeSpec] = {}
     for item in doc.get("nodes") or []:
@@ -222,7 +288,7 @@ def parse_topology(text: str, source: str = "<topology>") -> Topology:
             raise TopologyError(f"line {line}: receptor {rid!r} has unknown kind {kind!r}")
         known = {"id", "kind", "node", "location", "area", "x", "y", "__line__"}
         receptors.append(ReceptorSpec(rid, kind, owner, str(item.get("location", owner)), str(item.get("area", "")),
-                                      float(item.get("x", 0.0)), float(item.get("y", 0.0)),
+                                      _number(item, "x", f"receptor {rid!r}"), _number(item, "y", f"receptor {rid!r}"),
                                       {k: v for k, v in item.items() if k not in known}))
 
     relations = [RelationSpec(str(_need(r, "name", "a relation")),
@@ -258,10 +324,14 @@ def _strip_lines(value: Any) -> Any:
 
 def load_topology(path: str) -> Topology:
     try:
-        with open(path) as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+        text = data.decode("utf-8")
     except OSError as exc:
         raise TopologyError(f"cannot read topology {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TopologyError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                            f"{exc.start})") from None
     try:
         return parse_topology(text, path)
     except TopologyError as exc:

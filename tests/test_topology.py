@@ -1,6 +1,9 @@
 import os
 
 import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from glue.standing import standing_views
 from glue.topology import TopologyError, load_topology, parse_topology
@@ -122,3 +125,88 @@ def test_an_uplink_is_a_byte_rate_and_a_view_has_a_priority():
 def test_an_edge_has_a_latency_target():
     topology = parse_topology(NODES_OK.replace("    parent: wh\n", "    parent: wh\n    latency_target: 1 second\n"))
     assert [topology.nodes[n].latency_target_ms for n in ("hq", "wh", "d1")] == [0, 0, 1000]
+
+
+_KEYS = ["name", "nodes", "receptors", "relations", "views", "parameters", "stream_readers", "scenario", "id", "tier",
+         "parent", "alternates", "listen", "metrics_port", "uplink", "latency_target", "kind", "node", "location",
+         "area", "x", "y", "columns", "rows", "replicas", "sql", "tiers", "readers", "operator", "priority",
+         "materialize", "definition", "alert", "rfid_stream"]
+_SCALARS = (st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True)
+            | st.sampled_from(["core", "edge", "aggregation", "hq", "d1", "role:operator", "*", "10 seconds", "left",
+                               "CREATE VIEW v AS SELECT tag_id FROM rfid_stream", "SELECT", "1 mb/s", "-1"])
+            | st.text(max_size=12))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5), max_leaves=25)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(doc=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=6), seed_nodes=st.booleans())
+def test_any_document_is_a_topology_or_one_line_naming_the_problem(doc, seed_nodes):
+    """Fuzzed: every document (shapes a topology's keys take, values of every type) parses or is
+    refused with a TopologyError of one line, never another exception."""
+    if seed_nodes:   # often valid enough to reach the deeper checks
+        doc = {"nodes": [{"id": "hq", "tier": "core"}, {"id": "d1", "tier": "edge", "parent": "hq"}], **doc}
+    text = yaml.safe_dump(doc, allow_unicode=True)
+    try:
+        parse_topology(text, "fuzz.yaml")
+    except TopologyError as exc:
+        assert "\n" not in str(exc) and str(exc), str(exc)
+
+
+_BASE = {"name": "t", "parameters": {"t1": "2 seconds"},
+         "nodes": [{"id": "hq", "tier": "core"}, {"id": "d1", "tier": "edge", "parent": "hq", "alternates": []}],
+         "receptors": [{"id": "r1", "kind": "rfid", "node": "d1", "location": "dock", "area": "n", "x": 0, "y": 1}],
+         "relations": [{"name": "rel", "columns": [["a", "string"]], "rows": [["x"]], "replicas": ["*"]}],
+         "views": [{"tiers": ["edge"], "readers": ["role:operator"], "priority": 0,
+                    "sql": "CREATE VIEW v AS SELECT tag_id FROM rfid_stream"}],
+         "stream_readers": {"rfid_stream": ["role:operator"]}}
+_PATHS = [(top, i, key) for top, entries in _BASE.items() if isinstance(entries, list)
+          for i, entry in enumerate(entries) for key in [*entry, "uplink", "latency_target", "metrics_port", "nodes"]]
+_PATHS += [(top, None, None) for top in _BASE] + [("stream_readers", "rfid_stream", None), ("parameters", "t1", None)]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(path=st.sampled_from(_PATHS), value=_VALUES)
+def test_a_valid_topology_with_any_one_value_changed_is_one_line_at_worst(path, value):
+    """Fuzzed: the default-like topology with one value anywhere replaced by any value."""
+    import copy
+
+    doc = copy.deepcopy(_BASE)
+    top, index, key = path
+    if index is None:
+        doc[top] = value
+    elif key is None:
+        doc[top][index] = value
+    else:
+        doc[top][index][key] = value
+    try:
+        parse_topology(yaml.safe_dump(doc, allow_unicode=True), "fuzz.yaml")
+    except TopologyError as exc:
+        assert "\n" not in str(exc) and str(exc), str(exc)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(text=st.text(alphabet=st.sampled_from(list("{}[]:-,&*!|>'\"#\n \tabc1")), max_size=80))
+def test_any_text_is_a_topology_or_one_line(text):
+    try:
+        parse_topology(text, "fuzz.yaml")
+    except TopologyError as exc:
+        assert "\n" not in str(exc), str(exc)
+
+
+def test_files_that_once_crashed_are_one_line_each(tmp_path):
+    cases = {"list.yaml": b"name: t\nnodes: [core]\n", "utf8.yaml": b"name: t\xff\xfe\nnodes: []\n",
+             "deep.yaml": b"a: " + b"[" * 20_000 + b"]" * 20_000 + b"\n",
+             "bomb.yaml": b"a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\n",
+             "x.yaml": b"nodes:\n  - {id: d, tier: edge}\nreceptors:\n  - {id: r, node: d, x: left}\n"}
+    said = {}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(TopologyError) as refused:
+            load_topology(str(tmp_path / name))
+        said[name] = str(refused.value)
+    assert "'nodes' is a list of mappings" in said["list.yaml"] and "not UTF-8" in said["utf8.yaml"]
+    assert "nested more than" in said["deep.yaml"] and "aliases" in said["bomb.yaml"]
+    assert "x is a number, not 'left'" in said["x.yaml"]
