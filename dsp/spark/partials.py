@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.errors import PySparkException
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -229,10 +230,10 @@ PART = "__part"
 
 
 def collect(planned: Sequence[Planned]) -> list[pa.Table | Exception | None]:
-    """Every planned part's partials, computed by one Spark job: their DataFrames tagged by part,
-    each column under a name of its part's, and unioned (a column another part lacks is null).
-    Should that job fail, each part's partials are computed alone, so that only the part whose
-    rows fail it fails (its `finish` raises)."""
+    """Every planned part's partials, computed by one Spark job: their DataFrames tagged by part
+    and unioned, each column in a slot of its type (`slots`: the union is as wide as the widest
+    part per type, whatever the number of parts). Should that job fail, each part's partials are
+    computed alone, so that only the part whose rows fail it fails (its `finish` raises)."""
     jobs = [(i, p.grouped) for i, p in enumerate(planned) if p.grouped is not None]
     found: list[pa.Table | Exception | None] = [None] * len(planned)
     if len(jobs) == 1:
@@ -240,23 +241,69 @@ def collect(planned: Sequence[Planned]) -> list[pa.Table | Exception | None]:
         return found
     if not jobs:
         return found
-    tagged = [grouped.select(F.lit(i).alias(PART), *[F.col(f"`{name}`").alias(f"p{i}:{name}")
-                                                     for name in grouped.columns]) for i, grouped in jobs]
+    schemas = [grouped.schema for _, grouped in jobs]
+    union, placed = slots([[field.dataType.simpleString() for field in schema.fields] for schema in schemas])
+    tagged = []
+    for (i, grouped), schema, mine in zip(jobs, schemas, placed, strict=True):   # one JVM call a part
+        by_slot = {slot: _quoted(field.name) for field, slot in zip(schema.fields, mine, strict=True)}
+        tagged.append(grouped.selectExpr(f"{i} AS {PART}", *[f"{by_slot.get(slot, f'CAST(NULL AS {kind})')} AS {slot}"
+                                                            for slot, kind in union]))
     try:
-        table = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged).toArrow()
-    except Exception:  # noqa: BLE001 - see the docstring
+        table = _union_all(tagged).toArrow()
+    except PySparkException:   # see the docstring
         return [None if p.grouped is None else _alone(p.grouped) for p in planned]
-    for i, grouped in jobs:
-        mine = table.filter(pc.equal(table[PART], i))
-        found[i] = mine.select([f"p{i}:{name}" for name in grouped.columns]).rename_columns(grouped.columns)
+    for (i, _), schema, mine in zip(jobs, schemas, placed, strict=True):
+        rows = table.filter(pc.equal(table[PART], i))
+        found[i] = rows.select(mine).rename_columns([field.name for field in schema.fields])
     return found
 
 
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _union_all(frames: list[DataFrame]) -> DataFrame:
+    """The frames' rows in one DataFrame, unioned pairwise in rounds: each union is analysed as it
+    is made, so a chain of n would analyse ~n²/2 branches, the rounds ~n log n."""
+    while len(frames) > 1:
+        odd = frames[len(frames) // 2 * 2:]
+        frames = [a.unionAll(b) for a, b in zip(frames[::2], frames[1::2], strict=False)] + odd
+    return frames[0]
+
+
+def slots(parts: Sequence[Sequence[str]]) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """Columns of several parts (each a list of its columns' types) placed in shared slots: a
+    slot holds one type, and a part's columns of a type take that type's slots in order. The
+    union's slots (name, type), and per part the slot of each of its columns.
+
+    >>> union, placed = slots([["bigint", "string"], ["string", "string", "double"]])
+    >>> union
+    [('s0_0', 'bigint'), ('s1_0', 'string'), ('s1_1', 'string'), ('s2_0', 'double')]
+    >>> placed
+    [['s0_0', 's1_0'], ['s1_0', 's1_1', 's2_0']]
+    """
+    kinds: dict[str, int] = {}
+    width: dict[str, int] = {}
+    placed = []
+    for columns in parts:
+        used: dict[str, int] = {}
+        mine = []
+        for kind in columns:
+            n = used.get(kind, 0)
+            used[kind] = n + 1
+            mine.append(f"s{kinds.setdefault(kind, len(kinds))}_{n}")
+        placed.append(mine)
+        for kind, n in used.items():
+            width[kind] = max(width.get(kind, 0), n)
+    union = [(f"s{index}_{n}", kind) for kind, index in kinds.items() for n in range(width[kind])]
+    return union, placed
+
+
 def _alone(grouped: DataFrame) -> pa.Table | Exception:
-    """One part's partials computed by a job of its own, or why they cannot be."""
+    """One part's partials computed by a job of its own, or why Spark cannot."""
     try:
         return grouped.toArrow()
-    except Exception as exc:  # noqa: BLE001 - the part's failure, raised by its `finish`
+    except PySparkException as exc:   # the part's failure, raised by its `finish`
         return exc
 
 
