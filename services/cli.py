@@ -51,6 +51,20 @@ def _int_env(name: str) -> int | None:
     return int(value)
 
 
+def _priority(text: str) -> int:
+    """A query's priority as the CLI takes it: a whole number in the range an operator may give
+    (wire.identity.OPERATOR_PRIORITIES; the placement service narrows a user's)."""
+    from wire.identity import OPERATOR_PRIORITIES
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value not in OPERATOR_PRIORITIES:
+        raise argparse.ArgumentTypeError(f"{value} is outside {OPERATOR_PRIORITIES[0]} to {OPERATOR_PRIORITIES[-1]}")
+    return value
+
+
 def _topology_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
                         help="topology YAML (default $HIFI_TOPOLOGY, else supply-chain)")
@@ -208,7 +222,7 @@ def _query_command(sub: argparse._SubParsersAction) -> None:
     query.add_argument("--until", default="",
                        help="only windows (rows) starting before this time (the same forms; a duration: from now "
                             "on, e.g. '5 minutes'); the command ends a minute after it")
-    query.add_argument("--priority", type=int, default=0,
+    query.add_argument("--priority", type=_priority, default=0,
                        help="its parts' lane on constrained links between tiers (a node's `uplink`): higher goes "
                             "first (default 0; the topology's views may set theirs)")
     query.set_defaults(func=cmd_query)

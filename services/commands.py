@@ -308,7 +308,7 @@ def health_problem(args: argparse.Namespace) -> str | None:
             with urllib.request.urlopen(args.http, timeout=5, context=_https_context(args.http)) as answer:
                 if answer.status != 200:
                     return f"{args.http}: HTTP {answer.status}"
-        except OSError as exc:
+        except (OSError, ValueError) as exc:   # ValueError: not a URL urllib can open
             return f"{args.http}: {exc}"
     if args.fresh:
         try:

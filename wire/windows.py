@@ -77,11 +77,17 @@ def time_at(text: str, now_ms: int, ago: bool) -> int:
     offset allowed), or a duration before now (`ago`) or after it."""
     try:
         at = dt.datetime.fromisoformat(text.strip())
-        return int((at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp() * 1000)
+        at_ms = int((at if at.tzinfo else at.replace(tzinfo=dt.UTC)).timestamp() * 1000)
     except ValueError:
-        pass
-    try:
-        span = duration_ms(text)
-    except DurationError:
-        raise DurationError(f"{text!r} is neither a time (2026-11-25T19:00:00) nor a duration ('10 minutes')") from None
-    return now_ms - span if ago else now_ms + span
+        try:
+            span = duration_ms(text)
+        except DurationError:
+            raise DurationError(f"{text[:60]!r} is neither a time (2026-11-25T19:00:00) nor a duration "
+                                f"('10 minutes')") from None
+        at_ms = now_ms - span if ago else now_ms + span
+    if not 0 <= at_ms <= LATEST_MS:
+        raise DurationError(f"{text[:60]!r} is {'before 1970' if at_ms < 0 else 'after the year 9999'}")
+    return at_ms
+
+
+LATEST_MS = 253_402_300_799_999   # 9999-12-31T23:59:59.999Z: the latest time a query can name
