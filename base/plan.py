@@ -171,6 +171,27 @@ def expr_columns(expr: Expr) -> set[str]:
     return set()
 
 
+NUMBERS = ("int", "long", "double")
+
+
+def operand_problem(op: str, left: str, right: str) -> str | None:
+    """Why `left op right` cannot be evaluated (operand types), or None: arithmetic on numbers,
+    comparisons of numbers or of one type, AND/OR of booleans.
+
+    >>> operand_problem("+", "string", "long")
+    "'+' needs numbers, not string + long"
+    >>> operand_problem(">", "string", "long"), operand_problem(">", "int", "double")
+    ('cannot compare string > long', None)
+    """
+    if op in ARITHMETIC and not (left in NUMBERS and right in NUMBERS):
+        return f"{op!r} needs numbers, not {left} {op} {right}"
+    if op in COMPARISONS and left != right and not (left in NUMBERS and right in NUMBERS):
+        return f"cannot compare {left} {op} {right}"
+    if op in LOGICAL and (left, right) != ("boolean", "boolean"):
+        return f"{op} needs true/false on both sides, not {left} {op} {right}"
+    return None
+
+
 def expr_type(expr: Expr, schema: dict[str, str]) -> str:
     if isinstance(expr, Col):
         if expr.name not in schema:
@@ -192,6 +213,9 @@ def expr_type(expr: Expr, schema: dict[str, str]) -> str:
             expr_type(arg, schema)
         return FUNCTIONS[expr.name]
     left, right = expr_type(expr.left, schema), expr_type(expr.right, schema)
+    problem = operand_problem(expr.op, left, right)
+    if problem:
+        raise PlanError(problem)
     if expr.op in COMPARISONS or expr.op in LOGICAL:
         return "boolean"
     if expr.op in ARITHMETIC:

@@ -38,9 +38,11 @@ from base.plan import (
     JoinBound,
     Lit,
     MatchStep,
+    PlanError,
     Window,
     expr_columns,
     expr_type,
+    operand_problem,
 )
 from base.smurf import DEFAULT_DELTA
 from glue.catalog import INTERNAL_VIEW_NAME, Catalog, ExportedView
@@ -248,11 +250,19 @@ class _Binder:
                 return Lit(value)
             raise _err(f"unknown column {node.name!r} (available: {', '.join(columns)})", node.pos)
         if isinstance(node, ast.Binary):
-            return BinOp(node.op, self.scalar(node.left, columns, qualifiers, outer),
+            made = BinOp(node.op, self.scalar(node.left, columns, qualifiers, outer),
                          self.scalar(node.right, columns, qualifiers, outer))
+            problem = _operand_problem(made, columns)
+            if problem:
+                raise _err(problem, node.pos)
+            return made
         if isinstance(node, ast.Unary):
             operand = self.scalar(node.operand, columns, qualifiers, outer)
-            return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+            made = Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+            problem = _operand_problem(made, columns) if isinstance(made, BinOp) else None
+            if problem:
+                raise _err(problem.replace("long - ", "-", 1), node.pos)
+            return made
         if isinstance(node, ast.InList):
             operand = self.scalar(node.operand, columns, qualifiers, outer)
             result: Expr | None = None
@@ -269,6 +279,16 @@ class _Binder:
             raise _err(f"INTERVAL bounds the time between two joined inputs ({BOUND_FORM}), nothing else",
                        node.pos)
         raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
+
+
+def _operand_problem(made: BinOp, columns: dict[str, str]) -> str | None:
+    """Why a node could not evaluate `made` (base.plan.operand_problem), refused here with its
+    position rather than by the part that runs it; None also when a side's type is not known
+    here (a correlated subquery's outer column)."""
+    try:
+        return operand_problem(made.op, expr_type(made.left, columns), expr_type(made.right, columns))
+    except PlanError:
+        return None
 
 
 def _contains_aggregate(node: ast.Node) -> bool:

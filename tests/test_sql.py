@@ -186,3 +186,23 @@ def test_a_new_view_cannot_take_a_name_in_use(catalog, name, reason):
         refuse_taken_view_name(parse(text), catalog)
     assert (refused.value.line, refused.value.column) == (1, 13) and reason in refused.value.message
     refuse_taken_view_name(parse(text.replace(name, "strong_reads")), catalog)   # a new name is fine
+
+
+@pytest.mark.parametrize("text, message", [
+    ("SELECT tag_id, tag_id + 1 AS t FROM rfid_stream", "line 1, column 23: '+' needs numbers, not string + long"),
+    ("SELECT tag_id FROM rfid_stream WHERE tag_id > 3", "line 1, column 45: cannot compare string > long"),
+    ("SELECT -tag_id AS x FROM rfid_stream", "line 1, column 8: '-' needs numbers, not -string"),
+    ("SELECT tag_id FROM rfid_stream WHERE antenna AND read_strength > 0.5",
+     "AND needs true/false on both sides, not int AND boolean"),
+])
+def test_what_a_node_could_not_evaluate_is_refused_where_it_is_written(catalog, text, message):
+    """Once planned, then failed on the node that ran it (pyarrow: no kernel for string + int64),
+    restarting its part instead of refusing the query."""
+    with pytest.raises(SqlError) as refused:
+        analyze(text, catalog)
+    assert message in str(refused.value), refused.value
+
+
+def test_numbers_of_any_width_mix_and_like_types_compare(catalog):
+    analyze("SELECT tag_id, antenna * read_strength + 1 AS x FROM rfid_stream WHERE antenna >= 1.5 "
+            "AND tag_id != 'x' AND -antenna < 0", catalog)
