@@ -465,6 +465,12 @@ class _Handler(JsonExchange):
         return identity, token
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's names
+        self.guarded(self._get)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.guarded(self._post)
+
+    def _get(self) -> None:
         if self._misdirected():
             return None
         url = urlsplit(self.path)
@@ -505,7 +511,7 @@ class _Handler(JsonExchange):
                                           "from the dashboard's own page (or without a browser: hifi query)")
         return True
 
-    def do_POST(self) -> None:  # noqa: N802
+    def _post(self) -> None:
         path = urlsplit(self.path).path
         if self._misdirected() or self._cross_origin():
             return None
@@ -525,6 +531,7 @@ class _Handler(JsonExchange):
         if body is None:
             return None
         sql = str(body.get("sql", "")).strip()
+        sql.encode()   # a lone surrogate (`"\ud800"`) is no text: refused here (`guarded`), not in the call
         if not sql:
             return self._error(HTTPStatus.BAD_REQUEST, "the request needs a query: {\"sql\": \"SELECT ...\"}")
         now = now_ms()

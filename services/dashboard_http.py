@@ -4,13 +4,14 @@ every answer, TLS with each handshake in its own thread, and the host and origin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
 import ssl
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -92,10 +93,13 @@ def allowed_hosts(listen_host: str, advertise_host: str = "", extra: str = "") -
 def host_name(host: str | None) -> str:
     """The name of a `Host` header, without its port.
 
-    >>> host_name("Dashboard:8470"), host_name("[::1]:80"), host_name("localhost")
-    ('dashboard', '::1', 'localhost')
+    >>> host_name("Dashboard:8470"), host_name("[::1]:80"), host_name("localhost"), host_name("[")
+    ('dashboard', '::1', 'localhost', '')
     """
-    return urlsplit(f"//{host or ''}").hostname or ""
+    try:
+        return urlsplit(f"//{host or ''}").hostname or ""
+    except ValueError:   # not a host name at all (`[`): no host this server answers to
+        return ""
 
 
 def same_origin(origin: str | None, host: str | None, fetch_site: str | None = None) -> bool:
@@ -106,7 +110,10 @@ def same_origin(origin: str | None, host: str | None, fetch_site: str | None = N
         return False
     if origin is None:
         return True
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
     return bool(parts.scheme in ("http", "https") and parts.netloc and host) and parts.netloc.lower() == host.lower()
 
 
@@ -139,6 +146,17 @@ class JsonExchange(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._json({"error": message}, status)
 
+    def guarded(self, answer: Callable[[], None]) -> None:
+        """Answer the request; what its content makes fail (a value out of range, text that is not
+        text) is a 400 naming the problem, never a connection closed without an answer."""
+        try:
+            answer()
+        except (ValueError, UnicodeError, OverflowError, RecursionError) as exc:
+            log.info("dashboard: a malformed request (%s): %s", self.path[:200], exc)
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self._error(HTTPStatus.BAD_REQUEST, f"a malformed request: {' '.join(str(exc).split())[:200]}")
+
     def _body(self) -> dict | None:
         """The request's JSON object; None after answering 400 / 413 to a malformed request (a
         missing, negative or non-numeric Content-Length would block a read until the client
@@ -146,7 +164,7 @@ class JsonExchange(BaseHTTPRequestHandler):
         text = self.headers.get("Content-Length")
         keep_open, self.close_connection = self.close_connection, True   # until the body is read, where
         # the next request would start is unknown
-        if text is None or not text.strip().isdigit():
+        if text is None or not text.strip().isascii() or not text.strip().isdigit():   # `²` is a digit too
             self._error(HTTPStatus.BAD_REQUEST, "the request needs a Content-Length of 0 or more bytes")
             return None
         length = int(text)
@@ -155,7 +173,7 @@ class JsonExchange(BaseHTTPRequestHandler):
             return None
         try:
             body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested deeper than the parser goes
             body = None
         if not isinstance(body, dict):
             self._error(HTTPStatus.BAD_REQUEST, "the request body must be a JSON object")
