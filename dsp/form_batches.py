@@ -119,7 +119,7 @@ def _planned(part: Part, batch: spark_partials.BatchOnSpark) -> spark_partials.P
         return exc
 
 
-def _finish(planned: spark_partials.Planned | Exception | None, partials: dict, root) -> pa.Table | None:
+def _finish(planned: spark_partials.Planned | Exception | None, partials: dict, root: object) -> pa.Table | None:
     """The part's output: its partials (as the batch's one job brought them) folded in."""
     if isinstance(planned, Exception):
         raise planned

@@ -22,7 +22,7 @@ from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from wire.errors import HiFiError
-from wire.identity import IdentityError, checked_readers
+from wire.identity import IdentityError, named_readers
 from wire.windows import duration_ms
 
 TIERS = ("edge", "aggregation", "core")
@@ -305,7 +305,7 @@ def _parse(doc: dict, source: str) -> Topology:
         if not isinstance(readers, list) or not readers:
             raise TopologyError(f"{source}: stream_readers of {name!r} is a list of principals or role:NAME")
         try:
-            stream_readers[str(name)] = checked_readers([str(r) for r in readers])
+            stream_readers[str(name)] = named_readers([str(r) for r in readers])
         except IdentityError as exc:
             raise TopologyError(f"{source}: stream_readers of {name!r}: {exc}") from None
 
@@ -385,7 +385,7 @@ def _view_readers(item: dict, name: str, line: int) -> tuple[str, ...]:
         raise TopologyError(f"line {line}: view {name!r}: readers is a list, e.g. [role:operator, alice] "
                             f"(got {str(readers)[:60]!r})")
     try:
-        return checked_readers(readers)
+        return named_readers(readers)
     except IdentityError as exc:
         raise TopologyError(f"line {line}: view {name!r}: readers: {exc}") from None
 

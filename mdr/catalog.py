@@ -11,7 +11,7 @@ from typing import Any
 
 from mdr.records import NodeRecord, ViewRecord, now_ms
 from mdr.store import Store
-from wire.identity import IdentityError, checked_readers
+from wire.identity import IdentityError, named_readers
 from wire.topics import view_topic
 
 log = logging.getLogger("hifi.mdr")
@@ -255,7 +255,7 @@ def view_record(key: str, data: dict[str, str]) -> tuple[ViewRecord | None, str]
         readers = json.loads(data["readers"])
         if not isinstance(readers, list) or not all(isinstance(r, str) for r in readers):
             return None, "its readers are not a list of readers"
-        readers = checked_readers(readers)
+        readers = named_readers(readers)
         columns = tuple(tuple(c) for c in json.loads(data.get("columns", "[]")))
         exported_ms = int(data.get("exported_ms", 0))
     except KeyError:

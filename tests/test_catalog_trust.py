@@ -16,7 +16,7 @@ from glue.sql.parser import parse
 from glue.topology import TopologyError, parse_topology
 from mdr.records import ViewRecord
 from tests.catalogs import supply_chain_catalog
-from wire.identity import Identity, IdentityError, checked_readers
+from wire.identity import Identity, IdentityError, checked_readers, named_readers
 from wire.topics import view_topic
 
 SMOOTHED = "smoothed_rfid_stream"
@@ -88,10 +88,13 @@ def test_a_standing_views_readers_fail_closed_with_one_line(readers):
 
 
 def test_a_readers_list_names_someone_and_only_known_roles():
-    assert checked_readers(["role:operator", "alice", "alice"]) == ("role:operator", "alice")
+    assert named_readers(["role:operator", "alice", "alice"]) == ("role:operator", "alice")
+    assert checked_readers([]) == ()   # a query's extra readers: none beyond its asker and operators
     for bad in ([], "alice", ["role:opertor"]):
         with pytest.raises(IdentityError):
-            checked_readers(bad)
+            named_readers(bad)
+    with pytest.raises(IdentityError):
+        checked_readers("alice")
 
 
 @pytest.mark.parametrize("name", ["join_0123456789ab", "smooth_q1a2b3c4d", "producer_0123456789ab"])

@@ -130,10 +130,10 @@ def checked_principal(name: str) -> str:
 
 
 def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    """A readers list as a user gives it: `*`, `role:<a role>` or principals; at least one (an
-    empty list would be read as no one, or by an older reader as everyone: refused)."""
-    if isinstance(readers, str) or not readers:
-        raise IdentityError("a readers list names at least one reader (`*`: everyone, `role:operator`, a principal)")
+    """A readers list as a user gives it: `*`, `role:<a role>` or principals (a string is not a
+    list: `alice` would be five principals). Who must name at least one says so (`named_readers`)."""
+    if isinstance(readers, str):
+        raise IdentityError(f"readers are a list of readers, not the text {readers[:40]!r}")
     for reader in readers:
         if reader == "*":
             continue
@@ -143,6 +143,23 @@ def checked_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
             continue
         checked_principal(reader)
     return tuple(dict.fromkeys(readers))
+
+
+def named_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Who may read a view, where that must be said (a standing view's readers, an export's
+    record): a valid readers list naming at least one (fail closed: an empty one is no one, and
+    an older reader of it took it for everyone).
+
+    >>> named_readers(["role:operator"])
+    ('role:operator',)
+    >>> named_readers([])
+    Traceback (most recent call last):
+    ...
+    wire.identity.IdentityError: a readers list names at least one reader (`*`: everyone, `role:operator`, a principal)
+    """
+    if not readers:
+        raise IdentityError("a readers list names at least one reader (`*`: everyone, `role:operator`, a principal)")
+    return checked_readers(readers)
 
 
 # A query's lane on constrained uplinks (dsp.uplink: a lane, and its spool, per priority): operators
