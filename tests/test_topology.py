@@ -139,7 +139,7 @@ _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
                        | st.dictionaries(st.sampled_from(_KEYS), inner, max_size=5), max_leaves=25)
 
 
-@settings(max_examples=400, deadline=None, derandomize=True, database=None,
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(doc=st.dictionaries(st.sampled_from(_KEYS), _VALUES, max_size=6), seed_nodes=st.booleans())
 def test_any_document_is_a_topology_or_one_line_naming_the_problem(doc, seed_nodes):
@@ -166,7 +166,7 @@ _PATHS = [(top, i, key) for top, entries in _BASE.items() if isinstance(entries,
 _PATHS += [(top, None, None) for top in _BASE] + [("stream_readers", "rfid_stream", None), ("parameters", "t1", None)]
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(_PATHS), value=_VALUES)
 def test_a_valid_topology_with_any_one_value_changed_is_one_line_at_worst(path, value):
@@ -187,7 +187,7 @@ def test_a_valid_topology_with_any_one_value_changed_is_one_line_at_worst(path, 
         assert "\n" not in str(exc) and str(exc), str(exc)
 
 
-@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(text=st.text(alphabet=st.sampled_from(list("{}[]:-,&*!|>'\"#\n \tabc1")), max_size=80))
 def test_any_text_is_a_topology_or_one_line(text):
     try:
