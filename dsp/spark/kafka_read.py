@@ -28,7 +28,7 @@ from wire import bus
 from wire.range_fetch import Record
 
 Offsets = Mapping[str, int]   # "topic:partition" -> offset
-RECORDS_PER_TASK = 5_000      # a partition's batch is split among tasks of at least this many records
+RECORDS_PER_TASK = KafkaStreamReader.RECORDS_PER_TASK   # a partition's batch: tasks of at least this many records
 GROUP_PREFIX = "hifi-spark"   # the consumers' group ids begin so (the broker's ACLs: services.kafka_acls)
 
 
@@ -65,10 +65,10 @@ def java_client_options(bootstrap: str, environ: Mapping[str, str] | None = None
     return options
 
 
-def by_topic(offsets: Offsets) -> dict[str, dict[str, int]]:
+def offsets_by_topic(offsets: Offsets) -> dict[str, dict[str, int]]:
     """Offsets as the Kafka source's JSON takes them, topic -> partition -> offset.
 
-    >>> by_topic({"hifi.raw.d1:0": 5, "hifi.raw.d1:1": 7, "v:0": 0})
+    >>> offsets_by_topic({"hifi.raw.d1:0": 5, "hifi.raw.d1:1": 7, "v:0": 0})
     {'hifi.raw.d1': {'0': 5, '1': 7}, 'v': {'0': 0}}
     """
     found: dict[str, dict[str, int]] = {}
@@ -99,9 +99,9 @@ def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, e
     if not wanted:
         return spark.createDataFrame([], schema)
     records = (spark.read.format("kafka").options(**java_client_options(options["bootstrap"]))
-               .option("assign", json.dumps({t: [int(p) for p in ps] for t, ps in by_topic(wanted).items()}))
-               .option("startingOffsets", json.dumps(by_topic({k: start.get(k, 0) for k in wanted})))
-               .option("endingOffsets", json.dumps(by_topic(wanted)))
+               .option("assign", json.dumps({t: [int(p) for p in ps] for t, ps in offsets_by_topic(wanted).items()}))
+               .option("startingOffsets", json.dumps(offsets_by_topic({k: start.get(k, 0) for k in wanted})))
+               .option("endingOffsets", json.dumps(offsets_by_topic(wanted)))
                .option("includeHeaders", "true").option("groupIdPrefix", GROUP_PREFIX)
                .option("minPartitions", str(tasks_for(start, wanted, spark.sparkContext.defaultParallelism)))
                .option("failOnDataLoss", "true").load()
