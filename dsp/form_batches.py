@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import shutil
 import threading
 from collections.abc import Callable
 
@@ -21,6 +22,7 @@ from dsp.archive import Archive
 from dsp.engine import sources_under
 from dsp.node_inputs import Reader
 from dsp.parts import Part, Parts, Reports, push_tagged
+from dsp.spark import kafka_read
 from dsp.spark import partials as spark_partials
 from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
 
@@ -64,26 +66,37 @@ class FormBatches:
         return table.num_rows
 
     def on_cluster(self, reader: Reader, batch_id: int, frame: DataFrame, producer, sent: list,
-                   reports: Reports) -> int:
+                   reports: Reports, archived_in: str = "") -> int:
         """The batch on Spark (dsp.spark.partials): the parts Spark can compute take its partials,
-        the others its rows, here; archived by Spark's tasks. How many rows it had."""
+        the others its rows, here, in the same job; archived by Spark's tasks (`archived_in`: where
+        they wrote the rows as they read them, dsp.spark.kafka_read). How many rows it had."""
         reading = {id(p): p for topic in reader.topics for p in self.parts.reading(reader, topic)}
         on_spark = [p for p in reading.values() if spark_partials.computable(p.root)]
         batch = spark_partials.BatchOnSpark.progress(frame, reader.topics,
                                                      [s for p in on_spark for s in sources_under(p.root)])
         if not reader.owner:
-            self._archive_on_spark(reader, batch_id, frame)
+            self._archive_on_spark(reader, batch_id, frame, archived_in)
         planned = {id(part): _planned(part, batch) for part in on_spark}
         ready = [p for p in planned.values() if isinstance(p, spark_partials.Planned)]
-        partials = dict(zip(map(id, ready), spark_partials.collect(ready), strict=True))   # one job for all
+        rows_too = len(on_spark) < len(reading)   # the rest need the rows (already archived)
+        found = spark_partials.collect(ready, [frame] if rows_too else [])   # one job for all
+        partials = dict(zip(map(id, ready), found, strict=False))
         for part in on_spark:
             self.parts.feed(part, functools.partial(_finish, planned[id(part)], partials), producer, sent, reports)
         self.on_spark += 1
-        if len(on_spark) < len(reading):   # the rest need the rows (already archived)
+        if rows_too:
+            rows = found[-1]
+            if isinstance(rows, Exception):
+                raise rows
             done = {id(p) for p in on_spark}
-            self.on_driver(reader, batch_id, frame.toArrow(), producer, sent, reports,
+            self.on_driver(reader, batch_id, rows, producer, sent, reports,
                            skip=lambda part: id(part) in done, archive=False)
         return batch.rows
+
+    def archive_folder(self, reader: Reader) -> str:
+        """Where Spark's tasks write the rows of `reader`'s batch as they read them ("" when the
+        batch is not archived: a form of parts adopted from another node)."""
+        return "" if reader.owner else self.archive.scratch()
 
     def _archive(self, reader: Reader, batch_id: int, table: pa.Table) -> None:
         """A batch's rows in one file, each with its topic (a shared reader's: its children's
@@ -100,15 +113,24 @@ class FormBatches:
             self.archive.usage.failures += 1
             log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, reader.key)
 
-    def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame) -> None:
-        """The batch archived by Spark's tasks (one Parquet folder per topic); as `_archive`, a
-        failure is logged and the stream goes on."""
+    def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame, archived_in: str) -> None:
+        """The batch archived from what Spark's tasks wrote (`archived_in`; else written by a job
+        of its own, a Parquet folder per topic); as `_archive`, a failure is logged and the stream
+        goes on."""
         try:
-            for topic, written in spark_partials.write_by_topic(frame, reader.topics, self.archive.scratch()).items():
-                self.archive.adopt(reader.topic_archive_key(topic), batch_id, written)
+            if archived_in:
+                written = kafka_read.archived(archived_in)
+            else:
+                written = spark_partials.write_by_topic(frame, reader.topics, self.archive.scratch())
+            for topic, folder in written.items():
+                if topic in reader.topics:
+                    self.archive.adopt(reader.topic_archive_key(topic), batch_id, folder)
         except Exception:  # noqa: BLE001 - see _archive
             self.archive.usage.failures += 1
             log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
+        finally:
+            if archived_in:
+                shutil.rmtree(archived_in, ignore_errors=True)
 
 
 def _planned(part: Part, batch: spark_partials.BatchOnSpark) -> spark_partials.Planned | Exception | None:

@@ -318,21 +318,24 @@ class NodeInputs:
 
     # ------------------------------------------------------------ reading a form's records
 
-    def take(self, reader: Reader, start: Offsets, end: Offsets,
-             fetched: dict) -> tuple[DataFrame | None, pa.Table | None]:
+    def take(self, reader: Reader, start: Offsets, end: Offsets, fetched: dict,
+             archive_to: Callable[[], str] = str) -> tuple[DataFrame | None, pa.Table | None, str]:
         """Form `reader`'s records from `start` to `end`: as a DataFrame, persisted (several jobs
-        read it), when Spark computes its parts (spark_partials.SparkBatches); else its rows, a
+        read it), when Spark computes its parts (spark_partials.SparkBatches), with the folder
+        `archive_to` gives, where Spark's tasks write its rows for the archive; else its rows, a
         small batch read here (KafkaStreamReader.read_here, its records fetched once for every
         form of the batch: `fetched`), a larger one by Spark's tasks."""
         if self._spark_computes(start, end):   # read and decoded by Spark's tasks (dsp.spark.kafka_read)
-            return kafka_read.read_form(self.settings.spark, self._sources[reader.key], start, end).persist(), None
+            folder = archive_to()
+            frame = kafka_read.read_form(self.settings.spark, self._sources[reader.key], start, end, folder)
+            return frame.persist(), None, folder
         local = self._local_readers.get(reader.key)
         lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own
         if local is not None and (table := local.read_here(start, end, fetched, lane)) is not None:
-            return None, table
+            return None, table, ""
         with stepping_aside():   # Spark's tasks read it: the other lanes go on meanwhile (dsp.turns)
             table = self._frame(reader, start, end).toArrow()
-        return None, take_handoff(table) if self.settings.handoff_dir else table
+        return None, take_handoff(table) if self.settings.handoff_dir else table, ""
 
     def ranges_here(self, reader: Reader, start: Offsets, end: Offsets) -> list[OffsetRange]:
         """The ranges `take` fetches in this process for form `reader`'s records from `start` to

@@ -44,13 +44,16 @@ from dsp.kafka_source import OFFSETS_ONLY, OffsetRange, lanes_of
 from dsp.lane_fetch import Fetched, fetch_for_lanes
 from dsp.manager import DSPManager
 from dsp.offset_log import Offsets, batch_end
+from dsp.spark.rounds import Rounds
 from dsp.turns import Turns
 from wire import range_fetch
 
 log = logging.getLogger("hifi.dsp")
 
 QUERY_ID = "read:process"
-LANE_THREADS = 4
+# Lanes waiting in a round of Spark jobs (dsp.spark.rounds) hold their threads: the pool makes as
+# many as the lanes ask for (threads are made when none is idle), up to this
+LANE_THREADS = 1024
 LANES_AT_ONCE = 1   # the others wait their turn (dsp.turns), but for one waiting for its node
 LANE_THREAD = "lane"   # the lanes' threads' names begin so
 # A lane's batch: (batch id, the lane's ends, the stream's identity: its checkpoint's id, its
@@ -86,6 +89,7 @@ class ProcessStream:
         self._turns = Turns(LANES_AT_ONCE)
         self._in_flight: dict[str, Future] = {}   # lane -> its part of the batch running now
         self._running = False
+        self.rounds = Rounds(0)   # the last batch's (its jobs counted)
 
     @classmethod
     def at(cls, spark: SparkSession, home: str, bootstrap: str, trigger_ms: int,
@@ -200,7 +204,8 @@ class ProcessStream:
         fetched = self._fetch(batch_id, identity, lanes, by_lane)
         waiting = deque((self._in_flight[name], lane.on_batch, by_lane.get(name, {}), fetched.get(name, {}))
                         for name, lane in lanes.items())
-        self._serve(waiting, batch_id, identity)
+        self.rounds = Rounds(len(waiting))
+        self._serve(waiting, batch_id, identity, self.rounds)
         errors = [exc for future in running if (exc := future.exception()) is not None]
         if errors:
             raise errors[0]
@@ -222,9 +227,10 @@ class ProcessStream:
                     log.debug("lane %s: its ranges of batch %d not told", name, batch_id, exc_info=True)
         return fetch_for_lanes(self.bootstrap, self._fetch_owner, wanted)
 
-    def _serve(self, waiting: deque, batch_id: int, identity: str) -> None:
+    def _serve(self, waiting: deque, batch_id: int, identity: str, rounds: Rounds) -> None:
         """A thread of the pool runs the waiting lanes one after another; a lane that steps aside
-        (dsp.turns) has another thread go on with the rest meanwhile."""
+        (dsp.turns) has another thread go on with the rest meanwhile. The lanes' Spark jobs are
+        the batch's `rounds`' (dsp.spark.rounds)."""
         def serve() -> None:
             while True:
                 try:
@@ -233,7 +239,8 @@ class ProcessStream:
                     return
                 with self._turns.taking(when_aside=lambda: self._pool.submit(serve)):
                     try:
-                        on_batch(batch_id, ends, identity, fetched)
+                        with rounds.lane():
+                            on_batch(batch_id, ends, identity, fetched)
                     except BaseException as exc:  # noqa: BLE001 - the batch's failure, raised by `_batch`
                         future.set_exception(exc)
                     else:

@@ -92,11 +92,12 @@ class StreamBatches:
         fetched = dict(fetched or {})   # the batch's records by range, fetched once for all its forms (read_here)
         persisted: list[DataFrame] = []   # the forms Spark reads, unpersisted once the batch is done
 
-        def take(reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None]:
-            frame, table = self.inputs.take(reader, start, end, fetched)
+        def take(reader: Reader, start: Offsets, end: Offsets) -> tuple[DataFrame | None, pa.Table | None, str]:
+            frame, table, archived_in = self.inputs.take(reader, start, end, fetched,
+                                                         lambda: self.forms.archive_folder(reader))
             if frame is not None:
                 persisted.append(frame)
-            return frame, table
+            return frame, table, archived_in
 
         taken = {reader.key: ((start, end), take(reader, start, end)) for reader, start, end in forms}
         with self.locks.batch():
@@ -111,10 +112,11 @@ class StreamBatches:
             try:
                 for reader, start, end in self.inputs.forms_in(stream, bounds):   # the forms as they are now
                     read_at, read = taken.get(reader.key, (None, None))
-                    frame, table = read if read_at == (start, end) else take(reader, start, end)
+                    frame, table, archived_in = read if read_at == (start, end) else take(reader, start, end)
                     if frame is not None:
                         with stepping_aside():   # Spark's jobs: the other nodes' lanes go on meanwhile
-                            rows += self.forms.on_cluster(reader, batch_id, frame, sender, sent, reports)
+                            rows += self.forms.on_cluster(reader, batch_id, frame, sender, sent, reports,
+                                                          archived_in)
                     else:
                         rows += self.forms.on_driver(reader, batch_id, table, sender, sent, reports)
                 bus.deliver(producer, sent)

@@ -15,15 +15,19 @@ is fenced and counted as the first read was.
 from __future__ import annotations
 
 import json
+import os
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dsp.kafka_source import KafkaDataSource, KafkaStreamReader, OffsetRange
+from dsp.topic_batch import TOPIC_COLUMN
 from wire import bus
 from wire.range_fetch import Record
 
@@ -90,9 +94,11 @@ def tasks_for(start: Offsets, end: Offsets, cores: int) -> int:
     return max(partitions, min(cores, records // RECORDS_PER_TASK))
 
 
-def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, end: Offsets) -> DataFrame:
+def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, end: Offsets,
+              archive_to: str = "") -> DataFrame:
     """Form `options`' (a `hifi_kafka` source's options: dsp.kafka_source) records from `start` to
-    `end` as a DataFrame of its rows, read and decoded by Spark's tasks."""
+    `end` as a DataFrame of its rows, read and decoded by Spark's tasks; `archive_to`: a folder
+    where the tasks also write the rows they decode (`archived`), for the node's archive."""
     options = {key: value for key, value in options.items() if key != "handoff_dir"}   # rows, not files
     wanted = {key: stop for key, stop in end.items() if stop > start.get(key, stop)}
     schema = StructType.fromDDL(KafkaDataSource(options).schema())   # parsed here: a worker has no session
@@ -106,19 +112,47 @@ def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, e
                .option("minPartitions", str(tasks_for(start, wanted, spark.sparkContext.defaultParallelism)))
                .option("failOnDataLoss", "true").load()
                .select("topic", "partition", "offset", "timestamp", "value", "headers"))
-    return records.mapInArrow(Decode(schema, options), schema)
+    return records.mapInArrow(Decode(schema, options, archive_to), schema)
 
 
 class Decode:
-    """A task's records as its form's rows (pickled to the Python workers: the schema and options only)."""
+    """A task's records as its form's rows (pickled to the Python workers: the schema and options
+    only), each range's rows also written under `archive_to` when it is set."""
 
-    def __init__(self, schema: StructType, options: dict[str, str]) -> None:
-        self.schema, self.options = schema, options
+    def __init__(self, schema: StructType, options: dict[str, str], archive_to: str = "") -> None:
+        self.schema, self.options, self.archive_to = schema, options, archive_to
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         reader = KafkaStreamReader(self.schema, self.options)
         for (topic, partition), records in _records(batches).items():
-            yield from reader.read(OffsetRange(topic, partition, records[0].offset, records[-1].offset + 1), records)
+            rows = list(reader.read(OffsetRange(topic, partition, records[0].offset, records[-1].offset + 1), records))
+            if self.archive_to:
+                _archive(self.archive_to, topic, f"{partition}-{records[0].offset}", rows)
+            yield from rows
+
+
+def archived(folder: str) -> dict[str, str]:
+    """The topics whose rows the tasks wrote under `folder` (read_form's `archive_to`), and each
+    one's folder of Parquet files (dsp.archive.Archive.adopt takes them)."""
+    prefix = f"{TOPIC_COLUMN}="
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return {urllib.parse.unquote(name[len(prefix):]): os.path.join(folder, name)
+            for name in names if name.startswith(prefix)}
+
+
+def _archive(folder: str, topic: str, name: str, rows: list[pa.RecordBatch]) -> None:
+    """A range's rows in a Parquet file of its topic's folder (the topic column dropped), named
+    after the range: a task run again writes the same file again."""
+    table = pa.Table.from_batches(rows) if rows else None
+    if table is None or not table.num_rows:
+        return
+    if TOPIC_COLUMN in table.column_names:
+        table = table.drop_columns([TOPIC_COLUMN])
+    into = os.path.join(folder, f"{TOPIC_COLUMN}={urllib.parse.quote(topic, safe='')}")
+    os.makedirs(into, exist_ok=True)
+    path, unfinished = os.path.join(into, f"{name}.parquet"), os.path.join(into, f".{name}.parquet.tmp")
+    pq.write_table(table, unfinished)   # a name starting with "." is no part of the folder's table
+    os.replace(unfinished, path)
 
 
 def _records(batches: Iterator[pa.RecordBatch]) -> dict[tuple[str, int], list[Record]]:

@@ -8,8 +8,10 @@ the part's state and emits exactly as the driver's path does (engine.AggregateOp
 emit). What stays on the driver: the state, the bound and the emission; annotated (triage-error)
 aggregates and event patterns (their per-row work is the state: MatchOp).
 
-A batch costs one job shared by all its parts (`BatchOnSpark.progress`: per topic what the batch
-tells each kind of source about event time, engine.SourceProgress) and one job per part (`push`).
+A batch costs two jobs, shared by all its parts and by the other lanes of the process's
+micro-batch (dsp.spark.rounds): its statistics (`BatchOnSpark.progress`: per topic what the
+batch tells each kind of source about event time, engine.SourceProgress), then every part's
+partials (`collect`).
 The two paths agree because they share everything but the per-batch arithmetic: the sources
 advance through `SourceOp.advance`, the partials merge through `fold_groups`. One batch spans
 topics; the driver's path pushes them one after another, a row being late against the bound
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.errors import PySparkException
 from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -56,6 +57,7 @@ from dsp.engine import (
     advance_topics,
     group_rows,
 )
+from dsp.spark import rounds
 from dsp.topic_batch import TOPIC_COLUMN
 
 LATE = "__late"
@@ -115,11 +117,11 @@ class BatchOnSpark:
         for fmt, event_time in shapes:
             stats = _shape_stats(fmt, event_time, names)
             aggregates += [agg.alias(f"{fmt}|{event_time}|{what}") for what, agg in stats]
-        if TOPIC_COLUMN in names:
-            table = frame.groupBy(TOPIC_COLUMN).agg(*aggregates).toArrow()
+        tagged = TOPIC_COLUMN in names
+        table = _rows_of(frame.groupBy(TOPIC_COLUMN).agg(*aggregates) if tagged else frame.agg(*aggregates))
+        if tagged:
             stats = {row.pop(TOPIC_COLUMN): row for row in table.to_pylist()}
         else:
-            table = frame.agg(*aggregates).toArrow()
             stats = {reader_topics[0]: table.to_pylist()[0]} if len(reader_topics) == 1 else {}
         stats = {topic: row for topic, row in stats.items() if row["rows"]}
         present = [t for t in reader_topics if t in stats]
@@ -140,6 +142,14 @@ class BatchOnSpark:
             span = ((low, high) if low is not None else (held, held)) if triaged else None
             return SourceProgress(newest_ms=stat("newest"), triaged=True, triaged_span=span)
         return SourceProgress(newest_ms=stat("newest"), mark_ms=stat("mark"))
+
+
+def _rows_of(frame: DataFrame) -> pa.Table:
+    """`frame`'s rows, computed in the round of the lane's micro-batch (dsp.spark.rounds)."""
+    found = rounds.collect([frame])[0]
+    if isinstance(found, Exception):
+        raise found
+    return found
 
 
 def _marker(names: Sequence[str]) -> SparkColumn:
@@ -226,85 +236,14 @@ def plan(root: Operator, batch: BatchOnSpark, together: bool = False) -> Planned
     return Planned(root, above, aggregate, weighted, grouped, keys, row_by_row)
 
 
-PART = "__part"
-
-
-def collect(planned: Sequence[Planned]) -> list[pa.Table | Exception | None]:
-    """Every planned part's partials, computed by one Spark job: their DataFrames tagged by part
-    and unioned, each column in a slot of its type (`slots`: the union is as wide as the widest
-    part per type, whatever the number of parts). Should that job fail, each part's partials are
-    computed alone, so that only the part whose rows fail it fails (its `finish` raises)."""
-    jobs = [(i, p.grouped) for i, p in enumerate(planned) if p.grouped is not None]
-    found: list[pa.Table | Exception | None] = [None] * len(planned)
-    if len(jobs) == 1:
-        found[jobs[0][0]] = jobs[0][1].toArrow()
-        return found
-    if not jobs:
-        return found
-    schemas = [grouped.schema for _, grouped in jobs]
-    union, placed = slots([[field.dataType.simpleString() for field in schema.fields] for schema in schemas])
-    tagged = []
-    for (i, grouped), schema, mine in zip(jobs, schemas, placed, strict=True):   # one JVM call a part
-        by_slot = {slot: _quoted(field.name) for field, slot in zip(schema.fields, mine, strict=True)}
-        tagged.append(grouped.selectExpr(f"{i} AS {PART}", *[f"{by_slot.get(slot, f'CAST(NULL AS {kind})')} AS {slot}"
-                                                            for slot, kind in union]))
-    try:
-        table = _union_all(tagged).toArrow()
-    except PySparkException:   # see the docstring
-        return [None if p.grouped is None else _alone(p.grouped) for p in planned]
-    for (i, _), schema, mine in zip(jobs, schemas, placed, strict=True):
-        rows = table.filter(pc.equal(table[PART], i))
-        found[i] = rows.select(mine).rename_columns([field.name for field in schema.fields])
-    return found
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _union_all(frames: list[DataFrame]) -> DataFrame:
-    """The frames' rows in one DataFrame, unioned pairwise in rounds: each union is analysed as it
-    is made, so a chain of n would analyse ~n²/2 branches, the rounds ~n log n."""
-    while len(frames) > 1:
-        odd = frames[len(frames) // 2 * 2:]
-        frames = [a.unionAll(b) for a, b in zip(frames[::2], frames[1::2], strict=False)] + odd
-    return frames[0]
-
-
-def slots(parts: Sequence[Sequence[str]]) -> tuple[list[tuple[str, str]], list[list[str]]]:
-    """Columns of several parts (each a list of its columns' types) placed in shared slots: a
-    slot holds one type, and a part's columns of a type take that type's slots in order. The
-    union's slots (name, type), and per part the slot of each of its columns.
-
-    >>> union, placed = slots([["bigint", "string"], ["string", "string", "double"]])
-    >>> union
-    [('s0_0', 'bigint'), ('s1_0', 'string'), ('s1_1', 'string'), ('s2_0', 'double')]
-    >>> placed
-    [['s0_0', 's1_0'], ['s1_0', 's1_1', 's2_0']]
-    """
-    kinds: dict[str, int] = {}
-    width: dict[str, int] = {}
-    placed = []
-    for columns in parts:
-        used: dict[str, int] = {}
-        mine = []
-        for kind in columns:
-            n = used.get(kind, 0)
-            used[kind] = n + 1
-            mine.append(f"s{kinds.setdefault(kind, len(kinds))}_{n}")
-        placed.append(mine)
-        for kind, n in used.items():
-            width[kind] = max(width.get(kind, 0), n)
-    union = [(f"s{index}_{n}", kind) for kind, index in kinds.items() for n in range(width[kind])]
-    return union, placed
-
-
-def _alone(grouped: DataFrame) -> pa.Table | Exception:
-    """One part's partials computed by a job of its own, or why Spark cannot."""
-    try:
-        return grouped.toArrow()
-    except PySparkException as exc:   # the part's failure, raised by its `finish`
-        return exc
+def collect(planned: Sequence[Planned], extra: Sequence[DataFrame] = ()) -> list[pa.Table | Exception | None]:
+    """Every planned part's partials, then the rows of each `extra` frame, computed by one Spark
+    job (dsp.spark.rounds.collect_frames); should that job fail, each is computed alone, so that
+    only the part whose rows fail it fails (its `finish` raises). A lane of the process's stream
+    shares the job with the other lanes of its micro-batch (dsp.spark.rounds)."""
+    frames = [p.grouped for p in planned if p.grouped is not None]
+    found = iter(rounds.collect([*frames, *extra]))
+    return [None if p.grouped is None else next(found) for p in planned] + list(found)
 
 
 # ---------------------------------------------------------------- the stateless prefix
