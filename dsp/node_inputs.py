@@ -327,7 +327,8 @@ class NodeInputs:
         form of the batch: `fetched`), a larger one by Spark's tasks."""
         if self._spark_computes(start, end):   # read and decoded by Spark's tasks (dsp.spark.kafka_read)
             folder = archive_to()
-            frame = kafka_read.read_form(self.settings.spark, self._sources[reader.key], start, end, folder)
+            frame = kafka_read.read_form(self.settings.spark, self._sources[reader.key], start, end, folder,
+                                         kafka_read.group_id(self.node_id, reader.key))
             return frame.persist(), None, folder
         local = self._local_readers.get(reader.key)
         lane = lane_name(self.node_id, reader.stream)   # reads one batch at a time: a consumer of its own

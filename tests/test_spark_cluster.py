@@ -86,8 +86,8 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
     before = cluster.executor_tasks(f"hifi-{DOOR}")
     assert before > 0, f"no task of {DOOR}'s batches ran on the cluster's executors"
     # the batches' records were read by Spark's own Kafka source in the executors' JVMs (a consumer
-    # of its group, dsp.spark.kafka_read), not in the driver: the warm-up job reads no topic
-    assert cluster.executor_log_lines(f"hifi-{DOOR}", rf"group\.id = {GROUP_PREFIX}-[0-9a-f-]+-executor") > 0, \
+    # of the door's group, dsp.spark.kafka_read.group_id), not in the driver: the warm-up job reads no topic
+    assert cluster.executor_log_lines(f"hifi-{DOOR}", rf"group\.id = {GROUP_PREFIX}-{DOOR}-[0-9a-f]+") > 0, \
         f"Spark's Kafka source read none of {DOOR}'s batches on the executors"
     # on a cluster Spark computes the parts' partials and its tasks archive the batches (dsp.spark.partials)
     archived = glob.glob(os.path.join(hierarchy.state_dir, "**", "archive", "*", "*", "*.parquet"), recursive=True)

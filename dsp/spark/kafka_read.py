@@ -14,6 +14,7 @@ is fenced and counted as the first read was.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import urllib.parse
@@ -94,11 +95,24 @@ def tasks_for(start: Offsets, end: Offsets, cores: int) -> int:
     return max(partitions, min(cores, records // RECORDS_PER_TASK))
 
 
+def group_id(node_id: str, form: str) -> str:
+    """The consumer group of one form's reads (never committed: the ranges are assigned). The same
+    every batch, so that Spark's executors keep the form's consumers, and their authenticated
+    connections, from batch to batch (spark.kafka.consumer.cache: its key is the group and the
+    partition; a new group per read made every task open, encrypt and authenticate anew).
+
+    >>> group_id("door1", "hifi.raw.door1")
+    'hifi-spark-door1-ef179cdd75'
+    """
+    return f"{GROUP_PREFIX}-{node_id}-{hashlib.sha1(form.encode()).hexdigest()[:10]}"
+
+
 def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, end: Offsets,
-              archive_to: str = "") -> DataFrame:
+              archive_to: str = "", group: str = "") -> DataFrame:
     """Form `options`' (a `hifi_kafka` source's options: dsp.kafka_source) records from `start` to
     `end` as a DataFrame of its rows, read and decoded by Spark's tasks; `archive_to`: a folder
-    where the tasks also write the rows they decode (`archived`), for the node's archive."""
+    where the tasks also write the rows they decode (`archived`), for the node's archive; `group`:
+    the consumers' group (`group_id`; by default a new one a read)."""
     options = {key: value for key, value in options.items() if key != "handoff_dir"}   # rows, not files
     wanted = {key: stop for key, stop in end.items() if stop > start.get(key, stop)}
     schema = StructType.fromDDL(KafkaDataSource(options).schema())   # parsed here: a worker has no session
@@ -109,6 +123,7 @@ def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, e
                .option("startingOffsets", json.dumps(offsets_by_topic({k: start.get(k, 0) for k in wanted})))
                .option("endingOffsets", json.dumps(offsets_by_topic(wanted)))
                .option("includeHeaders", "true").option("groupIdPrefix", GROUP_PREFIX)
+               .options(**({"kafka.group.id": group} if group else {}))
                .option("minPartitions", str(tasks_for(start, wanted, spark.sparkContext.defaultParallelism)))
                .option("failOnDataLoss", "true").load()
                .select("topic", "partition", "offset", "timestamp", "value", "headers"))

@@ -131,6 +131,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
     with _lock:
         cores = os.environ.get("HIFI_SPARK_CORES", "*")
         master = os.environ.get("SPARK_MASTER", f"local[{cores}]")
+        codegen = os.environ.get("HIFI_SPARK_CODEGEN", "true").strip().lower() != "false"
         if master.startswith("local") and "PYSPARK_PYTHON" not in os.environ and os.access(WORKER_LAUNCHER, os.X_OK):
             use_worker_launcher()
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -150,6 +151,10 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             # re-planning buys nothing on a batch's few rows
             .config("spark.sql.adaptive.enabled", os.environ.get("HIFI_SPARK_ADAPTIVE", "false"))
             .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
+            # A micro-batch's plans carry its bounds as literals, so their code is generated and
+            # compiled anew each batch: `false` interprets them instead (docs/sql.md)
+            .config("spark.sql.codegen.wholeStage", str(codegen).lower())
+            .config("spark.sql.codegen.factoryMode", "FALLBACK" if codegen else "NO_CODEGEN")
             # A watermark move would otherwise cost an extra (empty) micro-batch per query; the next
             # data batch closes the windows instead (data and progress markers arrive every trigger).
             .config("spark.sql.streaming.noDataMicroBatches.enabled",
