@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from services.bench.registry import BENCHES
 from services.cli_help import DESCRIPTIONS, EPILOG
 from services.commands import (
-    CLIError,
     become_from_standby,
     cmd_agents,
     cmd_bench,
@@ -42,13 +41,21 @@ def _env(name: str, fallback: str) -> str:
     return os.environ.get(name) or fallback
 
 
-def _int_env(name: str) -> int | None:
-    value = os.environ.get(name)
-    if not value:
-        return None
-    if not value.isdigit():
-        raise CLIError(f"{name} must be a port number, not {value!r}")
-    return int(value)
+def _port(text: str) -> int:
+    """A TCP port as an option (or the environment variable its default comes from) gives it."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
+
+
+def _megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of megabytes")
+    return value
 
 
 def _priority(text: str) -> int:
@@ -91,6 +98,8 @@ def _up_command(sub: argparse._SubParsersAction) -> None:
                          "one of); default: every node in this process")
     up.add_argument("--dashboard", default="127.0.0.1:8470", metavar="HOST:PORT",
                     help="where the operations dashboard listens (default 127.0.0.1:8470; a free port if taken)")
+    up.add_argument("--verbose", action="store_true",
+                    help="print Spark's and the JVM's own log lines here too (default: to <HIFI_HOME>/logs/spark.log)")
     up.set_defaults(func=cmd_up)
 
 
@@ -142,7 +151,7 @@ def _node_command(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--listen", default=_env("HIFI_LISTEN", ""),
                       help="gRPC host:port (default $HIFI_LISTEN, else the topology's `listen`, else a free port)")
     _advertise_option(node)
-    node.add_argument("--metrics-port", type=int, default=_int_env("HIFI_METRICS_PORT"),
+    node.add_argument("--metrics-port", type=_port, default=os.environ.get("HIFI_METRICS_PORT") or None,
                       help="/metrics port (default $HIFI_METRICS_PORT, else the topology's `metrics_port`)")
     node.add_argument("--state-dir", default=_env("HIFI_STATE_DIR", ""),
                       help="checkpoints (default $HIFI_STATE_DIR, else a temporary directory)")
@@ -162,7 +171,7 @@ def _placement_command(sub: argparse._SubParsersAction) -> None:
     placement.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:50050"),
                            help="gRPC host:port (default $HIFI_LISTEN, else 127.0.0.1:50050)")
     _advertise_option(placement)
-    placement.add_argument("--metrics-port", type=int, default=_int_env("HIFI_METRICS_PORT") or 0,
+    placement.add_argument("--metrics-port", type=_port, default=os.environ.get("HIFI_METRICS_PORT") or "0",
                            help="/metrics port (default $HIFI_METRICS_PORT, else a free port)")
     placement.set_defaults(func=cmd_placement)
 
@@ -290,12 +299,13 @@ def _agents_command(sub: argparse._SubParsersAction) -> None:
     agents.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     agents.add_argument("--speed", type=float, default=1.0,
                         help="scenario seconds per wall second (default 1; readings are stamped with scenario "
-                             "time, and nodes dead-letter readings more than 60 s ahead of their clock)")
+                             "time, and nodes dead-letter readings more than the topology's `max_ahead`, "
+                             "default 500 ms, ahead of their arrival: raise it for a speed above 1)")
     agents.add_argument("--duration", type=float, default=None,
                         help="scenario seconds to run (default: until Ctrl-C)")
     agents.add_argument("--receptor-dir", default=os.environ.get("HIFI_RECEPTOR_DIR"),
                         help="write readings.jsonl and truth.jsonl here (default $HIFI_RECEPTOR_DIR)")
-    agents.add_argument("--spool-mb", type=float, default=_int_env("HIFI_SPOOL_MB") or 256,
+    agents.add_argument("--spool-mb", type=_megabytes, default=os.environ.get("HIFI_SPOOL_MB") or "256",
                         help="bound of the spool on disk (<receptor dir>/spool) that keeps what the broker does "
                              "not take while it is unreachable, forwarded in order when it is back; past it the "
                              "newest messages are dropped and counted (default $HIFI_SPOOL_MB, else 256)")
@@ -346,10 +356,21 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 )
 
 
+def _version() -> str:
+    """The installed package's version (pyproject.toml's), or what a source tree without it is."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("hifi")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """`hifi`'s parser: each command's own from COMMANDS, in the order `hifi --help` lists them."""
     parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware",
                                      epilog=EPILOG)
+    parser.add_argument("--version", action="version", version=f"hifi {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)

@@ -16,7 +16,10 @@ DESCRIPTIONS: dict[str, str] = {
         'process of its own (its own Spark; its log at `<state dir>/<node>.log`) under a supervisor that '
         'starts a node process that dies again after 0.25 s, from a warm spare process it keeps beside the '
         'nodes (`hifi node --standby`, started 15 s after the nodes and 15 s after each use); by default '
-        'every node runs in this one process and Spark application (less memory, faster to start).'
+        'every node runs in this one process and Spark application (less memory, faster to start). Spark\'s '
+        'and the JVM\'s own log lines go to `<HIFI_HOME>/logs/spark.log` (`--verbose`: here too). Ctrl-C, '
+        'SIGTERM or SIGHUP (to the process or its whole group) stops every node, then Spark, then the '
+        'servers, and exits 0; a failure to start exits 1.'
     ),
     'nodes': (
         'nodes with tier, parent, gRPC address, alive/DEAD (heartbeat TTL 5 s), last heartbeat, when its '
@@ -36,8 +39,9 @@ DESCRIPTIONS: dict[str, str] = {
     'status': (
         'the health summary the dashboard shows: per node (core first) its state — alive, `FAILED` (a query '
         'part on it died: `hifi queries` names the cause), `LAGGING` (newest processed event older than 120 '
-        's, its input waiting 30 s for it, or no statistics for 10 s) or `DEAD` (no heartbeat within the 5 '
-        's TTL) with the reason — readings'
+        's, its input waiting 30 s for it, or no statistics for 10 s), `TRIAGING` (over its latency target '
+        'in the last 10 s: Data Triage decoded a sample of its input, and approximate queries\' windows say '
+        'so) or `DEAD` (no heartbeat within the 5 s TTL) with the reason — readings'
         ' in, input rows/s, lag (s), rows out, dead-lettered, late rows, queries, KB archived since it '
         'started and KB waiting for its constrained uplink (see *The archive* and *Priorities*), exported '
         'views; per receptor the readings, read cycles and weak readings (below `strength_T`) its edge took '

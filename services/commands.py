@@ -108,8 +108,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     topology = load_topology(args.topology)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for stopping in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stopping, lambda *_: stop.set())
     started = time.monotonic()
+    if not args.verbose:
+        os.environ["HIFI_SPARK_LOG"] = os.path.join(hifi_home(), "logs", "spark.log")
+        os.makedirs(os.path.dirname(os.environ["HIFI_SPARK_LOG"]), exist_ok=True)
+        open(os.environ["HIFI_SPARK_LOG"], "w").close()   # this run's
+        _progress(f"Spark's own log: {os.environ['HIFI_SPARK_LOG']} (--verbose: here)")
     with embedded_or_external() as servers:
         _progress(f"MDR at {redacted_url(servers.redis_url)}, broker at {servers.bootstrap}")
         _kafka_users(servers, topology)

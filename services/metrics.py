@@ -6,11 +6,11 @@ dead letters, per-receptor reads) are read from the MDR's fenced statistics when
 scrapes; what only the running process knows (micro-batch durations, result latency, gRPC calls,
 MDR operations) is measured in-process and starts from zero with it, as Prometheus counters may.
 
-Metric names (all labelled by `node` or `service`):
+Metric names (all labelled by `node` or `service`; docs/operating.md lists them, a test holds it
+to this registry): counters end in `_total`, rates are left to PromQL (`rate(...)`):
   hifi_readings_in_total, hifi_rows_out_total, hifi_dead_lettered_total, hifi_triaged_records_total,
-  hifi_late_rows,
-  hifi_input_rate, hifi_input_lag_seconds, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up,
-  hifi_archive_bytes,
+  hifi_late_rows_total, hifi_archive_bytes_total,
+  hifi_input_lag_seconds, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up,
   hifi_uplink_queued_bytes,
   hifi_receptor_reads_total / _cycles_total / _weak_reads_total {receptor},
   hifi_view_rows_total {query}, hifi_microbatch_duration_seconds {query},
@@ -66,16 +66,16 @@ class _NodeStatistics(Collector):
                 ("hifi_readings_in", "rows_in", "readings (edge) or view rows (others) the node took in"),
                 ("hifi_rows_out", "rows_out", "rows the node's queries and views emitted"),
                 ("hifi_dead_lettered", "dead", "input records rejected to hifi.dead.<node>"),
-                ("hifi_triaged_records", "triaged", "raw records Data Triage left out undecoded (edge)")):
+                ("hifi_triaged_records", "triaged", "raw records Data Triage left out undecoded (edge)"),
+                # counted by the running process (from zero when it starts again, as counters may)
+                ("hifi_late_rows", "late_rows", "rows the node's parts dropped as late since they started"),
+                ("hifi_archive_bytes", "archive_bytes", "bytes the node archived since it started")):
             yield _counter(name, help_text, ["node"], labels, stats.get(key, 0.0))
         for name, value, help_text in (
-                ("hifi_input_rate", stats.get("input_rate", 0.0), "rows per second read from the node's inputs"),
                 ("hifi_input_lag_seconds", stats.get("input_lag_ms", 0.0) / 1000,
                  "how long the node's input waited for it: the oldest record of its last batches, by its Kafka time"),
                 ("hifi_watermark_lag_seconds", stats.get("lag_ms", 0.0) / 1000,
                  "wall clock minus the newest event time the node has processed"),
-                ("hifi_late_rows", stats.get("late_rows", 0.0), "rows the last micro-batches dropped as late"),
-                ("hifi_archive_bytes", stats.get("archive_bytes", 0.0), "bytes archived since the node started"),
                 ("hifi_uplink_queued_bytes", stats.get("uplink_queued_bytes", 0.0),
                  "bytes waiting for the node's constrained uplink"),
                 ("hifi_running_queries", stats.get("running_queries", 0.0), "queries and views running"),

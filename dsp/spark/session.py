@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from pyspark.core import context as pyspark_context
 from pyspark.sql import SparkSession
 
 from base.jar_sets import jars_of
@@ -117,6 +118,27 @@ def connector_jars() -> str:
     return ",".join(found)
 
 
+def launch_jvm_apart(conf=None, popen_kwargs: dict | None = None):   # noqa: ANN001, ANN201 (pyspark's signature)
+    """pyspark's `launch_gateway` with the JVM in a session of its own: a signal to this process's
+    group (what `docker stop`, systemd or `timeout` send) then reaches the nodes, which stop in
+    order, and not the JVM under them, which their stop still needs (`spark.stop` ends it). It
+    dies with this process all the same: it exits when its stdin, a pipe from here, closes. With
+    HIFI_SPARK_LOG set, the JVM's output (Spark's log4j lines) is appended to that file."""
+    from pyspark import java_gateway
+
+    kwargs = {**(popen_kwargs or {}), "start_new_session": True}
+    log_file = os.environ.get("HIFI_SPARK_LOG", "")
+    if log_file:
+        os.makedirs(os.path.dirname(os.path.abspath(log_file)), exist_ok=True)
+        out = open(log_file, "ab")   # noqa: SIM115 (the JVM's, for its life: closed here once it has it)
+        kwargs |= {"stdout": out, "stderr": out}
+    try:
+        return java_gateway.launch_gateway(conf, kwargs)
+    finally:
+        if log_file:
+            out.close()
+
+
 class SparkConnectorMissing(HiFiError):
     """Spark's Kafka connector jars were not fetched."""
 
@@ -176,13 +198,31 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             for key, value in LOCAL_CHECKPOINT_SETTINGS.items():
                 builder = builder.config(key, value)
         new = SparkSession.getActiveSession() is None
+        pyspark_context.launch_gateway = launch_jvm_apart   # how SparkContext starts its JVM
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel(os.environ.get("HIFI_SPARK_LOG_LEVEL", "ERROR"))
         spark.dataSource.register(KafkaDataSource)
         logging.getLogger("py4j").setLevel(logging.WARNING)
         if new:
+            quiet_accumulator_eof(spark)
             start_python_workers(spark)
         return spark
+
+
+def quiet_accumulator_eof(spark: SparkSession) -> None:
+    """The JVM closing its connection to pyspark's accumulator server (as Spark stops) ends that
+    connection, not in error: pyspark's handler raises `EOFError` there and its server prints the
+    traceback (seen as `hifi up` stops). Other errors of the server are printed as before."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    printed = server.handle_error
+
+    def handle_error(request, address) -> None:   # noqa: ANN001 (socketserver's)
+        if not isinstance(sys.exc_info()[1], EOFError):
+            printed(request, address)
+
+    server.handle_error = handle_error
 
 
 def start_python_workers(spark: SparkSession) -> None:
