@@ -110,8 +110,8 @@ class Supervisor:
 
     def _env(self, extra: dict[str, str]) -> dict[str, str]:
         """A node process's environment (a spare's lacks the node's own part, MDR user included, given
-        when it becomes one)."""
-        inherited = {k: v for k, v in os.environ.items() if k != "HIFI_REDIS_URL"}
+        when it becomes one). Its Spark's own lines go to its log with the rest (not HIFI_SPARK_LOG's)."""
+        inherited = {k: v for k, v in os.environ.items() if k not in ("HIFI_REDIS_URL", "HIFI_SPARK_LOG")}
         return {**inherited, "HIFI_KAFKA_BOOTSTRAP": self.bootstrap, "HIFI_SPARK_DRIVER_MEMORY": "1g",
                 **({"HIFI_TLS_DIR": self.tls_dir} if self.tls_dir else {}), **extra}
 
