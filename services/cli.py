@@ -32,6 +32,7 @@ from services.commands import (
     cmd_users,
     cmd_views,
 )
+from services.listing import FORMATS
 from services.paths import DEFAULT_TOPOLOGY
 from wire.errors import HiFiError
 
@@ -103,14 +104,23 @@ def _up_command(sub: argparse._SubParsersAction) -> None:
     up.set_defaults(func=cmd_up)
 
 
+def _format_option(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS) -> None:
+    """`--format`: the one spelling of how a command prints its rows (services.listing)."""
+    parser.add_argument("--format", choices=list(formats), default="table",
+                        help="table for people (default), json: a JSON object a line, csv: a header and rows; "
+                             "times in JSON and CSV are ISO 8601 with their offset")
+
+
 def _nodes_command(sub: argparse._SubParsersAction) -> None:
     nodes = sub.add_parser("nodes", help="nodes in the MDR with tier, parent, address, liveness")
+    _format_option(nodes)
     nodes.set_defaults(func=cmd_nodes)
 
 
 def _views_command(sub: argparse._SubParsersAction) -> None:
     views = sub.add_parser("views", help="exported views with node, window and topic")
     views.add_argument("--node", default=None, help="only this node's views")
+    _format_option(views)
     views.set_defaults(func=cmd_views)
 
 
@@ -118,6 +128,7 @@ def _motes_command(sub: argparse._SubParsersAction) -> None:
     motes = sub.add_parser("motes", help="what each edge node's sensor proxy told its motes to send (always, "
                                          "never, or thresholds) and the settings version")
     motes.add_argument("--node", default=None, help="only this edge node's motes")
+    _format_option(motes)
     motes.set_defaults(func=cmd_motes)
 
 
@@ -127,6 +138,7 @@ def _status_command(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C, "
                                                              "with each receptor's reads/s and read-cycle time")
     status.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
+    _format_option(status, ("table", "json"))   # json: one object of its tables a report
     status.set_defaults(func=cmd_status)
 
 
@@ -214,7 +226,7 @@ def _query_command(sub: argparse._SubParsersAction) -> None:
                        help="compute the answer centrally over the running hierarchy's recorded readings")
     query.add_argument("--limit", type=int, default=None, help="stop after this many result rows")
     query.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
-    query.add_argument("--format", choices=["table", "json"], default="table", help="row format (default table)")
+    _format_option(query)
     query.add_argument("--principal", default="",
                        help="ask as this principal (an admin only; default: the token's own principal); "
                             "with --reference: read as it")
@@ -277,11 +289,13 @@ def _users_command(sub: argparse._SubParsersAction) -> None:
                             "admin everything")
     users.add_argument("--expires", default="",
                        help="the token expires after this long, e.g. '30 days' or '12 hours' (default: never)")
+    _format_option(users)   # list's
     users.set_defaults(func=cmd_users)
 
 
 def _queries_command(sub: argparse._SubParsersAction) -> None:
     queries = sub.add_parser("queries", help="running queries with their root node and result topic")
+    _format_option(queries)
     queries.set_defaults(func=cmd_queries)
 
 

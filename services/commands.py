@@ -64,12 +64,12 @@ def _security():
     return Security(tls_dir, os.environ.get("HIFI_TOKEN") or info.get("token", ""))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def _listing(args: argparse.Namespace, headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A listing command's rows, in the format it was asked for (services.listing)."""
+    from services.listing import render
+
+    if rows or args.format == "table":
+        _say(render(headers, rows, args.format))
 
 
 # ---------------------------------------------------------------- commands
@@ -391,90 +391,115 @@ def _stop_spark() -> None:
 
 def cmd_nodes(args: argparse.Namespace) -> int:
     from services.health import moves
-
-    def clock(ms: int | None) -> str:
-        return time.strftime("%H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+    from services.listing import clock, when
 
     mdr = _mdr()
     nodes = mdr.nodes()
-    moved = moves(mdr.adoptions(), clock)
-    _say(_table(["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts", "moved"],
-                [[n.id, n.tier, n.parent or "-", n.address, "alive" if n.alive else "DEAD", clock(n.last_heartbeat_ms),
-                  clock(n.started_ms), str(n.starts), moved.get(n.id, ("", "-"))[1]] for n in nodes]))
+    moved = moves(mdr.adoptions(), lambda ms: clock(when(ms)) if ms else "-")
+    _listing(args, ["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts", "moved"],
+             [[n.id, n.tier, n.parent or None, n.address, "alive" if n.alive else "DEAD", when(n.last_heartbeat_ms),
+               when(n.started_ms), n.starts, moved.get(n.id, ("", None))[1]] for n in nodes])
     return 0
 
 
 def cmd_views(args: argparse.Namespace) -> int:
     views = _mdr().views(args.node)
-    _say(_table(["view", "node", "window", "topic", "readers"],
-                [[v.name, v.node, v.window or "-", v.topic or "(definition only)", ",".join(v.readers)]
-                 for v in views]))
+    _listing(args, ["view", "node", "window", "topic", "readers"],
+             [[v.name, v.node, v.window or None, v.topic or "(definition only)", ",".join(v.readers)] for v in views])
     return 0
 
 
 def cmd_motes(args: argparse.Namespace) -> int:
     mdr = _mdr()
     edges = [args.node] if args.node else sorted(n.id for n in mdr.nodes() if n.tier == "edge")
-    rows = [[node, mote, told["rule"], ", ".join(told.get("fields", ())) or "all", str(told["version"])]
+    rows = [[node, mote, told["rule"], ", ".join(told.get("fields", ())) or "all", told["version"]]
             for node in edges for mote, told in sorted(mdr.told(node).items())]
-    _say(_table(["node", "mote", "sends", "quantities", "version"], rows) if rows else
-         "no sensor proxy has told any mote yet (no edge node with motes is running)")
+    if not rows and args.format == "table":
+        _progress("no sensor proxy has told any mote yet (no edge node with motes is running)")
+    _listing(args, ["node", "mote", "sends", "quantities", "version"], rows)
     return 0
 
 
-def status_report(mdr, rates: RateWindow | None = None) -> str:
-    """The health summary `hifi status` prints (the dashboard shows the same); with `rates` (kept
-    across redraws), each receptor's reads/s and read-cycle time since the earlier ones."""
+Table = tuple[list[str], list[list[object]]]   # headers, rows
+
+
+def status_tables(mdr, rates: RateWindow | None = None) -> tuple[dict[str, Table], list[str]]:
+    """What `hifi status` shows (the dashboard shows the same): its tables, "nodes", "receptors" and
+    "queries", and a line for each node not well. With `rates` (kept across redraws), each
+    receptor's reads/s and read-cycle time since the earlier ones."""
     from mdr.repository import now_ms
     from services.health import CountsSample, node_health, tiers_top_down
+    from services.listing import when
     from services.placement import query_states
 
     now = now_ms()
     views = mdr.views()
     health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
                              for n in mdr.nodes()])
-    table = _table(["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
-                    "archived KB", "uplink queue KB", "triaged", "views"],
-                   [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
-                     f"{h.input_rate:.1f}", f"{h.lag_s:.1f}", h.rows_out, h.dead_lettered, h.late_rows, h.queries,
-                     h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, h.triaged, ",".join(h.views) or "-"]
-                    for h in health])
+    nodes = (["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
+              "archived KB", "uplink queue KB", "triaged", "views"],
+             [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
+               round(h.input_rate, 1), round(h.lag_s, 1), h.rows_out, h.dead_lettered, h.late_rows, h.queries,
+               h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, h.triaged, ",".join(h.views) or None]
+              for h in health])
     problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
     counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
     rates = rates.add(CountsSample(now, counts)) if rates is not None else {}
-    receptors = _table(["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
-                       [[rid, c["reads"], c["cycles"], c["weak"],
-                         f"{rates[rid].reads_per_s:.1f}" if rid in rates else "-",
-                         f"{rates[rid].cycle_ms:.0f}" if rid in rates and rates[rid].cycle_ms else "-",
-                         "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else "-"]
-                        for rid, c in sorted(counts.items())])
+    receptors = (["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
+                 [[rid, c["reads"], c["cycles"], c["weak"],
+                   round(rates[rid].reads_per_s, 1) if rid in rates else None,
+                   round(rates[rid].cycle_ms) if rid in rates and rates[rid].cycle_ms else None,
+                   "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else None]
+                  for rid, c in sorted(counts.items())])
     queries = mdr.queries()
     states = query_states(mdr, queries)
-    lines = [table, *problems]
-    if counts:
-        lines += ["", receptors]
+    running = (["query", "root", "submitted", "text", "cause"],
+               [[q.id, q.root, when(q.submitted_ms), " ".join(q.text.split()), states[q.id][1] or None]
+                for q in queries])
+    return {"nodes": nodes, "receptors": receptors, "queries": running}, problems
+
+
+def status_report(mdr, rates: RateWindow | None = None, form: str = "table") -> str:
+    """`hifi status`'s report: tables and lines for people, or (`form` "json") one JSON object of
+    the tables' rows and the problems, a line a program reads."""
+    from services.listing import render, table
+
+    tables, problems = status_tables(mdr, rates)
+    if form == "json":
+        return json.dumps({name: [json.loads(line) for line in render(*found, "json").splitlines()]
+                           for name, found in tables.items()} | {"problems": problems})
+    lines = [table(*tables["nodes"]), *problems]
+    if tables["receptors"][1]:
+        lines += ["", table(*tables["receptors"])]
+    queries = tables["queries"][1]
     lines += ["", f"{len(queries)} queries running" + "".join(
-        f"\n  {q.id} at {q.root}: {' '.join(q.text.split())[:70]}"
-        + (f"\n    FAILED: {states[q.id][1]}" if states[q.id][1] else "") for q in queries)]
+        f"\n  {query} at {root}: {text[:70]}" + (f"\n    FAILED: {cause}" if cause else "")
+        for query, root, _, text, cause in queries)]
     return "\n".join(lines)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     mdr = _mdr()
     if not args.watch:
-        _say(status_report(mdr))
+        _say(status_report(mdr, form=args.format))
         return 0
     if args.interval <= 0:
         raise CLIError(f"--interval must be positive (got {args.interval})")
     from services.health import RateWindow
+    from services.listing import clock, when
 
     rates = RateWindow()
+    redraw = args.format == "table" and sys.stdout.isatty()   # a pipe gets each report after the last
     try:
         while True:
-            report = status_report(mdr, rates)
-            # clear the screen and home the cursor, then redraw: a live view in any ANSI terminal
-            heading = time.strftime("%H:%M:%S  hifi status (Ctrl-C stops)")
-            sys.stdout.write(f"\x1b[2J\x1b[H{heading}\n\n{report}\n")
+            report = status_report(mdr, rates, args.format)
+            if args.format == "json":
+                sys.stdout.write(report + "\n")
+            else:
+                heading = f"{clock(when(time.time() * 1000))}  hifi status (Ctrl-C stops)"
+                # clear the screen and home the cursor, then redraw: a live view in any ANSI terminal
+                sys.stdout.write(f"{chr(27)}[2J{chr(27)}[H" if redraw else "\n")
+                sys.stdout.write(f"{heading}\n\n{report}\n")
             sys.stdout.flush()
             time.sleep(args.interval)
     except KeyboardInterrupt:
@@ -498,33 +523,35 @@ def _rpc_error(exc) -> CLIError:
     return CLIError(exc.details() or str(exc.code()))
 
 
-def _cell(value: object) -> str:
-    import datetime as dt
-
-    if isinstance(value, dt.datetime):
-        return value.strftime("%H:%M:%S.%f")[:-3]
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "NULL" if value is None else str(value)
-
-
 def _json_cell(value: object) -> object:
     import datetime as dt
 
-    return value.isoformat() if isinstance(value, dt.datetime) else value
+    from services.listing import iso
+
+    return iso(value) if isinstance(value, dt.datetime) else value
 
 
 def _print_rows(columns: Sequence[str], rows, fmt: str, limit: int | None) -> int:
-    """Print rows as they come (a table, or JSON lines); returns how many were printed."""
+    """Print rows as they come (a table, JSON lines or CSV); returns how many were printed."""
+    import csv
+
+    from services.listing import shown
+
     widths = [max(len(c), 12) for c in columns]
+    as_csv = csv.writer(sys.stdout, lineterminator="\n")
     if fmt == "table":
         _say("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    elif fmt == "csv":
+        as_csv.writerow(columns)
     printed = 0
     for row in rows:
         if fmt == "json":
             _say(json.dumps({c: _json_cell(v) for c, v in zip(columns, row, strict=True)}))
+        elif fmt == "csv":
+            as_csv.writerow(["" if v is None else _json_cell(v) for v in row])
+            sys.stdout.flush()
         else:
-            _say("  ".join(_cell(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+            _say("  ".join(shown(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         printed += 1
         if limit is not None and printed >= limit:
             break
@@ -676,11 +703,11 @@ def cmd_users(args: argparse.Namespace) -> int:
 
     mdr = _mdr()
     if args.action == "list":
-        def day(ms: int) -> str:
-            return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000)) if ms else "never"
-        rows = sorted((r.principal, ",".join(r.roles), day(r.created_ms), day(r.expires_ms), digest[:12])
-                      for digest, r in mdr.tokens().items())
-        _say(_table(["principal", "roles", "created", "expires", "token sha256"], rows))
+        from services.listing import when
+
+        rows = sorted(([r.principal, ",".join(r.roles), when(r.created_ms), when(r.expires_ms), digest[:12]]
+                       for digest, r in mdr.tokens().items()), key=lambda row: (row[0], row[4]))
+        _listing(args, ["principal", "roles", "created", "expires", "token sha256"], rows)   # expires -: never
         return 0
     if not args.name:
         raise CLIError(f"hifi users {args.action} needs the principal's name")
@@ -709,9 +736,15 @@ def cmd_queries(args: argparse.Namespace) -> int:
     mdr = _mdr()
     queries = mdr.queries()
     states = query_states(mdr, queries)
-    _say(_table(["query", "root", "status", "submitted", "results", "text"],
-                [[q.id, q.root, states[q.id][0], time.strftime("%H:%M:%S", time.localtime(q.submitted_ms / 1000)),
-                  q.result_topic, " ".join(q.text.split())[:60]] for q in queries]))
+    from services.listing import when
+
+    headers = ["query", "root", "status", "submitted", "results", "text"]
+    if args.format != "table":   # whole: a program reads them
+        _listing(args, [*headers, "cause"], [[q.id, q.root, states[q.id][0], when(q.submitted_ms), q.result_topic,
+                                              q.text, states[q.id][1] or None] for q in queries])
+        return 0
+    _listing(args, headers, [[q.id, q.root, states[q.id][0], when(q.submitted_ms), q.result_topic,
+                              " ".join(q.text.split())[:60]] for q in queries])
     for query_id, (_, cause) in states.items():
         if cause:
             _say(f"{query_id} FAILED: {cause}")

@@ -272,7 +272,10 @@ def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
 
 
 def format_result(topic: str, row: dict) -> str:
+    from services.listing import shown, span
+
     start, end = row.get("window_start"), row.get("window_end")
-    window = f"{start:%H:%M:%S}-{end:%H:%M:%S}" if start and end else "-"
-    rest = "  ".join(f"{k}={v}" for k, v in row.items() if k not in ("window_start", "window_end", "_emitted_ms"))
+    window = span(start, end) if start and end else "-"
+    rest = "  ".join(f"{k}={shown(v)}" for k, v in row.items()
+                     if k not in ("window_start", "window_end", "_emitted_ms"))
     return f"{time.strftime('%H:%M:%S')}  {topic}  window {window}  {rest}"

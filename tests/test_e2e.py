@@ -4,6 +4,10 @@ region, analysis at headquarters; HiFi SQL planned like queries) checked against
 evaluated centrally over the readings the agents published; plus the Node gRPC API and the hifi CLI against the running
 hierarchy."""
 
+import csv
+import datetime as dt
+import io
+import json
 import os
 import subprocess
 import sys
@@ -241,6 +245,33 @@ def test_cli_tables_read_the_mdr(hierarchy):
     status = _hifi("status", env_extra=env)
     door1 = next(line.split() for line in status.stdout.splitlines() if line.startswith("door1"))
     assert door1[2] == "alive" and int(door1[3]) > 0
+
+
+def test_every_listing_command_prints_json_and_csv_for_programs(hierarchy):
+    """`--format json` (a JSON object a line; status: one object of its tables) and `--format csv`
+    on every listing command: the same rows as the table, times in ISO 8601 with their offset."""
+    env = {"HIFI_REDIS_URL": hierarchy.redis_url}
+
+    def listed(*args: str) -> str:
+        done = _hifi(*args, env_extra=env)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    nodes = [json.loads(line) for line in listed("nodes", "--format", "json").splitlines()]
+    assert {n["node"] for n in nodes} == {"door1", "door2", "warehouse", "region", "hq"}
+    door1 = next(n for n in nodes if n["node"] == "door1")
+    assert door1["parent"] == "warehouse" and door1["state"] == "alive" and door1["starts"] >= 1
+    assert dt.datetime.fromisoformat(door1["up_since"]).tzinfo is not None
+    views = [json.loads(line) for line in listed("views", "--format", "json").splitlines()]
+    assert any(v["view"] == "product_counts" and v["node"] == "warehouse" for v in views)
+    rows = list(csv.DictReader(io.StringIO(listed("views", "--format", "csv"))))
+    assert sorted((r["view"], r["node"]) for r in rows) == sorted((v["view"], v["node"]) for v in views)
+    assert list(csv.reader(io.StringIO(listed("nodes", "--format", "csv"))))[0][:3] == ["node", "tier", "parent"]
+    status = json.loads(listed("status", "--format", "json"))
+    assert {n["node"] for n in status["nodes"]} == {n["node"] for n in nodes} and "problems" in status
+    for command in (("queries",), ("users", "list"), ("motes",)):
+        for line in listed(*command, "--format", "json").splitlines():
+            json.loads(line)
 
 
 def test_a_stopped_node_turns_dead(hierarchy):
