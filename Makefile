@@ -18,7 +18,7 @@ KAFKA_ARCHIVE := $(VENV)/jars/kafka.jsa
 setup: system-deps $(STAMP) jars $(PROTO_OUT) $(CLASS_ARCHIVE) $(KAFKA_ARCHIVE)
 
 system-deps:
-	@bash deploy/install-system-deps.sh
+	@PYTHON=$(PYTHON) bash deploy/install-system-deps.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
