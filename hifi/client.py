@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import pyarrow as pa
 
+from hifi.profiles import profile_settings
 from protos import hifi_pb2, hifi_pb2_grpc
 from wire.codec import from_value
 from wire.errors import HiFiError
@@ -73,13 +74,16 @@ class Client:
         self._placement = hifi_pb2_grpc.PlacementStub(self._channel)
 
     @classmethod
-    def connect(cls, address: str = "", tls_dir: str = "", token: str = "") -> Client:
-        """Each setting from the argument, else its HIFI_PLACEMENT / HIFI_TLS_DIR / HIFI_TOKEN, else
-        the running `hifi up`'s (its run file: admin, on this machine)."""
+    def connect(cls, address: str = "", tls_dir: str = "", token: str = "", profile: str = "") -> Client:
+        """Each setting from the argument, else `profile`'s (hifi.profiles) if one is named, else
+        its HIFI_PLACEMENT / HIFI_TLS_DIR / HIFI_TOKEN, else the implicit profile's, else the
+        running `hifi up`'s (its run file: admin, on this machine)."""
+        chosen = profile_settings(profile)
+        found = {**chosen, **os.environ} if not profile else {**os.environ, **chosen}
         local = run_file()
-        return cls(address or os.environ.get("HIFI_PLACEMENT") or local.get("placement", ""),
-                   tls_dir or os.environ.get("HIFI_TLS_DIR") or local.get("tls_dir", ""),
-                   token or os.environ.get("HIFI_TOKEN") or local.get("token", ""))
+        return cls(address or found.get("HIFI_PLACEMENT") or local.get("placement", ""),
+                   tls_dir or found.get("HIFI_TLS_DIR") or local.get("tls_dir", ""),
+                   token or found.get("HIFI_TOKEN") or local.get("token", ""))
 
     def __enter__(self) -> Client:
         return self

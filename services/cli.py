@@ -370,6 +370,18 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 )
 
 
+def use_profile(name: str) -> None:
+    """The chosen profile's settings as the process's HIFI_PLACEMENT / HIFI_TLS_DIR / HIFI_TOKEN:
+    one named (`--profile`) over what the environment says, the implicit one under it."""
+    from hifi.profiles import profile_settings
+
+    for variable, value in profile_settings(name).items():
+        if name:
+            os.environ[variable] = value
+        else:
+            os.environ.setdefault(variable, value)
+
+
 def _version() -> str:
     """The installed package's version (pyproject.toml's), or what a source tree without it is."""
     from importlib import metadata
@@ -385,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hifi", description="HiFi: hierarchical high fan-in stream middleware",
                                      epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"hifi {_version()}")
+    parser.add_argument("--profile", default="", metavar="NAME",
+                        help="the deployment to reach: a profile of ~/.config/hifi/config.toml (its placement "
+                             "address, certificates, token; docs/cli.md). Default $HIFI_PROFILE, else its "
+                             "`default` profile if it has one, else the running `hifi up`")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in COMMANDS:
         add(sub)
@@ -403,6 +419,7 @@ def standby_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        use_profile(args.profile)
         if getattr(args, "standby", False):
             args = standby_args(argv if argv is not None else sys.argv[1:])
         return int(args.func(args) or 0)

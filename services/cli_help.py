@@ -19,7 +19,7 @@ DESCRIPTIONS: dict[str, str] = {
         'every node runs in this one process and Spark application (less memory, faster to start). Spark\'s '
         'and the JVM\'s own log lines go to `<HIFI_HOME>/logs/spark.log` (`--verbose`: here too). Ctrl-C, '
         'SIGTERM or SIGHUP (to the process or its whole group) stops every node, then Spark, then the '
-        'servers, and exits 0; a failure to start exits 1.'
+        'servers, and exits 0; one that cannot start exits 2 with a line saying why.'
     ),
     'nodes': (
         'nodes with tier, parent, gRPC address, alive/DEAD (heartbeat TTL 5 s), last heartbeat, when its '
@@ -156,5 +156,12 @@ DESCRIPTIONS: dict[str, str] = {
 EPILOG = (
     '`hifi nodes`, `views`, `status`, `dashboard`, `queries`, `query` and `cancel` talk to the running '
     '`hifi up` (its endpoints are in `~/.hifi/run.json`), or to the MDR `HIFI_REDIS_URL` names and the '
-    'placement service `HIFI_PLACEMENT` names.'
+    'placement service `HIFI_PLACEMENT` names. A profile names a deployment once: '
+    '`~/.config/hifi/config.toml` (or `$HIFI_CONFIG`) holds a table per profile, `[prod]` with '
+    '`placement = "host:50050"`, `tls_dir = "~/prod-tls"` (its `ca.pem`) and `token = "hifi_..."`, '
+    'what `HIFI_PLACEMENT`, `HIFI_TLS_DIR` and `HIFI_TOKEN` would say; `hifi --profile prod query ...` '
+    '(or `HIFI_PROFILE=prod`) uses it, and a `[default]` table serves when none is named. Exit codes: 0 '
+    'done (`hifi up` and the services also when stopped by a signal), 2 refused or failed — a mistake in '
+    'what was asked (an option, a statement, a file) or a server that said no or cannot be reached — with '
+    'one line that says why, 130 interrupted before it could stop cleanly.'
 )

@@ -10,7 +10,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("wire", "mdr", "base", "dsp", "glue", "services", "edge")
+PACKAGES = ("hifi", "wire", "mdr", "base", "dsp", "glue", "services", "edge")
 WITH_EXAMPLES = sorted(
     ".".join(path.relative_to(ROOT).with_suffix("").parts)
     for package in PACKAGES for path in (ROOT / package).rglob("*.py") if ">>> " in path.read_text())
