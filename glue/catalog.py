@@ -21,6 +21,16 @@ from wire.identity import Identity
 INTERNAL_VIEW_NAME = re.compile(r"(smooth|producer|merge|window|final|join)_[0-9a-f]{12}|smooth_q[0-9a-f]{8}")
 
 
+def internal_view(name: str) -> bool:
+    """Whether `name` is one the planner gives the views it exports for its own plans (shared
+    partials, smoothing, joins): not a user's, and hidden from users' listings unless asked.
+
+    >>> internal_view("producer_94b52f472974"), internal_view("smooth_q1a2b3c4d"), internal_view("stock_alerts")
+    (True, True, False)
+    """
+    return INTERNAL_VIEW_NAME.fullmatch(name) is not None
+
+
 @dataclass(frozen=True)
 class ExportedView:
     """One node's export of a view (the MDR's view record, as the planner needs it)."""

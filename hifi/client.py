@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -116,6 +117,20 @@ class Client:
         root, text, output_topic, plan, error)."""
         listed = self._call(self._placement.List, hifi_pb2.Empty())
         return [{field.name: getattr(q, field.name) for field in q.DESCRIPTOR.fields} for q in listed.queries]
+
+    def listing(self, what: str, node: str = "") -> dict[str, list[dict[str, Any]]]:
+        """The hierarchy's `what` ("nodes", "views", "motes" or "status", as `hifi <what>` lists
+        it; `node`: only its views or motes): table name -> its rows as dicts, times as datetimes.
+        Views are those the caller may read; status's queries those it may touch."""
+        reply = self._call(self._placement.Listing, hifi_pb2.ListingRequest(what=what, node=node))
+        found = json.loads(reply.tables)
+
+        def row(table: dict, values: list) -> dict[str, Any]:
+            times = set(table["times"])
+            return {header: (datetime.fromtimestamp(v / 1000, UTC) if i in times and v is not None else v)
+                    for i, (header, v) in enumerate(zip(table["headers"], values, strict=True))}
+
+        return {name: [row(table, values) for values in table["rows"]] for name, table in found["tables"].items()}
 
     # ------------------------------------------------------------ results
 

@@ -156,7 +156,10 @@ DESCRIPTIONS: dict[str, str] = {
 EPILOG = (
     '`hifi nodes`, `views`, `status`, `dashboard`, `queries`, `query` and `cancel` talk to the running '
     '`hifi up` (its endpoints are in `~/.hifi/run.json`), or to the MDR `HIFI_REDIS_URL` names and the '
-    'placement service `HIFI_PLACEMENT` names. A profile names a deployment once: '
+    'placement service `HIFI_PLACEMENT` names; with a placement named (or a profile) and no '
+    '`HIFI_REDIS_URL`, `nodes`, `views`, `motes` and `status` ask the placement service with your token '
+    '(the views you may read, the queries you may touch), so a user with only a token lists too. '
+    'A profile names a deployment once: '
     '`~/.config/hifi/config.toml` (or `$HIFI_CONFIG`) holds a table per profile, `[prod]` with '
     '`placement = "host:50050"`, `tls_dir = "~/prod-tls"` (its `ca.pem`) and `token = "hifi_..."`, '
     'what `HIFI_PLACEMENT`, `HIFI_TLS_DIR` and `HIFI_TOKEN` would say; `hifi --profile prod query ...` '

@@ -23,7 +23,7 @@ from wire.errors import HiFiError
 from wire.identity import SYSTEM
 
 if TYPE_CHECKING:
-    from services.health import RateWindow
+    pass
 
 class CLIError(HiFiError):
     """A problem the user can fix; printed as one line, no stack trace."""
@@ -389,85 +389,62 @@ def _stop_spark() -> None:
         session.stop()
 
 
-def cmd_nodes(args: argparse.Namespace) -> int:
-    from services.health import moves
-    from services.listing import clock, when
+def _through_placement() -> bool:
+    """Whether listings come from the placement service (a placement named, no MDR URL given)."""
+    return not os.environ.get("HIFI_REDIS_URL") and bool(os.environ.get("HIFI_PLACEMENT"))
 
+
+def _tables(what: str, node: str | None = None) -> tuple[dict, list[str]]:
+    """A listing's tables (services.tables): from the MDR when this process may read it
+    (HIFI_REDIS_URL, or the running `hifi up`'s), else from the placement service with the
+    caller's token (HIFI_PLACEMENT or a profile: a user with only a token lists too)."""
+    from services import tables
+
+    if _through_placement():
+        import grpc
+
+        from protos import hifi_pb2
+
+        try:
+            reply = _placement_stub().Listing(hifi_pb2.ListingRequest(what=what, node=node or ""), timeout=60)
+        except grpc.RpcError as exc:
+            raise _rpc_error(exc) from None
+        return tables.decode(reply.tables)
     mdr = _mdr()
-    nodes = mdr.nodes()
-    moved = moves(mdr.adoptions(), lambda ms: clock(when(ms)) if ms else "-")
-    _listing(args, ["node", "tier", "parent", "address", "state", "last heartbeat", "up since", "starts", "moved"],
-             [[n.id, n.tier, n.parent or None, n.address, "alive" if n.alive else "DEAD", when(n.last_heartbeat_ms),
-               when(n.started_ms), n.starts, moved.get(n.id, ("", None))[1]] for n in nodes])
+    if what == "status":
+        return tables.status_tables(mdr)
+    made = {"nodes": tables.nodes_table, "views": tables.views_table, "motes": tables.motes_table}[what]
+    return {what: made(mdr) if what == "nodes" else made(mdr, node)}, []
+
+
+def cmd_nodes(args: argparse.Namespace) -> int:
+    _listing(args, *_tables("nodes")[0]["nodes"])
     return 0
 
 
 def cmd_views(args: argparse.Namespace) -> int:
-    views = _mdr().views(args.node)
-    _listing(args, ["view", "node", "window", "topic", "readers"],
-             [[v.name, v.node, v.window or None, v.topic or "(definition only)", ",".join(v.readers)] for v in views])
+    _listing(args, *_tables("views", args.node)[0]["views"])
     return 0
 
 
 def cmd_motes(args: argparse.Namespace) -> int:
-    mdr = _mdr()
-    edges = [args.node] if args.node else sorted(n.id for n in mdr.nodes() if n.tier == "edge")
-    rows = [[node, mote, told["rule"], ", ".join(told.get("fields", ())) or "all", told["version"]]
-            for node in edges for mote, told in sorted(mdr.told(node).items())]
+    headers, rows = _tables("motes", args.node)[0]["motes"]
     if not rows and args.format == "table":
         _progress("no sensor proxy has told any mote yet (no edge node with motes is running)")
-    _listing(args, ["node", "mote", "sends", "quantities", "version"], rows)
+    _listing(args, headers, rows)
     return 0
 
 
-Table = tuple[list[str], list[list[object]]]   # headers, rows
-
-
-def status_tables(mdr, rates: RateWindow | None = None) -> tuple[dict[str, Table], list[str]]:
-    """What `hifi status` shows (the dashboard shows the same): its tables, "nodes", "receptors" and
-    "queries", and a line for each node not well. With `rates` (kept across redraws), each
-    receptor's reads/s and read-cycle time since the earlier ones."""
-    from mdr.repository import now_ms
-    from services.health import CountsSample, node_health, tiers_top_down
-    from services.listing import when
-    from services.placement import query_states
-
-    now = now_ms()
-    views = mdr.views()
-    health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
-                             for n in mdr.nodes()])
-    nodes = (["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
-              "archived KB", "uplink queue KB", "triaged", "views"],
-             [[h.id, h.tier, h.state.upper() if h.state != "alive" else h.state, h.rows_in,
-               round(h.input_rate, 1), round(h.lag_s, 1), h.rows_out, h.dead_lettered, h.late_rows, h.queries,
-               h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, h.triaged, ",".join(h.views) or None]
-              for h in health])
-    problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
-    counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
-    rates = rates.add(CountsSample(now, counts)) if rates is not None else {}
-    receptors = (["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
-                 [[rid, c["reads"], c["cycles"], c["weak"],
-                   round(rates[rid].reads_per_s, 1) if rid in rates else None,
-                   round(rates[rid].cycle_ms) if rid in rates and rates[rid].cycle_ms else None,
-                   "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else None]
-                  for rid, c in sorted(counts.items())])
-    queries = mdr.queries()
-    states = query_states(mdr, queries)
-    running = (["query", "root", "submitted", "text", "cause"],
-               [[q.id, q.root, when(q.submitted_ms), " ".join(q.text.split()), states[q.id][1] or None]
-                for q in queries])
-    return {"nodes": nodes, "receptors": receptors, "queries": running}, problems
-
-
-def status_report(mdr, rates: RateWindow | None = None, form: str = "table") -> str:
-    """`hifi status`'s report: tables and lines for people, or (`form` "json") one JSON object of
-    the tables' rows and the problems, a line a program reads."""
+def status_report(found: tuple[dict, list[str]], form: str = "table") -> str:
+    """`hifi status`'s report of its tables and problems (services.tables.status_tables): tables
+    and lines for people, or (`form` "json") one JSON object of the tables' rows and the
+    problems, a line a program reads."""
     from services.listing import render, table
 
-    tables, problems = status_tables(mdr, rates)
+    tables, problems = found
     if form == "json":
-        return json.dumps({name: [json.loads(line) for line in render(*found, "json").splitlines()]
-                           for name, found in tables.items()} | {"problems": problems})
+        return json.dumps({name: [json.loads(line) for line in render(*table_of, "json").splitlines()]
+                           for name, table_of in tables.items()} | {"problems": problems})
     lines = [table(*tables["nodes"]), *problems]
     if tables["receptors"][1]:
         lines += ["", table(*tables["receptors"])]
@@ -479,20 +456,21 @@ def status_report(mdr, rates: RateWindow | None = None, form: str = "table") -> 
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    mdr = _mdr()
     if not args.watch:
-        _say(status_report(mdr, form=args.format))
+        _say(status_report(_tables("status"), args.format))
         return 0
     if args.interval <= 0:
         raise CLIError(f"--interval must be positive (got {args.interval})")
     from services.health import RateWindow
     from services.listing import clock, when
+    from services.tables import status_tables
 
-    rates = RateWindow()
+    local = not _through_placement()
+    mdr, rates = (_mdr() if local else None), RateWindow()   # rates between redraws: the MDR's counts
     redraw = args.format == "table" and sys.stdout.isatty()   # a pipe gets each report after the last
     try:
         while True:
-            report = status_report(mdr, rates, args.format)
+            report = status_report(status_tables(mdr, rates) if local else _tables("status"), args.format)
             if args.format == "json":
                 sys.stdout.write(report + "\n")
             else:

@@ -57,10 +57,11 @@ import grpc
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from glue.catalog import internal_view
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
-from services import certs
+from services import certs, listing
 from services.auth import Authenticator, Security, open_channel
 from services.dashboard_http import (
     LOCAL_HOSTS,
@@ -160,7 +161,7 @@ class EventLog:
                 row = dict(zip(batch.columns, values, strict=True))
                 if kind == "faulty" and not row.get("faulty"):
                     continue   # the quality stage reports every mote; only the faulty ones are events
-                shown = "  ".join(f"{k}={_json_cell(v)}" for k, v in row.items()
+                shown = "  ".join(f"{k}={listing.shown(v)}" for k, v in row.items()
                                   if k not in ("window_start", "window_end"))
                 self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
                            "receptor": row.get("receptor_id", ""), "view": f"{node}.{record.topic.split('.', 3)[3]}"})
@@ -256,8 +257,8 @@ class Dashboard:
         nodes = []
         moved = moves(self.mdr.adoptions(), lambda ms: time.strftime("%H:%M:%S", time.localtime(ms / 1000)))
         for record, url, figures in zip(records, metrics_urls, scraped, strict=True):
-            health = node_health(record, self.mdr.stats(record.id), [v.name for v in views if v.node == record.id],
-                                 now)
+            health = node_health(record, self.mdr.stats(record.id),   # the users' views: the planner's shown apart
+                                 [v.name for v in views if v.node == record.id and not internal_view(v.name)], now)
             moved_to, move = moved.get(record.id, ("", ""))
             nodes.append({**health.as_dict(), **figures, "metrics": url, "moved_to": moved_to, "move": move})
         events, event_counts = self.events.recent()
@@ -270,7 +271,8 @@ class Dashboard:
             "nodes": nodes,
             "receptors": self._receptors(records, faulty),
             "views": [{"name": v.name, "node": v.node, "topic": v.topic, "window": v.window,
-                       "definition": v.definition, "readers": list(v.readers)} for v in views],
+                       "definition": v.definition, "readers": list(v.readers), "internal": internal_view(v.name)}
+                      for v in views],
             "queries": [{"id": q.id, "principal": q.principal, "text": q.text, "root": q.root,
                          "status": states[q.id][0],
                          "error": states[q.id][1], "submitted_ms": q.submitted_ms, "explain": q.explain,

@@ -29,6 +29,7 @@ from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
+from services import tables
 from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
 from services.health import query_health
@@ -448,6 +449,25 @@ class PlacementServicer(hifi_pb2_grpc.PlacementServicer):
         return hifi_pb2.QueryList(queries=[
             hifi_pb2.QueryInfo(query_id=q.id, status=states[q.id][0], output_topic=q.result_topic, plan=q.explain,
                                root=q.root, text=q.text, error=states[q.id][1]) for q in queries])
+
+    def Listing(self, request, context):  # noqa: N802
+        """The hierarchy's listings: its health is everyone's; views those the caller may read,
+        queries those it may touch (services.tables)."""
+        caller = self._caller(context)
+        mdr = self.placement.mdr
+        node = request.node or None
+        if request.what == "nodes":
+            found = {"nodes": tables.nodes_table(mdr)}, []
+        elif request.what == "views":
+            found = {"views": tables.views_table(mdr, node, caller)}, []
+        elif request.what == "motes":
+            found = {"motes": tables.motes_table(mdr, node)}, []
+        elif request.what == "status":
+            found = tables.status_tables(mdr, caller=caller)
+        else:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"no listing {request.what!r} (one of {', '.join(tables.LISTINGS)})")
+        return hifi_pb2.ListingReply(tables=tables.encode(*found))
 
     def Results(self, request, context):  # noqa: N802
         self._own_query(request.query_id, context)

@@ -215,6 +215,18 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
     assert {r[2] for r in rows} <= {"dock-a-r1", "dock-b-r1", "dock-b-r2"} and all(int(r[3]) > 0 for r in rows)
     assert _js(browser, "return document.querySelectorAll('#results-chart polyline').length") >= 1
 
+    # the planner's own views (the query's producers) listed only when asked for
+    def listed() -> list[str]:
+        return _js(browser, "return [...document.querySelectorAll('#views li')].map(li => li.dataset.view)")
+
+    assert listed() and not [v for v in listed() if ".producer_" in v]
+    _js(browser, "document.getElementById('show-internal').click()")
+    wait_for(lambda: [v for v in listed() if ".producer_" in v], 10, "the producers' views listed when asked")
+    _js(browser, "document.getElementById('show-internal').click()")
+    # numbers to their meaning, not to the float's last digit
+    assert _js(browser, "return [40.613899999999994, 12345.678, 0.000123456, 7].map(number)") == \
+        ["40.61", "12346", "0.0001235", "7"]
+
     # dock-b-r2 stops 40 s into the scenario
     wait_for(lambda: _receptor_states(browser, "silent") == ["dock-b-r2"], 90, "the stopped reader silent")
 
@@ -232,6 +244,7 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
 def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarchy, browser):
     from services.commands import status_report
     from services.node import HEARTBEAT_TTL_MS
+    from services.tables import status_tables
 
     assert _node_states(browser)["dock-b"] == "alive"
     crashed = time.monotonic()
@@ -241,7 +254,7 @@ def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarch
     # the heartbeat key expires after the TTL; the page is pushed a snapshot every second
     assert took <= HEARTBEAT_TTL_MS / 1000 + 2.0, f"dock-b turned dead after {took:.1f} s"
     assert _node_states(browser)["dock-a"] == "alive"
-    report = status_report(hierarchy.mdr)
+    report = status_report(status_tables(hierarchy.mdr))
     assert any(line.startswith("dock-b") and "DEAD" in line for line in report.splitlines())
 
     # the same live in a terminal: `hifi status --watch` redraws until Ctrl-C

@@ -273,6 +273,22 @@ def test_every_listing_command_prints_json_and_csv_for_programs(hierarchy):
         for line in listed(*command, "--format", "json").splitlines():
             json.loads(line)
 
+    # a user with only a token (no MDR URL) lists through the placement service: every node, and
+    # the views it may read
+    from services.auth import mint_token
+    from wire.identity import Identity
+
+    token = mint_token(hierarchy.mdr, "lister", ("user",), 0)
+    env = {"HIFI_REDIS_URL": "", "HIFI_PLACEMENT": hierarchy.placement_address, "HIFI_TOKEN": token,
+           "HIFI_TLS_DIR": hierarchy.tls_dir}
+    remote = [json.loads(line) for line in listed("nodes", "--format", "json").splitlines()]
+    assert {n["node"] for n in remote} == {n["node"] for n in nodes}
+    lister = Identity("lister", frozenset({"user"}))
+    readable = {(v.name, v.node) for v in hierarchy.mdr.views() if lister.may_read(v.readers)}
+    shown = {(v["view"], v["node"]) for v in map(json.loads, listed("views", "--format", "json").splitlines())}
+    assert shown == readable and shown != {(v.name, v.node) for v in hierarchy.mdr.views()}
+    assert "door1" in listed("status")
+
 
 def test_the_python_client_submits_explains_lists_reads_and_cancels(hierarchy):
     """hifi.Client against the live hierarchy: a windowed count read as dicts, Arrow batches and a
@@ -296,6 +312,10 @@ def test_the_python_client_submits_explains_lists_reads_and_cancels(hierarchy):
         assert list(frame.columns) == list(query.columns) and len(frame) == 3 and (frame["n"] > 0).all()
         with pytest.raises(ClientError, match=r"INVALID_ARGUMENT: .*line 1, column \d+"):
             hifi.submit("SELECT nothing FROM nowhere")
+        nodes = hifi.listing("nodes")["nodes"]
+        assert {n["node"] for n in nodes} == {"door1", "door2", "warehouse", "region", "hq"}
+        assert all(isinstance(n["up since"], dt.datetime) for n in nodes)
+        assert {"nodes", "receptors", "queries"} <= set(hifi.listing("status"))
     with Client(hierarchy.placement_address, hierarchy.tls_dir, "hifi_not-a-token") as stranger, \
             pytest.raises(ClientError, match="UNAUTHENTICATED"):
         stranger.queries()

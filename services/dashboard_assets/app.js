@@ -46,6 +46,22 @@ function placementOf(s) {
   return placed;
 }
 
+// a node's views on two lines of a box's width, the rest counted ("+2 more"; the title has them all)
+function viewLines(views, width = 32) {
+  if (!views.length) return ["no views"];
+  const lines = [""];
+  let shown = 0;
+  for (const v of views) {
+    const line = lines[lines.length - 1];
+    if (!line || line.length + v.length + 2 <= width) lines[lines.length - 1] = line ? `${line}, ${v}` : v;
+    else if (lines.length < 2) lines.push(v);
+    else break;
+    shown++;
+  }
+  if (shown < views.length) lines[lines.length - 1] += ` +${views.length - shown} more`;
+  return lines.map((l) => (l.length > width + 10 ? l.slice(0, width + 9) + "…" : l));
+}
+
 function renderTree(s) {
   const svg = $("tree");
   svg.replaceChildren();
@@ -67,7 +83,10 @@ function renderTree(s) {
   const W = 215, H = 92, gapX = 24, gapY = 34;
   const width = Math.max(leaf, 1) * (W + gapX), height = (depthMax + 1) * (H + gapY);
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.style.height = `${Math.min(Math.max(height, 200), 520)}px`;
+  // at its own scale, the page scrolling sideways past what fits: a box stays legible at 40 nodes
+  const room = svg.parentElement.clientWidth || width;
+  svg.style.width = `${Math.max(width, room)}px`;
+  svg.style.height = `${Math.max(height, 200) * Math.max(width, room) / width}px`;
   const at = (id) => ({ x: pos[id].x * (W + gapX) + gapX / 2, y: pos[id].depth * (H + gapY) + 4 });
   s.nodes.forEach((n) => {
     if (!byId[n.parent] || !pos[n.id]) return;
@@ -95,9 +114,11 @@ function renderTree(s) {
     const batch = n.batch_mean_s === null || n.batch_mean_s === undefined ? "" : ` · batch ${fmt(n.batch_mean_s, 2)} s`;
     g.append(el("svg:text", { x: 8, y: 48 }, `out ${n.rows_out} · dead ${n.dead_lettered}${batch}`));
     const views = n.views.length ? n.views.join(", ") : "no views";
-    const viewsText = el("svg:text", { class: "views", x: 8, y: 63 }, views.length > 30 ? views.slice(0, 29) + "…" : views);
-    viewsText.append(el("svg:title", {}, views));
-    g.append(viewsText);
+    viewLines(n.views).forEach((line, i) => {
+      const viewsText = el("svg:text", { class: "views", x: 8, y: 63 + 15 * i }, line);
+      viewsText.append(el("svg:title", {}, views));
+      g.append(viewsText);
+    });
     if (placed[n.id]) g.append(el("svg:text", { class: "task", x: 8, y: 82 }, placed[n.id].join(", ")));
     else if (n.move) g.append(el("svg:text", { class: "task moved", x: 8, y: 82 }, n.move.length > 34 ? n.move.slice(0, 33) + "…" : n.move));
     svg.append(g);
@@ -147,7 +168,9 @@ function renderQueries(s) {
 function renderViews(s) {
   const list = $("views");
   list.replaceChildren();
-  s.views.filter((v) => v.topic).forEach((v) => {
+  const internal = s.views.filter((v) => v.topic && v.internal).length;
+  $("internal-count").textContent = internal ? `(${internal})` : "";
+  s.views.filter((v) => v.topic && (!v.internal || $("show-internal").checked)).forEach((v) => {
     const key = `${v.node}.${v.name}`;
     const li = el("li", { "data-view": key, class: state.selected && state.selected.view === key ? "selected" : "" }, `${key}${v.window ? "  [" + v.window + "]" : ""}`);
     li.onclick = () => select({ view: key });
@@ -263,8 +286,14 @@ let pending = null;
 function scheduleResults() { if (!pending) pending = setTimeout(() => { pending = null; renderResults(); }, 200); }
 
 const ISO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/;
+// a number to four significant digits, never fewer than its whole part (40.6139 → 40.61, 12345.6 → 12346)
+function number(v) {
+  if (Number.isInteger(v)) return String(v);
+  const whole = Math.ceil(Math.log10(Math.abs(v) + 1));
+  return String(Number(v.toPrecision(Math.min(21, Math.max(4, whole)))));
+}
 function cell(v) {
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
+  if (typeof v === "number") return number(v);
   if (typeof v === "string" && ISO_TIME.test(v)) return new Date(v).toLocaleTimeString();
   return v === null ? "NULL" : String(v);
 }
