@@ -212,6 +212,10 @@ class Hierarchy:
         return [view_topic(node, v.name) for node in self.topology.nodes for v in self.topology.views_at(node)
                 if v.name == name and v.materialize]
 
+    def alert_topics(self) -> set[str]:
+        """The topics of the alert views (`alert:` in the topology): their rows are conditions."""
+        return {topic for v in self.topology.views if v.alert and v.materialize for topic in self.view_topics(v.name)}
+
     def result_topics(self) -> list[str]:
         """The ends of the CSAVA chain: materialized views no other view reads (headquarters'
         analysis, the region's alerts), wherever they are exported."""
@@ -269,6 +273,16 @@ def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
             row = dict(zip(batch.columns, values, strict=True))
             row["_emitted_ms"] = batch.emitted_ms
             emit(record.topic, row)
+
+
+def format_edge(edge) -> str:   # noqa: ANN001 (services.alert_edges.Edge)
+    """An alert's start or end as `hifi up` prints it: the row that raised it, or its key cleared."""
+    from services.listing import clock, shown, when
+
+    if edge.raised:
+        return format_result(edge.topic, edge.row).replace("  window ", "  ALERT  window ", 1)
+    key = "  ".join(f"{k}={shown(v)}" for k, v in edge.key)
+    return f"{time.strftime('%H:%M:%S')}  {edge.topic}  cleared  after {clock(when(edge.at_ms))}  {key}"
 
 
 def format_result(topic: str, row: dict) -> str:

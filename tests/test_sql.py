@@ -206,3 +206,10 @@ def test_what_a_node_could_not_evaluate_is_refused_where_it_is_written(catalog, 
 def test_numbers_of_any_width_mix_and_like_types_compare(catalog):
     analyze("SELECT tag_id, antenna * read_strength + 1 AS x FROM rfid_stream WHERE antenna >= 1.5 "
             "AND tag_id != 'x' AND -antenna < 0", catalog)
+
+
+@pytest.mark.parametrize("literal, column", [("9223372036854775808", 59), ("1" + "0" * 400 + ".5", 59)])
+def test_a_number_beyond_64_bits_is_refused_where_it_stands(literal, column):
+    with pytest.raises(SqlError, match=rf"line 1, column {column}: .* is out of range"):
+        parse(f"SELECT receptor_id FROM rfid_stream WHERE read_strength > {literal}")
+    parse("SELECT receptor_id FROM rfid_stream WHERE read_strength > 9223372036854775807")

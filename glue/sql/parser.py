@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from typing import TypeVar
@@ -340,9 +341,13 @@ class _Parser:
         if tok.kind == "number":
             self.i += 1
             try:
-                return ast.Literal(float(tok.text) if "." in tok.text else int(tok.text), tok.pos)
+                value = float(tok.text) if "." in tok.text else int(tok.text)
             except ValueError:
                 raise SqlError(f"malformed number {tok.text!r}", tok.pos.line, tok.pos.column) from None
+            if not _representable(value):   # every tier computes in 64 bits (Arrow, protobuf, Spark)
+                raise SqlError(f"{tok.text} is out of range: a whole number is at most {INT64_MAX}, a decimal "
+                               "a finite double", tok.pos.line, tok.pos.column)
+            return ast.Literal(value, tok.pos)
         if tok.kind == "string":
             self.i += 1
             return ast.Literal(tok.text, tok.pos)
@@ -386,6 +391,19 @@ class _Parser:
         arg = self.expr()
         self._expect("symbol", ")")
         return ast.Call(tok.text, arg, distinct, tok.pos)
+
+
+INT64_MAX = 2**63 - 1
+
+
+def _representable(value: int | float) -> bool:
+    """Whether a literal fits the 64-bit numbers every tier computes with (its sign comes after:
+    -2**63 is refused, a bound no reading reaches).
+
+    >>> _representable(2**63 - 1), _representable(2**63), _representable(float("1e308")), _representable(1e309)
+    (True, False, True, False)
+    """
+    return value <= INT64_MAX if isinstance(value, int) else math.isfinite(value)
 
 
 def parse(text: str, limits: Limits = DEFAULT_LIMITS) -> ast.Statement:
