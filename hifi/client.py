@@ -164,19 +164,20 @@ class Client:
         if pending:
             yield pa.RecordBatch.from_pylist(pending)
 
-    def rows(self, sql: str, limit: int, timeout: float | None = None) -> list[dict[str, Any]]:
-        """A bounded answer: submit `sql`, take `limit` rows (or what `timeout` gives), cancel it."""
-        query = self.submit(sql)
+    def rows(self, sql: str, limit: int, timeout: float | None = None, **options: Any) -> list[dict[str, Any]]:
+        """A bounded answer: submit `sql` (with `submit`'s `options`: replay, since_ms, ...), take
+        `limit` rows (or what `timeout` gives), cancel it."""
+        query = self.submit(sql, **options)
         try:
             return list(self.results(query, limit, timeout))
         finally:
             self.cancel(query)
 
-    def frame(self, sql: str, limit: int, timeout: float | None = None):   # -> pandas.DataFrame
+    def frame(self, sql: str, limit: int, timeout: float | None = None, **options: Any):   # -> pandas.DataFrame
         """`rows` as a pandas DataFrame."""
         import pandas as pd
 
-        return pd.DataFrame(self.rows(sql, limit, timeout))
+        return pd.DataFrame(self.rows(sql, limit, timeout, **options))
 
     def _call(self, method, request):   # noqa: ANN001, ANN202 (a stub's method, its reply)
         try:

@@ -292,23 +292,24 @@ def test_every_listing_command_prints_json_and_csv_for_programs(hierarchy):
 
 def test_the_python_client_submits_explains_lists_reads_and_cancels(hierarchy):
     """hifi.Client against the live hierarchy: a windowed count read as dicts, Arrow batches and a
-    pandas DataFrame, each row a real window of door1's readers; the query listed while it runs
-    and gone once cancelled; a bad statement and a bad token each one line, no traceback."""
+    pandas DataFrame, each row a real window of the doors' readers (replayed from the sources'
+    beginning: an earlier test stopped the agents); the query listed while it runs and gone once
+    cancelled; a bad statement and a bad token each one line, no traceback."""
     from hifi import Client, ClientError
 
     sql = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
     with Client.connect(hierarchy.placement_address, hierarchy.tls_dir, hierarchy.admin_token) as hifi:
         assert hifi.explain(sql).startswith("query ") and "root warehouse" in hifi.explain(sql)
-        query = hifi.submit(sql)
+        query = hifi.submit(sql, replay=True)
         assert query.columns == ("window_start", "window_end", "receptor_id", "n")
         assert query.id in {q["query_id"] for q in hifi.queries()}
-        rows = list(hifi.results(query, limit=4, timeout=120))
+        rows = list(hifi.results(query, limit=4, timeout=60))
         assert len(rows) == 4 and all(r["n"] > 0 and isinstance(r["window_start"], dt.datetime) for r in rows)
-        batches = list(hifi.batches(query, rows_per_batch=2, limit=4, timeout=120))
+        batches = list(hifi.batches(query, rows_per_batch=2, limit=4, timeout=60))
         assert [b.num_rows for b in batches] == [2, 2] and batches[0].schema.names == list(query.columns)
         hifi.cancel(query)
         assert query.id not in {q["query_id"] for q in hifi.queries()}
-        frame = hifi.frame(sql, limit=3, timeout=120)
+        frame = hifi.frame(sql, limit=3, timeout=60, replay=True)
         assert list(frame.columns) == list(query.columns) and len(frame) == 3 and (frame["n"] > 0).all()
         with pytest.raises(ClientError, match=r"INVALID_ARGUMENT: .*line 1, column \d+"):
             hifi.submit("SELECT nothing FROM nowhere")

@@ -124,7 +124,8 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     placement_calls = {"Submit": (hifi_pb2.SubmitRequest(sql=ADMIN_QUERY), False),
                        "Cancel": (hifi_pb2.QueryRef(query_id=running.query_id), False),
                        "List": (hifi_pb2.Empty(), False),
-                       "Results": (hifi_pb2.QueryRef(query_id=running.query_id), True)}
+                       "Results": (hifi_pb2.QueryRef(query_id=running.query_id), True),
+                       "Listing": (hifi_pb2.ListingRequest(what="status"), False)}
     node_address = hierarchy.nodes["tr-a"].address
     for who in ("none", "wrong", "expired"):
         stub = hierarchy.placement_stub(tokens[who])
@@ -147,6 +148,9 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
         code, details = _call(mallory, method, request, stream)
         assert code == grpc.StatusCode.PERMISSION_DENIED and running.query_id in details, (method, details)
     assert _call(mallory, "List", hifi_pb2.Empty()).queries == []   # another's queries are not listed
+    status = json.loads(_call(mallory, "Listing", hifi_pb2.ListingRequest(what="status")).tables)
+    assert status["tables"]["nodes"]["rows"] and status["tables"]["queries"]["rows"] == []   # health: everyone's
+    assert _call(mallory, "Listing", hifi_pb2.ListingRequest(what="users"))[0] == grpc.StatusCode.INVALID_ARGUMENT
     code, details = _call(mallory, "Submit", hifi_pb2.SubmitRequest(sql=ADMIN_QUERY, principal="admin"))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "may not ask as 'admin'" in details
     # nothing changed

@@ -33,6 +33,7 @@ METHOD_ROLES = {
     "/hifi.Placement/Cancel": "user",       # and only its own query, but for an operator (the servicer)
     "/hifi.Placement/List": "user",         # only its own queries, but for an operator
     "/hifi.Placement/Results": "user",      # only its own query, but for an operator
+    "/hifi.Placement/Listing": "user",      # the views it may read, the queries it may touch (the servicer)
     "/hifi.Node/Deploy": "service",
     "/hifi.Node/Cancel": "service",
     "/hifi.Node/Suspend": "operator",
