@@ -80,13 +80,13 @@ function renderTree(s) {
     return pos[id].x;
   };
   roots.sort().forEach((r) => place(r, 0));
-  const W = 215, H = 92, gapX = 24, gapY = 34;
+  const W = 240, H = 92, gapX = 24, gapY = 34;
   const width = Math.max(leaf, 1) * (W + gapX), height = (depthMax + 1) * (H + gapY);
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   // at its own scale, the page scrolling sideways past what fits: a box stays legible at 40 nodes
   const room = svg.parentElement.clientWidth || width;
   svg.style.width = `${Math.max(width, room)}px`;
-  svg.style.height = `${Math.max(height, 200) * Math.max(width, room) / width}px`;
+  svg.style.height = `${Math.max(height, 200)}px`;   // the viewBox drawn at scale 1, centred when it is narrower
   const at = (id) => ({ x: pos[id].x * (W + gapX) + gapX / 2, y: pos[id].depth * (H + gapY) + 4 });
   s.nodes.forEach((n) => {
     if (!byId[n.parent] || !pos[n.id]) return;
