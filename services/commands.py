@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from glue.sql.lexer import SqlError
 from glue.topology import load_topology
@@ -22,8 +21,6 @@ from services.paths import (
 from wire.errors import HiFiError
 from wire.identity import SYSTEM
 
-if TYPE_CHECKING:
-    pass
 
 class CLIError(HiFiError):
     """A problem the user can fix; printed as one line, no stack trace."""
@@ -423,8 +420,9 @@ def _tables(what: str, node: str | None = None) -> tuple[dict, list[str]]:
     mdr = _mdr()
     if what == "status":
         return tables.status_tables(mdr)
-    made = {"nodes": tables.nodes_table, "views": tables.views_table, "motes": tables.motes_table}[what]
-    return {what: made(mdr) if what == "nodes" else made(mdr, node)}, []
+    made = {"nodes": lambda: tables.nodes_table(mdr), "views": lambda: tables.views_table(mdr, node),
+            "motes": lambda: tables.motes_table(mdr, node)}[what]
+    return {what: made()}, []
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from datetime import datetime
 
+from glue.catalog import internal_view
 from mdr.repository import now_ms
 from services.health import CountsSample, RateWindow, moves, node_health, tiers_top_down
 from services.listing import clock, when
@@ -50,7 +51,8 @@ def status_tables(mdr, rates: RateWindow | None = None, caller: Identity | None 
 
     now = now_ms()
     views = mdr.views()
-    health = tiers_top_down([node_health(n, mdr.stats(n.id), [v.name for v in views if v.node == n.id], now)
+    health = tiers_top_down([node_health(n, mdr.stats(n.id),   # the users' views, not the planner's own
+                                         [v.name for v in views if v.node == n.id and not internal_view(v.name)], now)
                              for n in mdr.nodes()])
     nodes = (["node", "tier", "state", "rows in", "rows/s", "lag s", "rows out", "dead", "late", "queries",
               "archived KB", "uplink queue KB", "triaged", "views"],
