@@ -9,6 +9,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -37,6 +38,8 @@ def hierarchy(servers, spark, tmp_path_factory):
 
 
 DOORS = ("inbound-dock", "outbound-door")
+ARTIFACTS = os.environ.get("HIFI_TEST_ARTIFACTS",
+                           os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "test-artifacts"))
 
 
 def _rows(hierarchy, node: str, view: str) -> list[dict]:
@@ -172,6 +175,37 @@ def test_alerts_appear_in_hifi_query_results(hierarchy):
         assert {(_ms(r["window_start"]), r["location"]) for r in rows} <= published
     finally:
         hierarchy.placement.cancel(plan.query_id)
+
+
+def test_the_dashboard_of_the_default_topology_in_chromium(hierarchy):
+    """What `make run`'s dashboard shows, as an operator's browser draws it: every node of the
+    supply chain alive on the tree, the users' views listed (the planner's own not), the region's
+    alerts among the events; its screenshot (docs/images/dashboard.png is one) in the artifacts."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    url = hierarchy.start_dashboard("127.0.0.1:0")
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--window-size=1500,1600"):
+        options.add_argument(flag)
+    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    try:
+        browser.get(f"{url}#token={hierarchy.admin_token}")
+        states = wait_for(lambda: browser.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#tree g.node')]"
+            ".map(g => [g.dataset.node, g.dataset.state]))") or None, 60, "the tree drawn")
+        assert states == dict.fromkeys(("door1", "door2", "warehouse", "region", "hq"), "alive")
+        views = browser.execute_script("return [...document.querySelectorAll('#views li')].map(li => li.dataset.view)")
+        assert "region.stock_alerts" in views and not [v for v in views if re.search(r"\.(producer|smooth_q)", v)]
+        wait_for(lambda: browser.execute_script("return document.querySelectorAll('#events li[data-kind=alert]')"
+                                                ".length"), 120, "the region's alerts among the events")
+        os.makedirs(ARTIFACTS, exist_ok=True)
+        browser.save_screenshot(os.path.join(ARTIFACTS, "dashboard-supply-chain.png"))
+    finally:
+        browser.quit()
 
 
 def test_readings_produced_equal_consumed_plus_dead_lettered(hierarchy):

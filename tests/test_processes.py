@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +178,16 @@ def test_the_compose_services_run_as_processes_and_answer_a_query(deployment, md
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(rows) == 6, f"{len(rows)} rows in 240 s; the nodes said:\n{deployment.trouble()}\n{done.stderr}"
+
+    # docs/deploying.md's query, as it says to run it: in the placement container, with the token
+    documented = re.search(r'placement hifi query "([^"]+)"', (Path(REPO) / "docs" / "deploying.md").read_text())
+    assert documented, "docs/deploying.md shows a query to run in the placement container"
+    asked = subprocess.run([HIFI, "query", " ".join(documented.group(1).split()), "--limit", "2", "--timeout", "120",
+                            "--format", "json"], env={**deployment.envs["placement"], "HIFI_TOKEN": env["HIFI_TOKEN"]},
+                           capture_output=True, text=True, timeout=180)
+    assert asked.returncode == 0, asked.stderr
+    answered = [json.loads(line) for line in asked.stdout.splitlines()]
+    assert len(answered) == 2 and all(r["tags"] > 0 and r["location"] for r in answered), answered
 
     # kill -9 of an edge node mid-stream, started again on its state directory (compose's
     # restart policy): a query running through it goes on, its windows all equal to the log's
