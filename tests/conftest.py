@@ -183,3 +183,19 @@ def topic_names(bootstrap: str) -> set[str]:
         return set(admin.list_topics())
     finally:
         admin.close()
+
+
+def chromium(window: str = "1500,1300"):
+    """A headless Chromium under WebDriver, as the browser tests drive the dashboard: no network
+    beyond loopback here, so Chromium's background connections are off (they would only fail)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--window-size={window}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)

@@ -19,7 +19,7 @@ import pytest
 from glue.topology import load_topology
 from protos import hifi_pb2
 from services.paths import SMALL_TOPOLOGY
-from tests.conftest import metric, running_hierarchy, scrape_metrics, topic_rows, wait_for
+from tests.conftest import chromium, metric, running_hierarchy, scrape_metrics, topic_rows, wait_for
 from wire import bus
 from wire.topics import raw_topic, view_topic
 
@@ -38,18 +38,7 @@ def hierarchy(servers, spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(hierarchy):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    # no network beyond loopback here: Chromium's background connections would only fail
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1500,1300"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver = chromium()
     driver.get(f"{hierarchy.dashboard.url}#token={hierarchy.admin_token}")   # as `hifi up` prints it
     yield driver
     driver.quit()

@@ -25,7 +25,7 @@ from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import open_channel
 from services.part_signing import PartSigner
 from services.paths import DEFAULT_TOPOLOGY
-from tests.conftest import running_hierarchy, topic_rows, wait_for
+from tests.conftest import chromium, running_hierarchy, topic_rows, wait_for
 from wire.codec import datetime_ms as _ms
 from wire.windows import duration_ms
 
@@ -181,17 +181,8 @@ def test_the_dashboard_of_the_default_topology_in_chromium(hierarchy):
     """What `make run`'s dashboard shows, as an operator's browser draws it: every node of the
     supply chain alive on the tree, the users' views listed (the planner's own not), the region's
     alerts among the events; its screenshot (docs/images/dashboard.png is one) in the artifacts."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     url = hierarchy.start_dashboard("127.0.0.1:0")
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1500,1600"):
-        options.add_argument(flag)
-    browser = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    browser = chromium("1500,1600")
     try:
         browser.get(f"{url}#token={hierarchy.admin_token}")
         states = wait_for(lambda: browser.execute_script(
