@@ -1,89 +1,167 @@
-"""Per-tag smoothing of RFID presence over epochs: SMURF's adaptive window (Jeffery, Garofalakis,
-Franklin, VLDB 2006) and the fixed window it is measured against. Pure: the state machine of one
-(reader, tag) pair, epoch by epoch, and `ReaderSmoother`, all tags of one reader, which the DSP's
-sink (dsp.smoothing), the reference evaluator and `hifi bench cleaning` run alike.
+"""Per-tag smoothing of RFID presence over epochs: an adaptive window after SMURF (Jeffery,
+Garofalakis, Franklin, VLDB 2006) and the fixed window it is measured against. Pure: the model of
+one (reader, tag) pair, `ReaderSmoother` for all tags of one reader, which the DSP's sink
+(dsp.smoothing), the reference evaluator and `hifi bench cleaning` run alike.
 
-An epoch is a few read cycles of a reader; the tag is read in it or not. SMURF keeps a window of
-w epochs per tag such that:
+An epoch is a few read cycles of a reader; the tag is read in it or not. As in SMURF, each tag gets
+its own window from its observed read rate, and a transition test shortens it when the tag has
+most likely left: a tag is reported present while it was read within its last `w` epochs. Unlike
+SMURF, `w` is not grown and halved step by step; it is where the evidence turns:
 
-- **completeness**: a present tag is read at least once in the window with probability 1 - δ,
-  which takes w* epochs at its read rate q; a window smaller than w* grows toward it, 2 epochs
-  at a time (a tag that is read rarely gets a longer window);
-- **transitions**: otherwise, when the epochs with reads fall statistically below what the rate
-  predicts, the tag has most likely left, and the window halves (at most to w*), so an absence
-  is reported quickly.
-
-The order (grow, else check for a transition) and the reset of an empty window to one epoch are
-the paper's Algorithm 1. The tag is reported present in an epoch when its window holds a read.
-
-Where this departs from the paper, and why (each measured by `hifi bench cleaning`):
-- q is estimated from the gaps between the tag's reads while it stayed (geometric, mean 1/q),
-  over its recent history, not from the per-cycle read fractions of the epochs that saw it: an
-  epoch with a read has a fraction >= 1/cycles, which overstates a weak tag's rate, and the
-  window may be one epoch long. Gaps too long for a present tag are departures, not misses.
-- A tag's first epochs borrow its reader's rate over all its tags as a prior (`ReaderRates`):
-  a tag that passes a reliable reader in a few epochs would otherwise leave before its window
-  had shrunk to what the reader deserves.
-- w* is the exact ln(1/δ) / -ln(1 - q) rather than ln(1/δ) / q (longer, by far for reliable tags).
-- The transition test is the binomial tail P(S <= |S|) < δ, not |S| < wq - 2 sqrt(wq(1 - q)),
-  whose normal approximation fires on two misses in a row of a 90 % tag.
-- δ is per tag (`tag_delta`): δ = h / q from the tag's own departure rate h, so a tag that
-  stays gets a long window and one that comes and goes a short one, instead of one δ for all.
+- **the gaps between a tag's reads** are of two kinds: a *stay* (the tag stayed and was missed
+  `g - 1` times: geometric in its read rate q) or a *departure* (it left, and came back after an
+  absence: geometric in a return rate d), mixed in a share π of departures. The three are fitted
+  per tag by expectation-maximisation over its recent gaps; a gap still open once the tag is
+  surely gone counts as a censored departure.
+- **the window** is the number of misses after which "it left" becomes likelier than "it stayed
+  and was missed": P(present | k misses) = (1-π) S_q(k) / ((1-π) S_q(k) + π S_d(k)) < ½, with the
+  survival functions S taken over the uncertainty of q and d (Beta posteriors), so a tag little
+  known gets the longer window its uncertain rate deserves. That is the Bayes decision for
+  fewest errors per epoch; `delta` keeps SMURF's completeness floor (a present tag missed in its
+  window with chance at most δ).
+- **the reader pools its tags** (empirical Bayes): each tag's fit is shrunk toward the reader's
+  fit over all its gaps, with a strength estimated from how much the tags truly differ (their
+  spread beyond sampling noise). Tags alike (pallets that stay, a conveyor's cases) borrow
+  strength from each other from their first epochs; tags that differ keep their own windows.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections import deque
-from collections.abc import Mapping, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-DEFAULT_DELTA = 0.25        # the most a tag's completeness target may be (a tag that comes and goes)
-DEFAULT_MIN_DELTA = 0.001   # the least (a tag that stays)
+DEFAULT_DELTA = 0.25        # the most a tag's chance of being missed in its window may be
 DEFAULT_MAX_WINDOW = 50     # epochs
-DEFAULT_PRIOR_STAY = 10.0   # epochs: a tag not yet seen to leave is expected to stay about this long
-PRIOR_EPOCHS = 2.0          # weight of the reader's rate in a tag's rate
-MIN_ABSENCE = 5             # epochs without a read before a departure is certain, at the least
+PRIOR = (0.005, 0.5, 0.1)   # (π, q, d) before any gap is seen
+READER_STRENGTH = 2.0       # pseudo-gaps of PRIOR in the reader's fit
+TAG_STRENGTH = 30.0         # pseudo-gaps of the reader's fit in a tag's, until the reader can say
+RETURN_STRENGTH = 2.0       # pseudo-gaps of the reader's return rate in a tag's
+STRENGTH_LIMITS = (1.0, 1000.0)
+KEEP_GAPS = 200             # a tag's recent gaps that its fit reads
+TAG_ROUNDS, READER_ROUNDS = 3, 10   # EM iterations, warm-started from the last fit
+REFIT_EVERY, WARM_UP = 10, 50       # epochs between the reader's refits (every epoch in the first WARM_UP)
+MIN_GAPS = 5                # a tag's gaps before its spread counts toward the reader's strength
+GONE = 0.01                 # P(present) below which an open gap is a (censored) departure
 
 
-@dataclass
-class TagWindow:
-    """One (reader, tag) pair's smoothing state."""
+@dataclass(frozen=True)
+class Gap:
+    """Epochs from one read of a tag to its next (`censored`: still unread, and surely gone)."""
 
-    size: int = 1                                           # w, in epochs
-    seen: deque[bool] = field(default_factory=deque)        # read or not, last `max_window` epochs, newest last
-    gaps: deque[int] = field(default_factory=deque)         # epochs between reads while it stayed, recent ones
-    since_read: int | None = None                           # epochs since the last read (None: never read)
-    present_epochs: int = 0                                 # epochs reported present so far
-    departures: int = 0                                     # absences long enough that the tag surely left
-
-    def epoch_rate(self, prior: float = 0.5) -> float:
-        """q: the chance that the tag, while present, is read in an epoch. Each gap between its
-        reads while it stayed is misses then a read; before many are known, PRIOR_EPOCHS epochs
-        read at the rate `prior` (the reader's, over all its tags)."""
-        return (len(self.gaps) + PRIOR_EPOCHS * prior) / (sum(self.gaps) + PRIOR_EPOCHS)
+    epochs: int
+    censored: bool = False
 
 
-@dataclass
-class ReaderRates:
-    """A reader's read rate over all its tags, from their recent gaps between reads."""
+@dataclass(frozen=True)
+class GapModel:
+    """A tag's (or a reader's) gaps: a share `departure_share` of departures, stays geometric in
+    `read_rate` per epoch, absences geometric in `return_rate`; `reads` and `returns` are the Beta
+    pseudo-counts (successes, failures) behind the two rates, `shares` the (departures, gaps) behind π."""
 
-    gaps: deque[int] = field(default_factory=deque)
-    keep: int = 1000
+    departure_share: float = PRIOR[0]
+    read_rate: float = PRIOR[1]
+    return_rate: float = PRIOR[2]
+    reads: tuple[float, float] | None = None
+    returns: tuple[float, float] | None = None
+    evidence: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
 
-    def add(self, gap: int) -> None:
-        self.gaps.append(gap)
-        while len(self.gaps) > self.keep:
-            self.gaps.popleft()
+    def likelihoods(self, gap: Gap) -> tuple[float, float]:
+        """(as a stay, as a departure): the gap's probability, or its survival if censored."""
+        q, d, g = self.read_rate, self.return_rate, gap.epochs
+        if gap.censored:
+            return (1 - q) ** g, (1 - d) ** max(g - 1, 0)
+        return q * (1 - q) ** (g - 1), d * (1 - d) ** (g - 2) if g >= 2 else 0.0
 
-    def epoch_rate(self) -> float:
-        return (len(self.gaps) + 1) / (sum(self.gaps) + 2)
+    def present(self, misses: int) -> float:
+        """P(still present | read `misses` epochs ago), the rates at their point estimates."""
+        return self._posterior((1 - self.read_rate) ** misses, (1 - self.return_rate) ** max(misses - 1, 0))
+
+    def present_predictive(self, misses: int) -> float:
+        """P(still present | read `misses` epochs ago), over the rates' uncertainty."""
+        return self._posterior(_beta_survival(self.reads, self.read_rate, misses),
+                               _beta_survival(self.returns, self.return_rate, max(misses - 1, 0)))
+
+    def _posterior(self, stay: float, away: float) -> float:
+        stay, away = (1 - self.departure_share) * stay, self.departure_share * away
+        return stay / (stay + away) if stay + away > 0 else 0.0
+
+    def to_json(self) -> list:
+        return [self.departure_share, self.read_rate, self.return_rate, self.reads, self.returns, self.evidence]
+
+    @classmethod
+    def from_json(cls, data: list) -> GapModel:
+        pi, q, d, reads, returns, evidence = data
+        return cls(pi, q, d, tuple(reads) if reads else None, tuple(returns) if returns else None, tuple(evidence))
+
+
+def _beta_survival(counts: tuple[float, float] | None, rate: float, k: int) -> float:
+    """E[(1 - p)^k] for p ~ Beta(counts), or (1 - rate)^k without them."""
+    if counts is None:
+        return (1 - rate) ** k
+    a, b = counts
+    out = 1.0
+    for i in range(k):
+        out *= (b + i) / (a + b + i)
+    return out
+
+
+def fit_gaps(gaps: Iterable[tuple[Gap, float]], prior: GapModel, strength: tuple[float, float, float],
+             rounds: int, start: GapModel) -> GapModel:
+    """EM over weighted gaps, from `start`, each parameter shrunk toward `prior` by its strength
+    (pseudo-gaps of π, q, d)."""
+    gaps = list(gaps)
+    m_share, m_read, m_return = strength
+    model = start
+    for _ in range(rounds):
+        departures = total = stays = stay_epochs = returns = away_epochs = 0.0
+        for gap, weight in gaps:
+            stay, away = model.likelihoods(gap)
+            stay, away = (1 - model.departure_share) * stay, model.departure_share * away
+            r = away / (stay + away) if stay + away > 0 else 1.0
+            total += weight
+            departures += weight * r
+            stay_epochs += weight * (1 - r) * gap.epochs
+            away_epochs += weight * r * max(gap.epochs - 1, 0)
+            if not gap.censored:
+                stays += weight * (1 - r)
+                returns += weight * r
+        reads = (stays + m_read, max(stay_epochs - stays, 0.0) + m_read * (1 / prior.read_rate - 1))
+        comebacks = (returns + m_return, max(away_epochs - returns, 0.0) + m_return * (1 / prior.return_rate - 1))
+        model = GapModel(
+            _clamp((departures + m_share * prior.departure_share) / (total + m_share), 1e-6, 1 - 1e-6),
+            _clamp(reads[0] / sum(reads), 1e-3, 0.999), _clamp(comebacks[0] / sum(comebacks), 1e-4, 0.999),
+            reads, comebacks, (departures, total, stays, stay_epochs))
+    return model
+
+
+def _clamp(x: float, low: float, high: float) -> float:
+    return min(max(x, low), high)
+
+
+def shrinkage(models: Sequence[GapModel]) -> tuple[float, float] | None:
+    """How strongly tags should be pooled: (π, q) pseudo-gaps, from the tags' spread beyond
+    sampling noise (a Beta's concentration by moments); None with too few tags to say."""
+    if len(models) < 5:
+        return None
+    out = []
+    for counts in ([m.evidence[:2] for m in models], [m.evidence[2:] for m in models]):
+        counts = [(x, n) for x, n in counts if n > 0]
+        if not counts:
+            return None
+        mean = sum(x for x, _ in counts) / sum(n for _, n in counts)
+        spread = sum((x / n - mean) ** 2 for x, n in counts) / len(counts)
+        noise = sum(mean * (1 - mean) / n for _, n in counts) / len(counts)
+        between = max(spread - noise, 1e-9)
+        out.append(_clamp(mean * (1 - mean) / between - 1, *STRENGTH_LIMITS))
+    return out[0], out[1]
 
 
 def completeness_window(epoch_rate: float, delta: float, limit: int = DEFAULT_MAX_WINDOW) -> int:
-    """w*: epochs needed to read a tag read in a share `epoch_rate` of epochs at least once
-    w.p. 1 - delta (at most `limit`)."""
+    """Epochs needed to read a tag read in a share `epoch_rate` of epochs at least once
+    w.p. 1 - delta (at most `limit`): SMURF's w*."""
     if epoch_rate <= 0:
         raise ValueError("a tag never read has no completeness window")
     if epoch_rate >= 1:
@@ -91,113 +169,137 @@ def completeness_window(epoch_rate: float, delta: float, limit: int = DEFAULT_MA
     return min(max(1, math.ceil(math.log(1 / delta) / -math.log(1 - epoch_rate))), limit)
 
 
-def transition_detected(seen_epochs: int, window: int, epoch_rate: float, delta: float) -> bool:
-    """Fewer epochs with reads than a present tag's window of `window` Bernoulli(epoch_rate) epochs
-    gives with probability `delta` or more: the binomial tail P(S <= seen) < delta."""
-    tail = sum(math.comb(window, k) * epoch_rate ** k * (1 - epoch_rate) ** (window - k)
-               for k in range(seen_epochs + 1))
-    return tail < delta
+def window_of(model: GapModel, delta: float, max_window: int) -> int:
+    """Epochs a read keeps the tag present: up to the misses at which it more likely left, and at
+    least the completeness window for `delta`."""
+    misses = 0
+    while misses + 1 < max_window and model.present_predictive(misses + 1) > 0.5:
+        misses += 1
+    return max(misses + 1, completeness_window(model.read_rate, delta, max_window))
 
 
-def tag_delta(state: TagWindow, rate: float, delta: float, min_delta: float, prior_stay: float) -> float:
-    """The completeness target for this tag: δ = h / q, clamped to [min_delta, delta], where h is
-    the tag's departure rate per epoch present (a prior of one departure in `prior_stay` epochs).
-    One more epoch of window saves q (1 - q)^w missed epochs and costs h falsely present ones, so
-    the window that errs least is the one where (1 - q)^w = h / q."""
-    hazard = (state.departures + 1) / (state.present_epochs + prior_stay)
-    return min(delta, max(min_delta, hazard / rate))
+@dataclass
+class TagState:
+    """One (reader, tag) pair: epochs since its last read, its recent gaps, its fit and window."""
 
+    since_read: int | None = None
+    gaps: deque[Gap] = field(default_factory=deque)
+    model: GapModel | None = None
+    window: int = 1
+    counts: deque[int] = field(default_factory=deque)   # reads per epoch, the last max_window
 
-def smurf_step(state: TagWindow, read: bool, delta: float = DEFAULT_DELTA, max_window: int = DEFAULT_MAX_WINDOW,
-               min_delta: float = DEFAULT_MIN_DELTA, prior_stay: float = DEFAULT_PRIOR_STAY,
-               reader: ReaderRates | None = None) -> bool:
-    """Advance one epoch in which the tag was `read` or not; update `state` (and its `reader`'s
-    rate, if given) in place and say whether the tag is reported present in this epoch."""
-    state.seen.append(read)
-    while len(state.seen) > max_window:
-        state.seen.popleft()
-    if state.since_read is not None:
-        state.since_read += 1
-    prior = reader.epoch_rate() if reader is not None else 0.5
-    rate = state.epoch_rate(prior)
-    # Only absences too long for a present tag count as departures (and their gap is no read
-    # rate): otherwise misses of a tag that stayed would lower its rate and raise its departure
-    # rate, shortening its window, which causes more misses. Never fewer than MIN_ABSENCE epochs:
-    # a rate near 1 would otherwise call every miss a departure, never learn a miss, and stay near 1.
-    surely_gone = max(completeness_window(rate, min_delta, max_window), MIN_ABSENCE)
-    if read:
-        if state.since_read is not None and state.since_read < surely_gone:
-            state.gaps.append(state.since_read)
-            while len(state.gaps) > max_window:
-                state.gaps.popleft()
-            if reader is not None:
-                reader.add(state.since_read)
-            rate = state.epoch_rate(prior)
-        state.since_read = 0
-    elif state.since_read == surely_gone:
-        state.departures += 1
-    window = list(state.seen)[-state.size:]
-    seen = sum(window)
-    if seen:
-        target = tag_delta(state, rate, delta, min_delta, prior_stay)
-        needed = completeness_window(rate, target, max_window)
-        if needed > state.size:
-            state.size = min(state.size + 2, needed)
-        elif transition_detected(seen, len(window), rate, target):
-            state.size = max(min(state.size // 2, needed), 1)
-    present = any(list(state.seen)[-state.size:])
-    state.present_epochs += present
-    if not present:
-        state.size = 1   # an empty window: absent, and the next sighting starts afresh
-    return present
+    @property
+    def gone(self) -> bool:
+        return bool(self.gaps) and self.gaps[-1].censored
 
 
 @dataclass
 class ReaderSmoother:
     """One reader's adaptive smoothing: every tag it has read lately, stepped epoch by epoch in
-    tag order (they share the reader's rate). The DSP keeps one per receptor as streaming state
-    (`to_json`), the reference evaluator and the benchmark run the same code, so the hierarchy's
-    answer and the central one agree by construction."""
+    tag order, pooled through the reader's fit over all their gaps. The DSP keeps one per
+    receptor as streaming state (`to_json`); the reference evaluator and the benchmark run the
+    same code, so the hierarchy's answer and the central one agree by construction."""
 
     delta: float = DEFAULT_DELTA
     max_window: int = DEFAULT_MAX_WINDOW
     forget_after: int = 2 * DEFAULT_MAX_WINDOW     # epochs unread after which a tag is dropped
-    rates: ReaderRates = field(default_factory=ReaderRates)
-    tags: dict[str, TagWindow] = field(default_factory=dict)
-    counts: dict[str, deque[int]] = field(default_factory=dict)   # reads per epoch, last max_window
+    tags: dict[str, TagState] = field(default_factory=dict)
+    histogram: dict[Gap, int] = field(default_factory=dict)   # every gap the reader's tags had
+    model: GapModel = field(default_factory=GapModel)
+    strength: tuple[float, float] | None = None
+    epochs: int = 0
 
     def step(self, reads: Mapping[str, int]) -> list[tuple[str, int, int]]:
         """One epoch with `reads` per tag: (tag, reads in its window, window in epochs) for every
         tag reported present."""
+        self.epochs += 1
+        if self.histogram and (self.epochs <= WARM_UP or self.epochs % REFIT_EVERY == 0):
+            self._refit_reader()
         present = []
         for tag in sorted(self.tags.keys() | reads.keys()):
-            state = self.tags.setdefault(tag, TagWindow())
-            counts = self.counts.setdefault(tag, deque())
+            state = self.tags.setdefault(tag, TagState())
             n = reads.get(tag, 0)
-            counts.append(n)
-            while len(counts) > self.max_window:
-                counts.popleft()
-            if smurf_step(state, n > 0, self.delta, self.max_window, reader=self.rates):
-                present.append((tag, sum(list(counts)[-state.size:]), state.size))
+            state.counts.append(n)
+            while len(state.counts) > self.max_window:
+                state.counts.popleft()
+            self._advance(state, n > 0)
+            if state.since_read is not None and state.since_read < state.window:
+                present.append((tag, sum(list(state.counts)[-state.window:]), state.window))
             elif state.since_read is not None and state.since_read >= self.forget_after:
-                del self.tags[tag], self.counts[tag]
+                del self.tags[tag]
         return present
+
+    def _advance(self, state: TagState, read: bool) -> None:
+        if state.since_read is not None:
+            state.since_read += 1
+        if read:
+            if state.since_read is not None:
+                if state.gone:
+                    self._count(state.gaps.pop(), -1)
+                self._add_gap(state, Gap(state.since_read))
+            elif state.model is None:
+                state.window = window_of(self.model, self.delta, self.max_window)
+            state.since_read = 0
+        elif state.since_read is not None and not state.gone:
+            if (state.model or self.model).present(state.since_read) < GONE:
+                self._add_gap(state, Gap(state.since_read, censored=True))
+
+    def _add_gap(self, state: TagState, gap: Gap) -> None:
+        state.gaps.append(gap)
+        while len(state.gaps) > KEEP_GAPS:
+            state.gaps.popleft()
+        self._count(gap, 1)
+        state.model = self._fit_tag(state, TAG_ROUNDS)
+        state.window = window_of(state.model, self.delta, self.max_window)
+
+    def _count(self, gap: Gap, n: int) -> None:
+        self.histogram[gap] = self.histogram.get(gap, 0) + n
+        if not self.histogram[gap]:
+            del self.histogram[gap]
+
+    def _fit_tag(self, state: TagState, rounds: int) -> GapModel:
+        share, read = self.strength or (TAG_STRENGTH, TAG_STRENGTH)
+        return fit_gaps(Counter(state.gaps).items(), self.model, (share, read, RETURN_STRENGTH), rounds,
+                        state.model or self.model)
+
+    def _refit_reader(self) -> None:
+        self.model = fit_gaps(self.histogram.items(), GapModel(), (READER_STRENGTH,) * 3, READER_ROUNDS, self.model)
+        known = [self._fit_tag(s, 5) for s in self.tags.values() if s.model is not None and len(s.gaps) >= MIN_GAPS]
+        self.strength = shrinkage(known)
 
     def to_json(self) -> str:
         return json.dumps({
-            "rates": list(self.rates.gaps),
-            "tags": {tag: [w.size, "".join("1" if r else "0" for r in w.seen), list(w.gaps), w.since_read,
-                           w.present_epochs, w.departures, list(self.counts[tag])] for tag, w in self.tags.items()}})
+            "epochs": self.epochs, "model": self.model.to_json(), "strength": self.strength,
+            "histogram": [[g.epochs, g.censored, n] for g, n in self.histogram.items()],
+            "tags": {tag: [s.since_read, [[g.epochs, g.censored] for g in s.gaps],
+                           s.model.to_json() if s.model else None, s.window, list(s.counts)]
+                     for tag, s in self.tags.items()}})
 
     @classmethod
     def from_json(cls, text: str, delta: float = DEFAULT_DELTA, max_window: int = DEFAULT_MAX_WINDOW) -> ReaderSmoother:
         data = json.loads(text)
-        smoother = cls(delta, max_window, rates=ReaderRates(deque(data["rates"])))
-        for tag, (size, seen, gaps, since_read, present_epochs, departures, counts) in data["tags"].items():
-            smoother.tags[tag] = TagWindow(size, deque(c == "1" for c in seen), deque(gaps), since_read,
-                                           present_epochs, departures)
-            smoother.counts[tag] = deque(counts)
+        if "rates" in data:
+            return _from_first_layout(data, delta, max_window)
+        smoother = cls(delta, max_window, epochs=data["epochs"], model=GapModel.from_json(data["model"]),
+                       strength=tuple(data["strength"]) if data["strength"] else None,
+                       histogram={Gap(g, c): n for g, c, n in data["histogram"]})
+        for tag, (since_read, gaps, model, window, counts) in data["tags"].items():
+            smoother.tags[tag] = TagState(since_read, deque(Gap(g, c) for g, c in gaps),
+                                          GapModel.from_json(model) if model else None, window, deque(counts))
         return smoother
+
+
+def _from_first_layout(data: dict, delta: float, max_window: int) -> ReaderSmoother:
+    """State saved by the first smoother (per tag: window, reads seen, stay gaps, ...): its gaps
+    and counts carry over; the fits are made anew from them."""
+    smoother = ReaderSmoother(delta, max_window)
+    for tag, (size, _seen, gaps, since_read, _present, _departures, counts) in data["tags"].items():
+        state = smoother.tags[tag] = TagState(since_read, window=size, counts=deque(counts))
+        for g in gaps:
+            smoother._add_gap(state, Gap(g))
+    if smoother.histogram:
+        smoother._refit_reader()
+    return smoother
 
 
 def smooth_adaptive(reads: Sequence[Sequence[int]], delta: float = DEFAULT_DELTA,
