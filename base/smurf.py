@@ -27,11 +27,13 @@ SMURF, `w` is not grown and halved step by step; it is where the evidence turns:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 DEFAULT_DELTA = 0.25        # the most a tag's chance of being missed in its window may be
 DEFAULT_MAX_WINDOW = 50     # epochs
@@ -47,8 +49,7 @@ MIN_GAPS = 5                # a tag's gaps before its spread counts toward the r
 GONE = 0.01                 # P(present) below which an open gap is a (censored) departure
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(NamedTuple):
     """Epochs from one read of a tag to its next (`censored`: still unread, and surely gone)."""
 
     epochs: int
@@ -81,8 +82,16 @@ class GapModel:
 
     def present_predictive(self, misses: int) -> float:
         """P(still present | read `misses` epochs ago), over the rates' uncertainty."""
-        return self._posterior(_beta_survival(self.reads, self.read_rate, misses),
-                               _beta_survival(self.returns, self.return_rate, max(misses - 1, 0)))
+        return next(p for k, p in enumerate(self.presence(), start=1) if k >= misses) if misses else 1.0
+
+    def presence(self) -> Iterator[float]:
+        """present_predictive(1), (2), ...: the survival products built up one miss at a time."""
+        stay = away = 1.0
+        for k in itertools.count(1):
+            stay *= _beta_step(self.reads, self.read_rate, k - 1)
+            if k >= 2:
+                away *= _beta_step(self.returns, self.return_rate, k - 2)
+            yield self._posterior(stay, away)
 
     def _posterior(self, stay: float, away: float) -> float:
         stay, away = (1 - self.departure_share) * stay, self.departure_share * away
@@ -97,15 +106,12 @@ class GapModel:
         return cls(pi, q, d, tuple(reads) if reads else None, tuple(returns) if returns else None, tuple(evidence))
 
 
-def _beta_survival(counts: tuple[float, float] | None, rate: float, k: int) -> float:
-    """E[(1 - p)^k] for p ~ Beta(counts), or (1 - rate)^k without them."""
+def _beta_step(counts: tuple[float, float] | None, rate: float, i: int) -> float:
+    """E[(1 - p)^(i+1)] / E[(1 - p)^i] for p ~ Beta(counts), or 1 - rate without them."""
     if counts is None:
-        return (1 - rate) ** k
+        return 1 - rate
     a, b = counts
-    out = 1.0
-    for i in range(k):
-        out *= (b + i) / (a + b + i)
-    return out
+    return (b + i) / (a + b + i)
 
 
 def fit_gaps(gaps: Iterable[tuple[Gap, float]], prior: GapModel, strength: tuple[float, float, float],
@@ -173,7 +179,9 @@ def window_of(model: GapModel, delta: float, max_window: int) -> int:
     """Epochs a read keeps the tag present: up to the misses at which it more likely left, and at
     least the completeness window for `delta`."""
     misses = 0
-    while misses + 1 < max_window and model.present_predictive(misses + 1) > 0.5:
+    for present in model.presence():
+        if misses + 1 >= max_window or present <= 0.5:
+            break
         misses += 1
     return max(misses + 1, completeness_window(model.read_rate, delta, max_window))
 
