@@ -193,8 +193,15 @@ def mote_detection(seed: int, share: float = 0.2) -> tuple[int, int, int]:
 
 # ---------------------------------------------------------------- the command
 
+def presence_figures(rows: list[PresenceRow]) -> list[dict]:
+    """Per setting: the best fixed window's errors per tag-epoch, and adaptive's and the oracle's."""
+    return [{"setting": r.setting, "best_fixed": r.best_fixed, "best_fixed_errors": r.total(r.best_fixed),
+             "adaptive_errors": r.total("adaptive"), "oracle_errors": r.oracle} for r in rows]
+
+
 def run_cleaning_bench(scenario_file: str, duration_s: float, seed: int, plot: str | None,
-                       progress: Callable[[str], None]) -> str:
+                       progress: Callable[[str], None]) -> tuple[str, list[dict]]:
+    """The report's text, and the presence figures per setting (presence_figures)."""
     progress("presence: static, moving and mixed tags")
     rows = [score_presence(name, traces, seed) for name, traces in presence_settings(100, 600, seed)]
     lines = ["Presence per tag-epoch (1 s epochs of 5 read cycles; rate = chance a present tag is read in "
@@ -237,7 +244,7 @@ def run_cleaning_bench(scenario_file: str, duration_s: float, seed: int, plot: s
             lines += ["", f"plot: {plot}"]
         except ModuleNotFoundError:   # plotting is the optional extra `plot`
             lines += ["", "no plot: matplotlib is not installed (pip install '.[plot]'; make installs it)"]
-    return "\n".join(lines)
+    return "\n".join(lines), presence_figures(rows)
 
 
 def _plot(rows: list[PresenceRow], path: str) -> None:

@@ -98,13 +98,22 @@ def _idle(f: dict) -> Chart:
     return Chart("Cores of an idle edge and core", "", "cores", {"cores": [("idle", f["cores"])]})
 
 
+def _cleaning(f: dict) -> Chart:
+    rows = f["presence"]
+    return Chart("Presence errors over the best fixed window's (chosen in hindsight), per setting", "setting",
+                 "errors / best fixed window's",
+                 {"adaptive": [(r["setting"], r["adaptive_errors"] / r["best_fixed_errors"]) for r in rows],
+                  "oracle (each tag its best window)": [(r["setting"], r["oracle_errors"] / r["best_fixed_errors"])
+                                                        for r in rows]})
+
+
 CHARTS: dict[str, Callable[[Any], Chart]] = {
     "pipeline": _pipeline, "sharing": _sharing, "capacity": _capacity, "fanin": _fanin,
     "batches": _by_path("A backlog drained, by path", "readings", "backlog"),
     "past": _by_path("A query over an archived hour, by path", "readings/s in the hour", "rate"),
     "triage": _latencies("Latency per load", lambda f: f["loads"], "load"),
     "priority": _latencies("Alert latency per phase", lambda f: f["phases"], "phase"),
-    "chaos": _chaos, "lag": _lag, "events": _events, "planning": _planning, "idle": _idle,
+    "chaos": _chaos, "lag": _lag, "events": _events, "planning": _planning, "idle": _idle, "cleaning": _cleaning,
 }
 
 # The field's published figures a reader compares ours with (what, and where it was published).

@@ -122,8 +122,8 @@ def _agents(args: argparse.Namespace) -> Outcome:
 def _cleaning(args: argparse.Namespace) -> Outcome:
     from services.bench.cleaning import run_cleaning_bench
 
-    text = run_cleaning_bench(args.scenario, args.duration, args.seed, args.plot or None, progress)
-    return Outcome(text, {"table": text})
+    text, presence = run_cleaning_bench(args.scenario, args.duration, args.seed, args.plot or None, progress)
+    return Outcome(text, {"table": text, "presence": presence})
 
 
 def _dashboard(args: argparse.Namespace) -> Outcome:
