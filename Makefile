@@ -51,7 +51,8 @@ test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -m unit -n 2 --durations=5
+	$(PY) -m pytest -q -m "not unit" --durations=15
 
 bench: setup
 	$(VENV)/bin/hifi bench pipeline
