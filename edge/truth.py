@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -65,3 +66,53 @@ def presence_errors(truth: Sequence[Sequence[bool]], reported: Sequence[Sequence
         fp += sum(s and not p for p, s in zip(present, said, strict=True))
         epochs += len(present)
     return fn, fp, epochs
+
+
+@dataclass(frozen=True)
+class CountMiss:
+    """A location's count in one window that differs from the truth, and what in the receptors'
+    data could make it so: tags present here and at another location within the window (the truth
+    counts them at both, an answer at one), present here but never read here at or above the
+    strength threshold, read here while present elsewhere (overlapping doors, ghosts), or here in
+    the window before and gone in this one (a smoothing window carries them on)."""
+
+    window_start: int
+    location: str
+    true: int
+    said: int
+    in_transit: int
+    unread: int
+    read_across: int
+    just_left: int
+
+    @property
+    def explained(self) -> bool:
+        if self.said < self.true:
+            return self.true - self.said <= self.in_transit + self.unread
+        return self.said - self.true <= self.read_across + self.just_left
+
+
+def count_misses(truth: Iterable[dict[str, Any]], said: dict[tuple[int, str], int], windows: Sequence[int],
+                 window_ms: int, strength_t: float) -> list[CountMiss]:
+    """Every (window, location) of `windows` whose count in `said` differs from the truth, each
+    with the tags that could explain it (CountMiss)."""
+    present: dict[tuple[int, str], set[str]] = defaultdict(set)
+    read: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for cycle in read_cycles(truth):
+        key = (cycle["t"] // window_ms * window_ms, cycle["location"])
+        present[key].update(cycle["present"])
+        read[key].update(tag for tag, _antenna, strength in cycle["reads"] if strength >= strength_t)
+    locations = sorted({loc for _, loc in present if loc != "away"})
+    misses = []
+    for start in windows:
+        for location in locations:
+            here = present.get((start, location), set())
+            n = said.get((start, location), 0)
+            if n == len(here):
+                continue
+            elsewhere = set().union(*(present.get((start, other), set()) for other in locations if other != location))
+            misses.append(CountMiss(
+                start, location, len(here), n, len(here & elsewhere), len(here - read.get((start, location), set())),
+                len(read.get((start, location), set()) - here),
+                len(present.get((start - window_ms, location), set()) - here)))
+    return misses
