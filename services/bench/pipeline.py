@@ -46,10 +46,10 @@ class PipelineFigures:
     levels: list[LevelLatency]
     windows_scored: int
     windows_exact: int
-    misses: list[CountMiss] = field(default_factory=list)   # the other windows' wrong counts, explained or not
     bytes_per_s: dict[str, float]   # "raw into edge" and "leaving <tier>" -> bytes per second
     archive: dict[str, tuple[float, float]] = field(default_factory=dict)   # tier -> (bytes/s, ms per batch)
     cores: tuple[float, float] | None = None   # steady state: the hierarchy, and with the broker and Redis
+    misses: list[CountMiss] = field(default_factory=list)   # the other windows' wrong counts, explained or not
 
     def explained(self) -> str:
         """How many of the inexact windows the readings explain (every wrong count in them), and by what."""
