@@ -147,22 +147,30 @@ def _clamp(x: float, low: float, high: float) -> float:
     return min(max(x, low), high)
 
 
-def shrinkage(models: Sequence[GapModel]) -> tuple[float, float] | None:
-    """How strongly tags should be pooled: (π, q) pseudo-gaps, from the tags' spread beyond
-    sampling noise (a Beta's concentration by moments); None with too few tags to say."""
-    if len(models) < 5:
+def shrinkage(shares: Sequence[tuple[float, float]],
+              reads: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """How strongly tags should be pooled: (π, q) pseudo-gaps, each from the tags' spread of a share
+    (successes, trials) beyond sampling noise; None with too few tags to say. `shares`: each tag's
+    fitted (departures, gaps); `reads`: each tag's (gaps of one epoch, gaps of one or two), whose
+    share 1 / (2 - q) departures barely touch (a departure takes at least two epochs), so a
+    tag's read rate is judged apart from how its fit split its gaps."""
+    if len(shares) < 5:
         return None
-    out = []
-    for counts in ([m.evidence[:2] for m in models], [m.evidence[2:] for m in models]):
-        counts = [(x, n) for x, n in counts if n > 0]
-        if not counts:
-            return None
-        mean = sum(x for x, _ in counts) / sum(n for _, n in counts)
-        spread = sum((x / n - mean) ** 2 for x, n in counts) / len(counts)
-        noise = sum(mean * (1 - mean) / n for _, n in counts) / len(counts)
-        between = max(spread - noise, 1e-9)
-        out.append(_clamp(mean * (1 - mean) / between - 1, *STRENGTH_LIMITS))
-    return out[0], out[1]
+    share, read = concentration(shares), concentration(reads)
+    return None if share is None or read is None else (share, read)
+
+
+def concentration(counts: Sequence[tuple[float, float]]) -> float | None:
+    """The concentration of a Beta the per-tag shares (successes, trials) were drawn from, by
+    moments: their spread beyond binomial noise (a small spread: tags alike, pooled strongly)."""
+    counts = [(x, n) for x, n in counts if n > 0]
+    if not counts:
+        return None
+    mean = sum(x for x, _ in counts) / sum(n for _, n in counts)
+    spread = sum((x / n - mean) ** 2 for x, n in counts) / len(counts)
+    noise = sum(mean * (1 - mean) / n for _, n in counts) / len(counts)
+    between = max(spread - noise, 1e-9)
+    return _clamp(mean * (1 - mean) / between - 1, *STRENGTH_LIMITS)
 
 
 def completeness_window(epoch_rate: float, delta: float, limit: int = DEFAULT_MAX_WINDOW) -> int:
@@ -199,6 +207,11 @@ class TagState:
     @property
     def gone(self) -> bool:
         return bool(self.gaps) and self.gaps[-1].censored
+
+
+def _short_gaps(state: TagState) -> tuple[int, int]:
+    """(gaps of one epoch, gaps of one or two): a share 1 / (2 - q) of a tag's stays."""
+    return (sum(g == Gap(1) for g in state.gaps), sum(g.epochs <= 2 and not g.censored for g in state.gaps))
 
 
 @dataclass
@@ -272,8 +285,8 @@ class ReaderSmoother:
 
     def _refit_reader(self) -> None:
         self.model = fit_gaps(self.histogram.items(), GapModel(), (READER_STRENGTH,) * 3, READER_ROUNDS, self.model)
-        known = [self._fit_tag(s, 5) for s in self.tags.values() if s.model is not None and len(s.gaps) >= MIN_GAPS]
-        self.strength = shrinkage(known)
+        known = [s for s in self.tags.values() if s.model is not None and len(s.gaps) >= MIN_GAPS]
+        self.strength = shrinkage([self._fit_tag(s, 5).evidence[:2] for s in known], [_short_gaps(s) for s in known])
 
     def to_json(self) -> str:
         return json.dumps({

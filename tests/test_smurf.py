@@ -69,14 +69,17 @@ def test_a_little_known_rate_gets_a_longer_window():
 def test_tags_alike_are_pooled_and_tags_that_differ_are_not():
     rng = random.Random(6)
 
-    def fitted(rates: list[float]) -> list[GapModel]:
-        return [fit_gaps(((g, 1.0) for g in _gaps(rng, 60, q, 0.05, 0.05)), GapModel(), (1.0, 1.0, 1.0), 20,
-                         GapModel()) for q in rates]
-    alike = shrinkage(fitted([0.6] * 30))
-    differ = shrinkage(fitted([0.4 + 0.55 * i / 29 for i in range(30)]))
+    def spread(rates: list[float]) -> tuple[float, float] | None:
+        tags = [_gaps(rng, 60, q, 0.05, 0.05) for q in rates]
+        shares = [fit_gaps(((g, 1.0) for g in gaps), GapModel(), (1.0, 1.0, 1.0), 20, GapModel()).evidence[:2]
+                  for gaps in tags]
+        short = [(sum(g.epochs == 1 for g in gaps), sum(g.epochs <= 2 for g in gaps)) for gaps in tags]
+        return shrinkage(shares, short)
+    alike = spread([0.6] * 30)
+    differ = spread([0.4 + 0.55 * i / 29 for i in range(30)])
     assert alike is not None and differ is not None
     assert alike[1] > 5 * differ[1], (alike, differ)
-    assert shrinkage(fitted([0.6] * 3)) is None, "too few tags to say"
+    assert spread([0.6] * 3) is None, "too few tags to say"
 
 
 def test_a_rarely_read_tag_that_stays_is_reported_nearly_always():

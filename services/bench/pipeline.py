@@ -18,6 +18,7 @@ event time past it, so the agents must not stop at the mark).
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Callable
@@ -60,8 +61,10 @@ class PipelineFigures:
                                          ("read from another location", "read_across"),
                                          ("just left", "just_left"))}
         by = ", ".join(f"{reason} {n}" for reason, n in reasons.items() if n)
+        shown = "; ".join([f"{dt.datetime.fromtimestamp(m.window_start / 1000, dt.UTC):%H:%M:%S} {m.location} "
+                           f"{m.said} for {m.true}" for m in self.misses if not m.explained][:3])
         return (f"{len(windows) - len(unexplained)} of {len(windows)} (wrong counts with tags {by or 'none'}; "
-                f"unexplained windows {len(unexplained)})")
+                f"unexplained windows {len(unexplained)}{': ' + shown if shown else ''})")
 
     def table(self) -> str:
         def fmt(value: float | None, unit: str) -> str:
