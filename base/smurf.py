@@ -21,7 +21,8 @@ SMURF, `w` is not grown and halved step by step; it is where the evidence turns:
   window with chance at most δ).
 - **the reader pools its tags** (empirical Bayes): each tag's fit is shrunk toward the reader's
   fit over all its gaps, with a strength estimated from how much the tags truly differ (their
-  spread beyond sampling noise). Tags alike (pallets that stay, a conveyor's cases) borrow
+  spread beyond sampling noise: of departure shares from their fits, of read rates from their
+  shares of one-epoch gaps, which departures barely touch). Tags alike (pallets that stay, a conveyor's cases) borrow
   strength from each other from their first epochs; tags that differ keep their own windows.
 """
 
@@ -43,7 +44,7 @@ TAG_STRENGTH = 30.0         # pseudo-gaps of the reader's fit in a tag's, until 
 RETURN_STRENGTH = 2.0       # pseudo-gaps of the reader's return rate in a tag's
 STRENGTH_LIMITS = (1.0, 1000.0)
 KEEP_GAPS = 200             # a tag's recent gaps that its fit reads
-TAG_ROUNDS, READER_ROUNDS = 3, 10   # EM iterations, warm-started from the last fit
+TAG_ROUNDS, READER_ROUNDS, SPREAD_ROUNDS = 3, 10, 5   # EM iterations, warm-started from the last fit
 REFIT_EVERY, WARM_UP = 10, 50       # epochs between the reader's refits (every epoch in the first WARM_UP)
 MIN_GAPS = 5                # a tag's gaps before its spread counts toward the reader's strength
 GONE = 0.01                 # P(present) below which an open gap is a (censored) departure
@@ -60,7 +61,8 @@ class Gap(NamedTuple):
 class GapModel:
     """A tag's (or a reader's) gaps: a share `departure_share` of departures, stays geometric in
     `read_rate` per epoch, absences geometric in `return_rate`; `reads` and `returns` are the Beta
-    pseudo-counts (successes, failures) behind the two rates, `shares` the (departures, gaps) behind π."""
+    pseudo-counts (successes, failures) behind the two rates, `evidence` the fit's own expected
+    (departures, gaps, stays, epochs of stays), without the prior's."""
 
     departure_share: float = PRIOR[0]
     read_rate: float = PRIOR[1]
@@ -286,7 +288,8 @@ class ReaderSmoother:
     def _refit_reader(self) -> None:
         self.model = fit_gaps(self.histogram.items(), GapModel(), (READER_STRENGTH,) * 3, READER_ROUNDS, self.model)
         known = [s for s in self.tags.values() if s.model is not None and len(s.gaps) >= MIN_GAPS]
-        self.strength = shrinkage([self._fit_tag(s, 5).evidence[:2] for s in known], [_short_gaps(s) for s in known])
+        self.strength = shrinkage([self._fit_tag(s, SPREAD_ROUNDS).evidence[:2] for s in known],
+                                  [_short_gaps(s) for s in known])
 
     def to_json(self) -> str:
         return json.dumps({
