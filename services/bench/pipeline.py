@@ -55,6 +55,8 @@ class PipelineFigures:
     def explained(self) -> str:
         """How many of the inexact windows the readings explain (every wrong count in them), and by what."""
         windows = {m.window_start for m in self.misses}
+        if not windows:
+            return "none to explain"
         unexplained = {m.window_start for m in self.misses if not m.explained}
         reasons = {reason: sum(getattr(m, field) > 0 for m in self.misses)
                    for reason, field in (("in transit", "in_transit"), ("present, never read", "unread"),
