@@ -58,8 +58,8 @@ class PipelineFigures:
         if not windows:
             return "none to explain"
         unexplained = {m.window_start for m in self.misses if not m.explained}
-        reasons = {reason: sum(getattr(m, field) > 0 for m in self.misses)
-                   for reason, field in (("in transit", "in_transit"), ("present, never read", "unread"),
+        reasons = {reason: sum(getattr(m, attr) > 0 for m in self.misses)
+                   for reason, attr in (("in transit", "in_transit"), ("present, never read", "unread"),
                                          ("read from another location", "read_across"),
                                          ("just left", "just_left"))}
         by = ", ".join(f"{reason} {n}" for reason, n in reasons.items() if n)
