@@ -53,7 +53,8 @@ def test_the_papers_three_views_parse_as_printed():
 
 def test_the_papers_views_bind_with_deployment_parameters(catalog):
     cleaned = analyze(PAPER_CLEANED, catalog)
-    assert cleaned.predicate == BinOp(">=", Col("read_strength"), Lit(0.2)) and not cleaned.is_aggregate
+    strength_t = float(catalog.parameters["strength_T"])   # the topology's, 0.45
+    assert cleaned.predicate == BinOp(">=", Col("read_strength"), Lit(strength_t)) and not cleaned.is_aggregate
     smoothed = analyze(PAPER_SMOOTHED, catalog)  # over the definition-only cleaned view: expanded
     assert smoothed.source == "rfid_stream" and smoothed.window == Window(2000, 2000)
     assert smoothed.predicate == cleaned.predicate
