@@ -32,7 +32,7 @@ from services.bench.report import figures_table
 FIXED_WINDOWS = (1, 2, 3, 5, 8, 12, 20)   # epochs; 1 is the raw reads
 READ_RATES = (0.5, 0.6, 0.7, 0.8, 0.9)
 CYCLES = 5                                # read cycles per one-second epoch (200 ms cycles)
-STRENGTH_THRESHOLDS = (0.2, 0.45)         # the default topology's strength_T, and one that drops most overlap reads
+STRENGTH_THRESHOLDS = (0.2, 0.45)         # overlap reads kept; the default topology's strength_T, which drops most
 
 
 @dataclass(frozen=True)
