@@ -82,12 +82,9 @@ class GapModel:
         """P(still present | read `misses` epochs ago), the rates at their point estimates."""
         return self._posterior((1 - self.read_rate) ** misses, (1 - self.return_rate) ** max(misses - 1, 0))
 
-    def present_predictive(self, misses: int) -> float:
-        """P(still present | read `misses` epochs ago), over the rates' uncertainty."""
-        return next(p for k, p in enumerate(self.presence(), start=1) if k >= misses) if misses else 1.0
-
     def presence(self) -> Iterator[float]:
-        """present_predictive(1), (2), ...: the survival products built up one miss at a time."""
+        """P(still present | read 1, 2, ... epochs ago), over the rates' uncertainty: the survival
+        products built up one miss at a time."""
         stay = away = 1.0
         for k in itertools.count(1):
             stay *= _beta_step(self.reads, self.read_rate, k - 1)

@@ -53,7 +53,8 @@ class PipelineFigures:
     misses: list[CountMiss] = field(default_factory=list)   # the other windows' wrong counts, explained or not
 
     def explained(self) -> str:
-        """How many of the inexact windows the readings explain (every wrong count in them), and by what."""
+        """How many of the inexact windows the readings can explain (every wrong count in them no larger
+        than the tags that could cause it: CountMiss.explained), and by what."""
         windows = {m.window_start for m in self.misses}
         if not windows:
             return "none to explain"
@@ -81,7 +82,7 @@ class PipelineFigures:
                f"{fmt(percentile(lv.close_ms, 50), 'ms')} / {fmt(percentile(lv.close_ms, 95), 'ms')}; "
                f"{lv.missing} of {lv.expected} windows missing") for lv in self.levels),
             ("closed count windows exact vs truth", f"{self.windows_exact} of {self.windows_scored}"),
-            ("the others, explained by the receptors' data", self.explained()),
+            ("the others, that the receptors' data can explain", self.explained()),
         ]
         if self.cores is not None:
             rows.append(("cores in the steady state: nodes and agents / with the broker and Redis",
