@@ -17,6 +17,8 @@ A plan is a tree of operators ending in the rows a node's query emits:
                                                               receptor and epoch
   Qualify(child, period_ms, from_ms)                          faulty-mote detection (base.mote_quality), per
                                                               sampling period
+  Changes(child, keys, slide_ms)                              a windowed input's rows as each key's
+                                                              starts and ends (EMIT CHANGES)
 
 Windowed aggregates add `window_start` and `window_end` (TIMESTAMP) to their keys. An Aggregate
 without a window over an already-windowed stream groups by those columns like any key; its input
@@ -390,7 +392,23 @@ SMOOTH_COLUMNS: tuple[Column, ...] = (("window_start", "timestamp"), ("window_en
                                       ("receptor_id", "string"), ("tag_id", "string"), ("reads", "long"),
                                       ("epochs", "long"))
 
-Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify, Match, WindowJoin]  # noqa: UP007
+@dataclass(frozen=True)
+class Changes:
+    """A windowed input's rows as changes per key (`EMIT CHANGES`): a `start` row in the first
+    window a key has a row in, an `end` row in the first window after it without one, with
+    `since`, the start of its first window, and `held_seconds`, from there to the end of its last.
+    The other columns are those of the row that started it, or of its last row."""
+
+    child: Plan
+    keys: tuple[str, ...]
+    slide_ms: int              # the input's windows follow each other this far apart
+
+
+# What EMIT CHANGES adds to its input's columns.
+CHANGE_COLUMNS: tuple[Column, ...] = (("change", "string"), ("since", "timestamp"), ("held_seconds", "double"))
+
+Plan = Union[Source, Filter, Project, Aggregate, LookupJoin, Union_, Smooth, Qualify, Match, WindowJoin,  # noqa: UP007
+             Changes]
 
 
 def _agg_type(spec: AggSpec, schema: dict[str, str]) -> str:
@@ -519,6 +537,19 @@ def _match_columns(plan: Match) -> tuple[Column, ...]:
     return (*out, (EVENT_TIME, "timestamp"))
 
 
+def _changes_columns(plan: Changes) -> tuple[Column, ...]:
+    schema = dict(output_columns(plan.child))
+    if "window_start" not in schema or "window_end" not in schema or plan.slide_ms <= 0:
+        raise PlanError("changes need windowed rows (window_start, window_end, a positive slide)")
+    for key in plan.keys:
+        if key not in schema or key in ("window_start", "window_end"):
+            raise PlanError(f"changes: key {key!r} is not a column of the rows (nor a window bound)")
+    taken = [name for name, _ in CHANGE_COLUMNS if name in schema]
+    if taken:
+        raise PlanError(f"changes: the rows have a column {taken[0]!r} already")
+    return (*output_columns(plan.child), *CHANGE_COLUMNS)
+
+
 def _union_columns(plan: Union_) -> tuple[Column, ...]:
     shapes = {output_columns(child) for child in plan.children}
     if len(shapes) != 1:
@@ -549,7 +580,7 @@ def _join_columns(plan: WindowJoin) -> tuple[Column, ...]:
 _COLUMNS_OF: dict[type, Callable[[Any], tuple[Column, ...]]] = {
     Source: _source_columns, Filter: _filter_columns, Project: _project_columns, Aggregate: _aggregate_columns,
     LookupJoin: _lookup_join_columns, Smooth: _smooth_columns, Qualify: _qualify_columns, Match: _match_columns,
-    WindowJoin: _join_columns, Union_: _union_columns,
+    WindowJoin: _join_columns, Union_: _union_columns, Changes: _changes_columns,
 }
 
 
@@ -634,7 +665,7 @@ def sources(plan: Plan) -> list[Source]:
 # ---------------------------------------------------------------- JSON
 
 _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project, Aggregate, LookupJoin, Union_,
-                                                         Smooth, Qualify, Match, WindowJoin)}
+                                                         Smooth, Qualify, Match, WindowJoin, Changes)}
 
 
 def _encode(value: Any) -> Any:
@@ -708,6 +739,8 @@ def _decode(data: dict) -> Plan:
                           tuple((left, right) for left, right in data["keys"]),
                           tuple(JoinBound(b["left"], b["right"], b["low_ms"], b["high_ms"]) for b in data["bounds"]),
                           int(data.get("from_ms", 0)))
+    if op == "Changes":
+        return Changes(_decode(data["child"]), tuple(data["keys"]), int(data["slide_ms"]))
     return Union_(tuple(_decode(child) for child in data["children"]))
 
 

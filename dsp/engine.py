@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from base.changes import KeyChanges
 from base.events import Found, PatternState, Step, order_key, ordering_columns
 from base.mote_quality import MoteQuality, judge_periods
 from base.plan import (
@@ -60,6 +61,7 @@ from base.plan import (
     TRIAGED,
     Aggregate,
     AggSpec,
+    Changes,
     Filter,
     LookupJoin,
     Match,
@@ -1047,6 +1049,35 @@ class QualifyOp(RowwiseOp):
         return min(inner, (self.judged + 1) * self.plan.period_ms)
 
 
+@dataclass
+class ChangesOp(RowwiseOp):
+    """EMIT CHANGES (base.changes): its child's windows' rows as each key's starts and ends, once
+    the child's bound closes their windows. Its bound is its child's: a row still to come is for
+    a window not closed yet (a start) or the one after a key's last (an end), both after it."""
+
+    plan: Changes
+
+    def __post_init__(self) -> None:
+        self.columns = output_columns(self.plan)
+        self.schema = arrow_schema(self.columns)
+        self.tracker = KeyChanges(self.plan.keys, self.plan.slide_ms)
+
+    def apply(self, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None:
+            return None
+        given = rows.drop_columns([c for c in rows.column_names if c not in dict(self.child.columns)]).to_pylist()
+        for row, start, end in zip(given, epoch_ms(rows["window_start"]).to_pylist(),
+                                   epoch_ms(rows["window_end"]).to_pylist(), strict=True):
+            row["window_start"], row["window_end"] = start, end
+        changed = self.tracker.feed(given, self.child.bound())
+        arrays = [timestamps([r[name] for r in changed]) if name in MS_COLUMNS else
+                  pa.array([r[name] for r in changed], arrow_type(kind)) for name, kind in self.columns]
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+MS_COLUMNS = ("window_start", "window_end", "since")   # epoch ms in base.changes' rows
+
+
 def qualify_means(plan: Qualify) -> Aggregate:
     """What a Qualify judges: each mote's mean values, with its position, per sampling period."""
     return Aggregate(plan.child, ("receptor_id", "x", "y"), tuple(AggSpec(q, "avg", q) for q in SAMPLE_QUANTITIES),
@@ -1115,6 +1146,8 @@ def build(plan: Plan, relations: Mapping[str, Sequence[tuple]]) -> Operator:
         return WindowJoinOp(plan, [build(child, relations) for child in plan.children])
     if isinstance(plan, Qualify):
         return QualifyOp(plan=plan, child=build(qualify_means(plan), relations))
+    if isinstance(plan, Changes):
+        return ChangesOp(plan=plan, child=build(plan.child, relations))
     raise PlanError(f"{type(plan).__name__} does not run in the shared runtime")
 
 
@@ -1125,7 +1158,7 @@ def supported(plan: Plan) -> bool:
         return True
     if isinstance(plan, Union_ | WindowJoin):
         return all(supported(child) for child in plan.children)
-    if isinstance(plan, Filter | Project | Aggregate | LookupJoin | Match | Qualify):
+    if isinstance(plan, Filter | Project | Aggregate | LookupJoin | Match | Qualify | Changes):
         return supported(plan.child)
     return False
 

@@ -118,6 +118,7 @@ class LogicalQuery:
     sample_ms: int = 0                       # `sample every`: only the samples whose time is a multiple of it
     approximate: bool = False                # `approximate`: windows carry triaged and error_bound (Data Triage)
     stream_join: StreamJoin | None = None    # a join of streams: source_kind "join", columns `<alias>.<column>`
+    changes: tuple[str, ...] | None = None   # EMIT CHANGES BY these: each key's starts and ends, not every window
 
     @property
     def is_aggregate(self) -> bool:
@@ -329,6 +330,7 @@ class _Scope:
     arbitration: Arbitration | None = None
     pattern: EventPattern | None = None
     stream_join: StreamJoin | None = None
+    changes: tuple[str, ...] | None = None
 
 
 def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
@@ -667,8 +669,41 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
         scope.having = _bind_output(binder, scope, select.having)
 
 
+def _bind_changes(binder: _Binder, scope: _Scope) -> None:
+    """EMIT CHANGES [BY col, ...]: over windowed rows only (a pattern's matches are events each).
+    The key is the BY columns, else the GROUP BY keys, else the select list's text columns."""
+    clause = scope.select.changes
+    if clause is None:
+        return
+    windowed = scope.window is not None or scope.smoothing is not None or scope.facts.get("source_window")
+    if scope.pattern is not None or not windowed:
+        raise _err("EMIT CHANGES is for windowed rows (a windowed aggregate, or a view's windows): a pattern's "
+                   "or a selection's rows are events each", clause.pos)
+    if not scope.aggregate_query:   # a key's windows are what change: its rows carry them
+        bounds = tuple((name, Col(name)) for name in ("window_start", "window_end")
+                       if name not in dict(scope.outputs) and name in scope.columns)
+        scope.outputs = (*bounds, *scope.outputs)
+    names = [name for name, _ in scope.outputs]
+    for by in clause.by:
+        if by.qualifier is not None or by.name not in names or by.name in ("window_start", "window_end"):
+            raise _err(f"EMIT CHANGES BY {by.name}: not a column of the select list (window bounds are not keys)",
+                       by.pos)
+    if clause.by:
+        scope.changes = tuple(by.name for by in clause.by)
+    elif scope.aggregate_query:
+        missing = [key for key in scope.keys if key not in names]
+        if missing:
+            raise _err(f"EMIT CHANGES: GROUP BY {missing[0]} is not selected; select it or say EMIT CHANGES BY",
+                       clause.pos)
+        scope.changes = scope.keys
+    else:
+        scope.changes = tuple(name for name, expr in scope.outputs if name not in ("window_start", "window_end")
+                              and expr_type(expr, scope.columns) == "string")
+
+
 # The binding passes, in order: each one reads what the earlier ones bound.
-PASSES = (_bind_joins, _bind_where, _bind_window, _bind_pattern, _bind_grouping, _bind_select_list, _bind_having)
+PASSES = (_bind_joins, _bind_where, _bind_window, _bind_pattern, _bind_grouping, _bind_select_list, _bind_having,
+          _bind_changes)
 
 
 def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str | Identity = SYSTEM,
@@ -685,7 +720,7 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
                         keys=scope.keys, aggregates=tuple(scope.aggregates.values()), having=scope.having,
                         outputs=scope.outputs, arbitration=scope.arbitration, view_name=view_name,
                         smoothing=scope.smoothing, derived=scope.derived, pattern=scope.pattern,
-                        stream_join=scope.stream_join, **scope.facts)
+                        stream_join=scope.stream_join, changes=scope.changes, **scope.facts)
 
 
 def _check_approximate(scope: _Scope) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from base.plan import output_columns
+from base.plan import Changes, output_columns, window_of
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
 from glue.rewrite.distribute import DistributedPlan, Rollup, answering_from, build_parts, rollups_for
@@ -138,6 +138,30 @@ def answer_from(planning: Planning) -> Planning:
     return replace(planning, plan=replace(plan, from_archive=True) if past else plan)
 
 
+def emit_changes(planning: Planning) -> Planning:
+    """EMIT CHANGES: the root's rows, whole windows already, become each key's starts and ends
+    there (base.plan.Changes): what has to see every window of a key runs where they all are.
+
+    >>> from glue.analyzer import analyze
+    >>> from tests.catalogs import supply_chain_catalog
+    >>> catalog = supply_chain_catalog()
+    >>> query = analyze("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 seconds', "
+    ...                 "slide by '5 seconds'] GROUP BY receptor_id HAVING count(*) > 100 EMIT CHANGES", catalog)
+    >>> root = plan_query(query, catalog, "q1").tasks[-1].plan
+    >>> type(root).__name__, root.keys, root.slide_ms
+    ('Changes', ('receptor_id',), 5000)
+    """
+    if planning.query.changes is None:
+        return planning
+    assert planning.plan is not None
+    final = planning.plan.tasks[-1]
+    window = window_of(final.plan)
+    if window is None:
+        raise SqlError("EMIT CHANGES is for windowed rows: this query's answer has no windows")
+    changed = replace(final, plan=Changes(final.plan, planning.query.changes, window.slide_ms))
+    return replace(planning, plan=replace(planning.plan, tasks=[*planning.plan.tasks[:-1], changed]))
+
+
 def type_check(planning: Planning) -> Planning:
     """Every part's plan type-checks before anything is deployed (PlanError names the operator)."""
     assert planning.plan is not None
@@ -148,7 +172,7 @@ def type_check(planning: Planning) -> Planning:
 
 # The passes, in order: each reads what the earlier ones found.
 PLAN_PASSES: tuple[Callable[[Planning], Planning], ...] = (order_where_terms, place_root, reuse_running_views, build,
-                                                           answer_from, type_check)
+                                                           answer_from, emit_changes, type_check)
 
 
 def plan_query(query: LogicalQuery, catalog: Catalog, query_id: str, *, at: str | None = None, naive: bool = False,

@@ -164,6 +164,15 @@ class Reference:
         return rows
 
     def run(self, query: LogicalQuery) -> list[Row]:
+        """The query's rows (EMIT CHANGES: each key's runs of windows, as starts and ends)."""
+        rows = self.rows(query)
+        if query.changes is None:
+            return rows
+        window = query.window or query.source_window
+        slide_ms = window.slide_ms if window is not None else query.smoothing.epoch_ms if query.smoothing else 0
+        return runs_of_windows(rows, query.changes, slide_ms)
+
+    def rows(self, query: LogicalQuery) -> list[Row]:
         rows = self.source_rows(query)
         if query.sample_ms:   # `sample every`: the samples whose time is a multiple of the period
             rows = [row for row in rows if row["ts"] % query.sample_ms == 0]
@@ -201,6 +210,32 @@ class Reference:
             results.append({"window_start": values["window_start"], "window_end": values["window_end"],
                             **{name: evaluate_expr(expr, values) for name, expr in query.outputs}})
         return results
+
+
+def runs_of_windows(rows: list[Row], keys: Sequence[str], slide_ms: int) -> list[Row]:
+    """EMIT CHANGES: per key, each run of windows one slide apart it has rows in is a `start` row
+    in its first window and an `end` row in the window after its last (every window after the
+    data is closed), with `since`, the run's start, and `held_seconds`, to the end of its last."""
+    by_key: dict[tuple, dict[int, Row]] = defaultdict(dict)
+    for row in rows:
+        by_key[tuple(row[k] for k in keys)][row["window_start"]] = row
+    out = []
+    for windows in by_key.values():
+        starts = sorted(windows)
+        runs = [[starts[0]]]
+        for start in starts[1:]:
+            if start - runs[-1][-1] == slide_ms:
+                runs[-1].append(start)
+            else:
+                runs.append([start])
+        for run in runs:
+            first, last = windows[run[0]], windows[run[-1]]
+            length = last["window_end"] - last["window_start"]
+            out.append({**first, "change": "start", "since": run[0],
+                        "held_seconds": (first["window_end"] - run[0]) / 1000})
+            out.append({**last, "window_start": run[-1] + slide_ms, "window_end": run[-1] + slide_ms + length,
+                        "change": "end", "since": run[0], "held_seconds": (last["window_end"] - run[0]) / 1000})
+    return out
 
 
 def _partners(join: StreamJoin, alias: str, rows: list[Row], joined: set[str]) -> Callable[[dict], Sequence[Row]]:

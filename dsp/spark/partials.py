@@ -45,6 +45,7 @@ from dsp.engine import (
     WEIGHT,
     WINDOW_COLUMN,
     AggregateOp,
+    ChangesOp,
     FilterOp,
     LookupJoinOp,
     Operator,
@@ -65,16 +66,17 @@ LATE = "__late"
 
 def computable(root: Operator) -> bool:
     """Whether Spark can compute `root`'s per-batch work (see the module): an Aggregate, under
-    filters and projections of its output (HAVING, a parent's final projection) or the judging
-    of mote quality (its periods' means): the driver's."""
+    filters and projections of its output (HAVING, a parent's final projection), the judging
+    of mote quality (its periods' means) or EMIT CHANGES: the driver's."""
     aggregate = _split(root)[1]
     return aggregate is not None and not aggregate.plan.annotate and _prefix_computable(aggregate.child)
 
 
 def _split(root: Operator) -> tuple[list[Operator], AggregateOp | None]:
-    """The filters, projections and mote-quality judging over `root`'s Aggregate (top first), and the Aggregate."""
+    """The filters, projections, mote-quality judging and changes over `root`'s Aggregate (top
+    first), and the Aggregate."""
     above = []
-    while isinstance(root, FilterOp | ProjectOp | QualifyOp):
+    while isinstance(root, FilterOp | ProjectOp | QualifyOp | ChangesOp):
         above.append(root)
         root = root.child
     return above, root if isinstance(root, AggregateOp) else None

@@ -149,6 +149,15 @@ class PatternClause:
 
 
 @dataclass(frozen=True)
+class ChangesClause:
+    """`EMIT CHANGES [BY col, ...]`: a row when a key's condition starts and one when it ends,
+    instead of every window's rows."""
+
+    by: tuple[Name, ...]
+    pos: Pos
+
+
+@dataclass(frozen=True)
 class Select:
     items: tuple[SelectItem, ...]   # empty tuple means `*`
     source: SourceRef
@@ -158,6 +167,7 @@ class Select:
     having: Node | None
     pos: Pos
     pattern: PatternClause | None = None
+    changes: ChangesClause | None = None
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,16 @@ class _Parser:
             group_by = self._comma_list(self.name)
         having = self.expr() if self._accept("keyword", "HAVING") else None
         pattern = self.pattern() if self._is("ident", "pattern") else None
-        return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start, pattern)
+        changes = self.changes() if self._is("ident", "emit") else None
+        return ast.Select(tuple(items), source, tuple(joins), where, tuple(group_by), having, start, pattern,
+                          changes)
+
+    def changes(self) -> ast.ChangesClause:
+        """`EMIT CHANGES [BY col, ...]` (words, not keywords: they stay usable as names)."""
+        pos = self._expect("ident", "emit").pos
+        self._expect("ident", "changes", "CHANGES (EMIT CHANGES [BY col, ...])")
+        by = self._comma_list(self.name) if self._accept("keyword", "BY") else []
+        return ast.ChangesClause(tuple(by), pos)
 
     def pattern(self) -> ast.PatternClause:
         """`PATTERN SEQ(step, ...) [WITHIN 'T'] [PARTITION BY col, ...] DEFINE name AS cond, ...`; a
@@ -192,7 +201,7 @@ class _Parser:
     def _alias(self) -> str | None:
         if self._accept("keyword", "AS"):
             return self._ident("an alias").text
-        if self._is("ident", "pattern"):   # the event pattern that follows, not an alias
+        if self._is("ident", "pattern") or self._is("ident", "emit"):   # the clause that follows, not an alias
             return None
         tok = self._accept("ident")
         return tok.text if tok else None
