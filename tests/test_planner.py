@@ -8,6 +8,7 @@ from glue.planner import (
     Planning,
     answer_from,
     build,
+    emit_changes,
     order_where_terms,
     place_root,
     plan_query,
@@ -22,7 +23,8 @@ COUNTS = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 secon
 
 
 def test_the_passes_run_in_the_documented_order():
-    assert PLAN_PASSES == (order_where_terms, place_root, reuse_running_views, build, answer_from, type_check)
+    assert PLAN_PASSES == (order_where_terms, place_root, reuse_running_views, build, answer_from, emit_changes,
+                           type_check)
 
 
 def test_each_pass_adds_what_it_names_and_the_whole_is_plan_query():
@@ -33,6 +35,7 @@ def test_each_pass_adds_what_it_names_and_the_whole_is_plan_query():
     assert [(p.node, p.role) for p in built.plan.tasks] == [("door1", "producer"), ("door2", "producer"),
                                                            ("warehouse", "final")]
     assert answer_from(built) is built   # no start: nothing to drop
+    assert emit_changes(built) is built    # every window's rows
     assert type_check(answer_from(built)).plan == plan_query(built.query, CATALOG, "q1")
 
 

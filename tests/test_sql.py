@@ -105,11 +105,29 @@ def test_arbitration_can_weigh_rows_by_a_column(catalog):
     ("SELECT tag_id, read_strength FROM rfid_stream [adaptive epoch '1 second']", "unknown column 'read_strength'"),
     ("SELECT tag_id FROM rfid_stream [adaptive epoch '1 second'] JOIN receptor_locations USING (location)",
      "join column 'location' must be in both"),
+    ("SELECT tag_id FROM rfid_stream WHERE read_strength > 0.5 EMIT CHANGES",
+     "line 1, column 58: EMIT CHANGES is for windowed rows"),
+    ("SELECT tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY tag_id EMIT CHANGES BY antenna",
+     "line 1, column 102: EMIT CHANGES BY antenna: not a column of the select list"),
+    ("SELECT count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY tag_id EMIT CHANGES",
+     "line 1, column 78: EMIT CHANGES: GROUP BY tag_id is not selected"),
+    ("SELECT receptor_id FROM smoothed_rfid_stream EMIT", "line 1, column 50: expected CHANGES"),
 ])
 def test_errors_name_the_position_and_the_problem(catalog, text, message):
     with pytest.raises(SqlError) as error:
         analyze(text, catalog)
     assert message in str(error.value)
+
+
+def test_emit_changes_keys_by_the_named_columns_the_group_by_or_the_text_columns(catalog):
+    windowed = ("SELECT receptor_id, tag_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+                "GROUP BY receptor_id, tag_id")
+    assert analyze(windowed, catalog).changes is None
+    assert analyze(windowed + " EMIT CHANGES", catalog).changes == ("receptor_id", "tag_id")
+    assert analyze(windowed + " EMIT CHANGES BY tag_id", catalog).changes == ("tag_id",)
+    selected = analyze("SELECT receptor_id, reads FROM smoothed_rfid_stream emit changes", catalog)
+    assert selected.changes == ("receptor_id",)   # its text columns; the windows are selected for it
+    assert [name for name, _ in selected.outputs] == ["window_start", "window_end", "receptor_id", "reads"]
 
 
 def test_views_not_exported_to_the_asker_are_refused(catalog):
