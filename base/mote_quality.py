@@ -4,7 +4,8 @@ of one sampling period; the DSP or the benchmark drives it.
 
 A mote is judged faulty in a period when
   - it is **silent** (fail-stop): no sample although one was due;
-  - a value is outside **physical limits** (fail-dirty: a dying battery reads 100 °C);
+  - a value is outside **physical limits** (fail-dirty: a dying battery reads past 100 °C; a fire
+    heats a mote near it to 60-100 °C, which is no fault);
   - it is **stuck**: the same values `stuck_run` periods in a row (healthy readings drift);
   - it **disagrees with its neighbours**: motes near each other agree, so a value far from the
     median of its nearest neighbours, beyond the offset it usually has from them, is suspect —
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from base.plan import SAMPLE_QUANTITIES
 from wire.codec import ms_to_datetime
 
-LIMITS = {"temperature": (-20.0, 60.0), "humidity": (0.0, 100.0), "voltage": (2.2, 3.3)}
+LIMITS = {"temperature": (-40.0, 100.0), "humidity": (0.0, 100.0), "voltage": (2.2, 3.3)}
 DISAGREEMENT = {"temperature": 6.0, "humidity": 8.0, "voltage": 0.02}   # beyond a mote's usual offset
 
 

@@ -9,7 +9,8 @@ the children and progress markers at every level, as a user's query does.
 
 Every node computes the same plans from the topology alone and deploys the tasks that fall on it
 (services.node): the children run the pane partials of their parent's view. Views SQL cannot say
-(the mote-quality judge) are named operators (glue.operators).
+(the mote-quality judge) are named operators (glue.operators), exported like the others so that a
+later SQL view reads them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from base.part_spec import PartSpec
 from base.plan import RAW_STREAMS, expr_type, sources
 from glue.analyzer import LogicalQuery, analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
+from glue.operators import operator_parts
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError
 from glue.topology import Topology, TopologyError, ViewSpec
@@ -50,7 +52,9 @@ def standing_views(topology: Topology, catalog: Catalog | None = None) -> list[S
     catalog = replace(catalog, views=list(catalog.views))   # the views planned here are added to a copy
     planned: list[StandingView] = []
     for view in topology.views:
-        if view.operator:
+        if view.operator:   # deployed by the nodes (glue.operators); a later SQL view may read it
+            catalog.views.extend(exported_view(part, view.definition, view.readers) for node in topology.nodes
+                                 for part in operator_parts(topology, node) if part.export_as == view.name)
             continue
         for node in (n for n in topology.nodes if view in topology.views_at(n)):
             try:

@@ -100,9 +100,8 @@ def _kafka_users(servers, topology) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from services.alert_edges import AlertEdges
     from services.embedded import embedded_or_external
-    from services.hierarchy import Hierarchy, follow_results, format_edge, format_result, hifi_home
+    from services.hierarchy import Hierarchy, follow_results, format_result, hifi_home
 
     topology = load_topology(args.topology)
     stop = threading.Event()
@@ -131,20 +130,12 @@ def cmd_up(args: argparse.Namespace) -> int:
                       f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results follow: trends and "
                       f"events, alerts and faulty motes when they start and when they clear (Ctrl-C stops)")
             first: list[float] = []
-            alerts, edges, edges_lock = hierarchy.alert_topics(), AlertEdges(), threading.Lock()
 
             def emit(topic: str, row: dict) -> None:
-                if row.get("faulty") is False:
-                    return   # mote quality: every mote, every second; only the faulty ones are news
                 if not first:
                     first.append(time.monotonic() - started)
                     _progress(f"first result {first[0]:.1f} s after start")
-                if topic not in alerts or "window_end" not in row:   # a pattern's match is an event each
-                    _say(format_result(topic, row))
-                    return
-                with edges_lock:   # an alert once when its condition starts, once when it clears
-                    for edge in edges.feed(topic, row):
-                        _say(format_edge(edge))
+                _say(format_result(topic, row))
 
             follower = threading.Thread(target=follow_results,
                                         args=(servers.bootstrap, hierarchy.result_topics(), stop, emit), daemon=True)
@@ -152,9 +143,6 @@ def cmd_up(args: argparse.Namespace) -> int:
             deadline = time.monotonic() + args.duration if args.duration else None
             while not stop.is_set() and (deadline is None or time.monotonic() < deadline):
                 stop.wait(0.5)
-                with edges_lock:
-                    for edge in edges.tick(int(time.time() * 1000)):
-                        _say(format_edge(edge))
         except KeyboardInterrupt:
             pass
         finally:

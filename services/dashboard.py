@@ -62,7 +62,6 @@ from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services import certs, listing
-from services.alert_edges import WINDOW_COLUMNS, AlertEdges, Edge
 from services.auth import Authenticator, Security, open_channel
 from services.dashboard_http import (
     LOCAL_HOSTS,
@@ -112,7 +111,6 @@ class EventLog:
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self.counts: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
-        self._edges = AlertEdges()   # a condition's rows, one per window, as its start and its end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._tail, name="dashboard-events", daemon=True)
 
@@ -125,20 +123,7 @@ class EventLog:
 
     def recent(self) -> tuple[list[dict], dict[str, int]]:
         with self._lock:
-            for edge in self._edges.tick(now_ms()):   # the conditions of views fallen quiet
-                self._add_edge(edge)
             return list(self.events)[::-1], dict(self.counts)
-
-    def _add_edge(self, edge: Edge) -> None:
-        """An alert view's condition starting or clearing (services.alert_edges); under the lock."""
-        node, view = edge.topic.split(".")[2], edge.topic.split(".", 3)[3]
-        row = {k: v for k, v in edge.row.items() if k not in WINDOW_COLUMNS}
-        text = ("  ".join(f"{k}={listing.shown(v)}" for k, v in row.items()) if edge.raised else
-                "cleared: " + "  ".join(f"{k}={listing.shown(v)}" for k, v in edge.key))
-        self.events.append({"ms": edge.at_ms, "kind": self.kinds[edge.topic], "node": node, "text": text,
-                            "receptor": edge.row.get("receptor_id", ""), "view": f"{node}.{view}",
-                            "cleared": not edge.raised})
-        self.counts[self.kinds[edge.topic]] += edge.raised
 
     def _add(self, event: dict) -> None:
         with self._lock:
@@ -151,7 +136,6 @@ class EventLog:
             with self._lock:
                 self.events.clear()
                 self.counts.clear()
-                self._edges = AlertEdges()
             try:
                 self._read()
             except Exception:  # noqa: BLE001 - the page must stay up when the broker hiccups
@@ -172,23 +156,24 @@ class EventLog:
             batch, _ = parse_row_batch(record.value)
             if batch is None:
                 continue   # the node reading this view dead-letters it
-            node = record.topic.split(".")[2]
+            node, view = record.topic.split(".")[2], record.topic.split(".", 3)[3]
             for values in batch.rows:
                 row = dict(zip(batch.columns, values, strict=True))
-                if kind == "faulty" and not row.get("faulty"):
-                    continue   # the quality stage reports every mote; only the faulty ones are events
-                if "window_end" in row:   # a condition, one row a window: its start and its end only
-                    with self._lock:
-                        for edge in self._edges.feed(record.topic, row):
-                            self._add_edge(edge)
-                    continue
-                shown = "  ".join(f"{k}={listing.shown(v)}" for k, v in row.items()
-                                  if k not in ("window_start", "window_end"))
-                self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": shown,
-                           "receptor": row.get("receptor_id", ""), "view": f"{node}.{record.topic.split('.', 3)[3]}"})
+                self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": event_text(row),
+                           "receptor": row.get("receptor_id", ""), "view": f"{node}.{view}",
+                           "cleared": row.get("change") == "end"})
 
 
+def event_text(row: dict) -> str:
+    """An alert's row as the events panel shows it: an EMIT CHANGES view's start with its values,
+    its end with how long it held; a pattern's match with its values."""
+    shown = "  ".join(f"{k}={listing.shown(v)}" for k, v in row.items() if k not in NOT_SHOWN)
+    if row.get("change") == "end":
+        return f"ended after {listing.shown(row.get('held_seconds'))} s: {shown}"
+    return shown
 
+
+NOT_SHOWN = ("window_start", "window_end", "change", "since", "held_seconds", "__ts")
 
 
 class Dashboard:

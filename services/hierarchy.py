@@ -212,10 +212,6 @@ class Hierarchy:
         return [view_topic(node, v.name) for node in self.topology.nodes for v in self.topology.views_at(node)
                 if v.name == name and v.materialize]
 
-    def alert_topics(self) -> set[str]:
-        """The topics of the alert views (`alert:` in the topology): their rows are conditions."""
-        return {topic for v in self.topology.views if v.alert and v.materialize for topic in self.view_topics(v.name)}
-
     def result_topics(self) -> list[str]:
         """The ends of the CSAVA chain: materialized views no other view reads (headquarters'
         analysis, the region's alerts), wherever they are exported."""
@@ -275,21 +271,21 @@ def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
             emit(record.topic, row)
 
 
-def format_edge(edge) -> str:   # noqa: ANN001 (services.alert_edges.Edge)
-    """An alert's start or end as `hifi up` prints it: the row that raised it, or its key cleared."""
-    from services.listing import clock, shown, when
-
-    if edge.raised:
-        return format_result(edge.topic, edge.row).replace("  window ", "  ALERT  window ", 1)
-    key = "  ".join(f"{k}={shown(v)}" for k, v in edge.key)
-    return f"{time.strftime('%H:%M:%S')}  {edge.topic}  cleared  after {clock(when(edge.at_ms))}  {key}"
-
-
 def format_result(topic: str, row: dict) -> str:
-    from services.listing import shown, span
+    """A row as `hifi up` prints it: an EMIT CHANGES view's start or end (with how long it held),
+    a pattern's match at its time, a window's row with its window."""
+    from services.listing import clock, shown, span
 
     start, end = row.get("window_start"), row.get("window_end")
-    window = span(start, end) if start and end else "-"
     rest = "  ".join(f"{k}={shown(v)}" for k, v in row.items()
-                     if k not in ("window_start", "window_end", "_emitted_ms"))
-    return f"{time.strftime('%H:%M:%S')}  {topic}  window {window}  {rest}"
+                     if k not in ("window_start", "window_end", "_emitted_ms", "change", "since", "held_seconds",
+                                  "__ts"))
+    if row.get("change") == "start":
+        return f"{time.strftime('%H:%M:%S')}  {topic}  STARTED  at {clock(start)}  {rest}"
+    if row.get("change") == "end":
+        return (f"{time.strftime('%H:%M:%S')}  {topic}  ended    at {clock(start)}  after "
+                f"{shown(row.get('held_seconds'))} s  {rest}")
+    if start and end:
+        return f"{time.strftime('%H:%M:%S')}  {topic}  window {span(start, end)}  {rest}"
+    at = row.get("__ts") or row.get("ts")
+    return f"{time.strftime('%H:%M:%S')}  {topic}  at {shown(at) if at else '-'}  {rest}"

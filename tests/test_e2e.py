@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -32,9 +33,18 @@ from wire.windows import duration_ms
 MIN_WINDOWS = 6
 
 
+def tight_stock(topology, max_tags: int = 8):
+    """The default topology with a dock expected to hold fewer tags than a pallet has: its stock
+    alerts start and end with every pallet, so the checks on them are never empty."""
+    relations = [replace(r, rows=tuple((location, low, max_tags) for location, low, _ in r.rows))
+                 if r.name == "expected_stock" else r for r in topology.relations]
+    return replace(topology, relations=relations)
+
+
 @pytest.fixture(scope="module")
 def hierarchy(servers, spark, tmp_path_factory):
-    yield from running_hierarchy(load_topology(DEFAULT_TOPOLOGY), servers, str(tmp_path_factory.mktemp("state")))
+    yield from running_hierarchy(tight_stock(load_topology(DEFAULT_TOPOLOGY)), servers,
+                                 str(tmp_path_factory.mktemp("state")))
 
 
 DOORS = ("inbound-dock", "outbound-door")
@@ -112,12 +122,12 @@ def test_the_region_validates_counts_against_expected_stock_and_hq_analyzes_tren
     assert any(t["windows"] > 1 for t in trends if _ms(t["window_start"]) in whole)
 
     upto = max(w for w, _ in region) - 4000      # the alert query reads the region's counts a hop later
-    want_alerts = {(a["window_start"], a["location"], a["tags"]) for a in _central(hierarchy, "stock_alerts", logged)
-                   if a["window_start"] <= upto}
-    assert want_alerts, "the scenario should overflow a door now and then; the check would be empty"
+    want_alerts = {(a["window_start"], a["location"], a["tags"], a["change"])
+                   for a in _central(hierarchy, "stock_alerts", logged) if a["window_start"] <= upto}
+    assert {a[-1] for a in want_alerts} == {"start", "end"}, "every pallet should overflow the tight docks"
 
     def alerts_so_far():
-        alerts = {(_ms(a["window_start"]), a["location"], a["tags"])
+        alerts = {(_ms(a["window_start"]), a["location"], a["tags"], a["change"])
                   for a in _rows(hierarchy, "region", "stock_alerts")}
         return {a for a in alerts if a[0] <= upto} == want_alerts or None
 
