@@ -50,6 +50,8 @@ class ManyAtOnce:
         self.whole = 0   # of which an aggregate took whole
 
     def __call__(self, root: Operator, batches: list[tuple[str, pa.Table]]) -> list[pa.Table | None]:
+        if not batches:   # a view over an operator's (mote quality's), which these runs do not feed
+            return pushed(root, batches)
         twins = {how: self.twins.setdefault((id(root), how), copy.deepcopy(root)) for how in ("many", "tagged")}
         outs = pushed(root, batches)
         found = [out for out in outs if out is not None]

@@ -43,14 +43,16 @@ def test_default_views_are_planned_as_queries_at_every_tier():
     # each CSAVA view at its level; validation reads the region's own counts
     assert {node for node, _ in exported} == {"door1", "door2", "warehouse", "region", "hq"}
     assert {name for node, name in exported if node == "warehouse"} == {"product_counts"}
-    assert [c for c, _ in exported[("region", "stock_alerts")].columns] == [
-        "window_start", "window_end", "location", "tags", "min_tags", "max_tags"]
+    assert [c for c, _ in exported[("region", "stock_alerts")].columns] == [   # its starts and ends (EMIT CHANGES)
+        "window_start", "window_end", "location", "tags", "min_tags", "max_tags", "change", "since", "held_seconds"]
     assert [c for c, _ in exported[("hq", "location_trends")].columns] == [
         "window_start", "window_end", "location", "mean_tags", "fewest_tags", "most_tags", "windows"]
-    # the dashboard shows these views' rows as events
+    # the dashboard shows these views' rows as events: each condition's starts and ends
     topology = load_topology(DEFAULT)
     assert {v.name: v.alert for v in topology.views if v.alert} == {
-        "mote_quality": "faulty", "stock_alerts": "alert", "people_in_danger": "person-in-danger"}
+        "faulty_motes": "faulty", "fires": "fire", "danger_alerts": "person-in-danger", "weak_readers": "weak-reader",
+        "stock_alerts": "alert"}
+    assert all("EMIT CHANGES" in v.sql for v in topology.views if v.alert)
     # the warehouse's arbitration is pushed down: each door sends its pane partials up
     arbitrate = next(s for s in standing if s.view.name == "product_counts")
     assert [(t.node, t.role) for t in arbitrate.tasks] == [

@@ -113,11 +113,16 @@ def _named_location(condition: Expr) -> str:
 
 
 def detectors(topology: Topology, standing: list[StandingView] | None = None) -> list[Detector]:
-    """The topology's alerting event views, with what scoring needs of their patterns."""
+    """The topology's alerting event views — an alert of its own, or the events an alert view is
+    made of (people in danger: its EMIT CHANGES view alerts) — with what scoring needs of their
+    patterns."""
+    standing = standing if standing is not None else standing_views(topology)
+    alerted = {view.reads: view.view.alert for view in standing if view.view.alert}
     found = []
-    for view in standing if standing is not None else standing_views(topology):
+    for view in standing:
         match = _match_of(view)
-        if match is None or not view.view.alert:
+        kind = view.view.alert or alerted.get(view.view.name, "")
+        if match is None or not kind:
             continue
         tag = next((name for name, step, column in match.outputs if column == "tag_id"), None)
         if tag is None:
@@ -126,7 +131,7 @@ def detectors(topology: Topology, standing: list[StandingView] | None = None) ->
             next((name for name, step, column in match.outputs if column == "receptor_id"), "")
         last = match.steps[-1]
         absent_at = _named_location(last.conditions[0]) if last.negated else ""
-        found.append(Detector(view.view.name, view.node, view.export.topic, view.view.alert, match.within_ms,
+        found.append(Detector(view.view.name, view.node, view.export.topic, kind, match.within_ms,
                               last.negated, tag, place, absent_at))
     return found
 
