@@ -376,10 +376,11 @@ def _view(item: dict[str, Any], nodes: dict[str, NodeSpec]) -> ViewSpec:
 
 
 def _view_readers(item: dict, name: str, line: int) -> tuple[str, ...]:
-    """Who may read a standing view: everyone when the file says nothing; a `readers` it gives
-    must be a non-empty list of readers (`[]`, `null` or `alice` are refused, not read as `*`)."""
+    """Who may read a standing view: the operators (and admins) when the file says nothing — a
+    view is opened to users by naming them, never by leaving it out; a `readers` it gives must be
+    a non-empty list of readers (`[]`, `null` or `alice` are refused, not read as `*`)."""
     if "readers" not in item:
-        return ("*",)
+        return ("role:operator",)
     readers = item["readers"]
     if not isinstance(readers, list) or not all(isinstance(r, str) for r in readers):
         raise TopologyError(f"line {line}: view {name!r}: readers is a list, e.g. [role:operator, alice] "

@@ -8,7 +8,7 @@ DESCRIPTIONS: dict[str, str] = {
         "run a whole topology: MDR, every node, the receptor agents (the topology's scenario), the operations"
         ' dashboard (`--dashboard`, default `127.0.0.1:8470`, a free port when that one is taken; its URL is '
         'printed); print live the rows of the views at the ends of its CSAVA chain (the views no other view '
-        'reads: alerts, trends, and the mote-quality rows of faulty motes). `--duration` stops cleanly after '
+        'reads: trends, and the alerts, each as it starts and as it ends). `--duration` stops cleanly after '
         'S seconds; `--receptor-dir` is where the agents write `readings.jsonl` and `truth.jsonl` (default '
         "`<state dir>/receptors`); `--trigger-ms` is every query's micro-batch interval (default 1000; a "
         "node's stream polls its inputs at a quarter of it, its raw topics at half). `--processes` runs each "

@@ -127,8 +127,8 @@ def cmd_up(args: argparse.Namespace) -> int:
             _progress(login_notice(dashboard_url, hierarchy.admin_token, sys.stderr.isatty()))
             _progress(f"hierarchy {topology.name!r} is up: {len(topology.nodes)} nodes"
                       f"{' (processes)' if args.processes else ''}, "
-                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results follow: trends and "
-                      f"events, alerts and faulty motes when they start and when they clear (Ctrl-C stops)")
+                      f"{len(hierarchy.agent.scenario.readers)} readers; the chain's results follow: trends, and "
+                      f"each alert as it starts and as it ends (Ctrl-C stops)")
             first: list[float] = []
 
             def emit(topic: str, row: dict) -> None:

@@ -65,6 +65,17 @@ def test_a_view_placed_at_an_unknown_node_is_refused():
                                   "nodes: [nowhere]}\n")
 
 
+def test_a_view_that_names_no_readers_is_the_operators_and_one_that_names_them_is_theirs():
+    def readers(given: str) -> tuple[str, ...]:
+        topology = parse_topology(NODES_OK + "views:\n  - {sql: CREATE VIEW v AS SELECT tag_id FROM rfid_stream, "
+                                  f"tiers: [edge]{given}}}\n")
+        return topology.views[0].readers
+
+    assert readers("") == ("role:operator",)   # leaving readers out never opens a view
+    assert readers(", readers: ['*']") == ("*",)
+    assert readers(", readers: [alice, role:user]") == ("alice", "role:user")
+
+
 @pytest.mark.parametrize("view, message", [
     ("{name: v, stage: totals, tiers: [edge]}", r"line 12: view 'v' needs `sql: CREATE VIEW v AS \.\.\.`"),
     ("{sql: SELECT tag_id FROM rfid_stream, tiers: [edge]}", "a view's sql is a CREATE VIEW <name> AS SELECT"),
