@@ -220,7 +220,7 @@ def test_readings_produced_equal_consumed_plus_dead_lettered(hierarchy):
         stats = {n: hierarchy.mdr.stats(n) for n in produced}
         return all(s.get("rows_in", 0) + s.get("dead", 0) == produced[n] for n, s in stats.items())
 
-    wait_for(balanced, 60, lambda: f"edge nodes to account for every produced reading {produced}: "
+    wait_for(balanced, 120, lambda: f"edge nodes to account for every produced reading {produced}: "
                                f"{ {n: hierarchy.mdr.stats(n) for n in produced} }")
     assert all(hierarchy.mdr.stats(n).get("dead", 0) == 0 for n in produced)
 
