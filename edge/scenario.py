@@ -19,6 +19,7 @@ from edge.intel_lab import INTEL_LAB_DATA
 from edge.motes import GAS, QUANTITIES, Environment, Fire, GasRelease, MoteFault, MoteModel, calibrated_motes
 from edge.rfid import Antenna, ReaderFault, RfidReader
 from edge.supply_chain import CHAIN, ChainConfig
+from wire.bounded_yaml import load_bounded
 from wire.errors import HiFiError
 from wire.windows import duration_ms
 
@@ -51,13 +52,23 @@ class Scenario:
         return len(self.readers) + len(self.motes)
 
 
+MAX_GROUP = 100_000    # receptors of one group (the high fan-in bench emulates 10 000 in all)
+MAX_ANTENNAS = 16      # a reader's antennas (commercial readers have 1-8)
+MAX_FIRES = 10_000     # staged fires (gas releases) of one entry
+
+
+def _count(value: Any, what: str, where: str, most: int) -> int:
+    """A positive whole number of at most `most` (one clear line otherwise, never a memory error)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise ScenarioError(f"{where}: {what} is a whole number from 1 to {most:,} (got {str(value)[:40]!r})")
+    return value
+
+
 def _expand(group: dict[str, Any], where: str) -> list[str]:
     ident = group.get("id")
     if not isinstance(ident, str) or not ident:
         raise ScenarioError(f"{where}: needs an id")
-    count = group.get("count", 1)
-    if not isinstance(count, int) or count < 1:
-        raise ScenarioError(f"{where} ({ident}): count must be a positive integer")
+    count = _count(group.get("count", 1), "count", f"{where} ({ident})", MAX_GROUP)
     if count > 1 and "{n}" not in ident:
         raise ScenarioError(f"{where} ({ident}): a group of {count} needs '{{n}}' in its id")
     return [ident.replace("{n}", str(n)) for n in range(1, count + 1)]
@@ -87,7 +98,8 @@ def _readers(groups: list[dict[str, Any]], faults: list[dict[str, Any]], start_m
         location = _location(group, where, required=True)
         if not group.get("node"):
             raise ScenarioError(f"{where}: needs the edge node it publishes to")
-        antennas = tuple(Antenna(x=2.5 * a) for a in range(int(group.get("antennas", 1))))
+        antennas = tuple(Antenna(x=2.5 * a) for a in range(_count(group.get("antennas", 1), "antennas", where,
+                                                                  MAX_ANTENNAS)))
         for ident in _expand(group, where):
             try:
                 readers.append(RfidReader(
@@ -112,8 +124,9 @@ def _location(spec: dict[str, Any], where: str, required: bool = False) -> str:
 def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
     """A staged fire, or with `every` and `count` that many, one `every` after another."""
     location = _location(spec, where)
+    count = _count(spec.get("count", 1), "count", where, MAX_FIRES)
     try:
-        x, y, count = float(spec["x"]), float(spec["y"]), int(spec.get("count", 1))
+        x, y = float(spec["x"]), float(spec["y"])
         start, end = _ms(spec["start"], where, start_ms), _ms(spec["end"], where, start_ms)
     except KeyError as exc:
         raise ScenarioError(f"{where}: needs {exc}") from None
@@ -127,8 +140,9 @@ def _fires(spec: dict[str, Any], where: str, start_ms: int) -> list[Fire]:
 
 def _releases(spec: dict[str, Any], where: str, start_ms: int) -> list[GasRelease]:
     """A staged gas release, or with `every` and `count` that many, one `every` after another."""
+    count = _count(spec.get("count", 1), "count", where, MAX_FIRES)
     try:
-        x, y, count = float(spec["x"]), float(spec["y"]), int(spec.get("count", 1))
+        x, y = float(spec["x"]), float(spec["y"])
         start, every = _ms(spec["start"], where, start_ms), _ms(spec.get("every", "0 s"), where, 0)
         release = GasRelease(x, y, start, float(spec.get("speed", 2.0)), float(spec.get("peak", 100.0)),
                              _ms(spec.get("duration", "10 seconds"), where, 0), float(spec.get("radius", 100.0)))
@@ -179,7 +193,7 @@ def parse_scenario(text: str, start_ms: int = 0, seed: int | None = None, base_d
     """A scenario from YAML text, its times anchored at `start_ms` (`seed` overrides its seed,
     relative data paths are taken from `base_dir`)."""
     try:
-        spec = yaml.safe_load(text)
+        spec = load_bounded(text)
     except yaml.YAMLError as exc:
         raise ScenarioError(f"not valid YAML: {exc}") from None
     return scenario_from_spec(spec, start_ms, seed, base_dir)
@@ -225,12 +239,21 @@ def scenario_from_spec(spec: Any, start_ms: int = 0, seed: int | None = None, ba
                     Environment(fires, releases), replay)
 
 
+MAX_BYTES = 4 << 20   # a scenario of thousands of receptor groups is well under this
+
+
 def load_scenario(path: str, start_ms: int = 0, seed: int | None = None) -> Scenario:
     try:
-        with open(path) as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise ScenarioError(f"{path}: {exc.strerror}") from None
+    if len(data) > MAX_BYTES:
+        raise ScenarioError(f"{path}: more than {MAX_BYTES:,} bytes; a scenario is at most that")
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
     try:
         return parse_scenario(text, start_ms, seed, os.path.dirname(path))
     except ScenarioError as exc:

@@ -82,6 +82,13 @@ class ChainConfig:
                      "people_dwell_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive (got {getattr(self, name)})")
+        tags = self.pallets * (1 + self.cases_per_pallet * (1 + self.items_per_case)) + self.people
+        if tags > MAX_TAGS:   # a round's tags are made at once: more would only exhaust memory
+            raise ValueError(f"pallets × cases × items and people make {tags:,} tags a round, more than "
+                             f"{MAX_TAGS:,}")
+
+
+MAX_TAGS = 1_000_000   # tags of one round of pallets (and people) a world may hold
 
 
 class SupplyChainWorld:

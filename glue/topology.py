@@ -21,6 +21,7 @@ from base.plan import RAW_STREAMS
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse
+from wire.bounded_yaml import BoundedLoader
 from wire.errors import HiFiError
 from wire.identity import IdentityError, named_readers
 from wire.windows import duration_ms
@@ -34,27 +35,8 @@ class TopologyError(HiFiError):
 
 
 MAX_BYTES = 4 << 20   # a topology of thousands of nodes is well under this
-MAX_DEPTH = 64        # nesting: a topology's deepest is ~6
-
-
-class _LineLoader(yaml.SafeLoader):
-    """A safe loader that records each mapping's line as the key '__line__', and refuses what
-    would exhaust it: aliases (a few nested ones expand to billions of entries), deep nesting."""
-
-    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.MarkedYAMLError(problem="a topology takes no YAML aliases (*name): write the value out",
-                                       problem_mark=mark)
-        depth = getattr(self, "_depth", 0)
-        if depth >= MAX_DEPTH:
-            raise yaml.MarkedYAMLError(problem=f"nested more than {MAX_DEPTH} deep",
-                                       problem_mark=self.peek_event().start_mark)
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
+class _LineLoader(BoundedLoader):
+    """A bounded safe loader (wire.bounded_yaml) that records each mapping's line as the key '__line__'."""
 
 
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> dict[str, Any]:

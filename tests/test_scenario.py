@@ -43,6 +43,15 @@ def test_a_fire_repeats_every_so_often_as_many_times_as_it_says():
     ("fires: [{x: 0, y: 0, start: 1 s, end: 10 s, every: 5 s, count: 3}]",
      "fires[0]: count must be positive, and every at least a fire's length"),
     ("fires: [{x: 0, start: 1 s, end: 2 s}]", "fires[0]: needs 'y'"),
+    # what would exhaust memory is one line too
+    ('readers: [{id: "r{n}", count: 100000000, node: e, location: truck}]',
+     "readers[0] (r{n}): count is a whole number from 1 to 100,000 (got '100000000')"),
+    ("readers: [{id: r, node: e, location: truck, antennas: many}]", "readers[0]: antennas is a whole number from 1"),
+    ("world: {pallets: 100000, items_per_case: 1000}", "make 200,300,000 tags a round, more than 1,000,000"),
+    ("fires: [{x: 0, y: 0, start: 1 s, end: 2 s, every: 1 min, count: 1000000000}]",
+     "fires[0]: count is a whole number from 1 to 10,000"),
+    ("a: &a [x, x]\nb: [*a, *a]", "no YAML aliases"),
+    ("a: " + "[" * 100 + "]" * 100, "nested more than 64 deep"),
 ])
 def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
     with pytest.raises(ScenarioError) as error:
@@ -53,6 +62,15 @@ def test_bad_scenarios_name_the_entry_and_the_problem(text, message):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ScenarioError, match="nowhere.yaml: No such file"):
         load_scenario(str(tmp_path / "nowhere.yaml"))
+
+
+def test_a_file_that_is_not_utf8_or_too_big_is_one_line(tmp_path):
+    (tmp_path / "latin.yaml").write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ScenarioError, match=r"latin.yaml: not UTF-8 text \(byte 0xe9 at offset 9\)"):
+        load_scenario(str(tmp_path / "latin.yaml"))
+    (tmp_path / "huge.yaml").write_text("# " + "x" * (4 << 20) + "\n")
+    with pytest.raises(ScenarioError, match="huge.yaml: more than 4,194,304 bytes"):
+        load_scenario(str(tmp_path / "huge.yaml"))
 
 
 def test_every_shipped_topology_runs_a_scenario_that_agrees_with_its_receptors():
