@@ -669,28 +669,51 @@ _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project,
 
 
 def _encode(value: Any) -> Any:
-    if isinstance(value, Col):
-        return {"col": value.name}
-    if isinstance(value, Lit):
-        return {"lit": value.value}
-    if isinstance(value, BinOp):
-        return {"op": value.op, "left": _encode(value.left), "right": _encode(value.right)}
-    if isinstance(value, Func):
-        return {"fn": value.name, "args": [_encode(a) for a in value.args]}
-    if isinstance(value, Window):
-        return {"range_ms": value.range_ms, "slide_ms": value.slide_ms}
-    if isinstance(value, AggSpec):
-        return {f.name: getattr(value, f.name) for f in fields(value)}
-    if is_dataclass(value):
-        body = {f.name: _encode(getattr(value, f.name)) for f in fields(value)}
-        if isinstance(value, Source) and not value.sample_ms:
-            del body["sample_ms"]   # a plan without it keeps the JSON (and the view names) it had
-        if isinstance(value, Aggregate) and not value.annotate:
-            del body["annotate"]    # likewise
-        return {"op": type(value).__name__.rstrip("_"), **body}
+    """The JSON form of a plan value, by its type (a plan's view name hashes it: a 1 000-node plan
+    encodes thousands of parts, so each type goes straight to its encoder)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    encoder = _ENCODERS.get(kind)
+    if encoder is not None:
+        return encoder(value)
     if isinstance(value, tuple | list):
         return [_encode(v) for v in value]
+    if is_dataclass(value):
+        return _encode_operator(value)
     return value
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _encode_operator(value: Any) -> dict[str, Any]:
+    names = _FIELD_NAMES.get(type(value))
+    if names is None:
+        names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
+    body = {name: _leaf_or_encoded(getattr(value, name)) for name in names}
+    if isinstance(value, Source) and not value.sample_ms:
+        del body["sample_ms"]   # a plan without it keeps the JSON (and the view names) it had
+    if isinstance(value, Aggregate) and not value.annotate:
+        del body["annotate"]    # likewise
+    return {"op": type(value).__name__.rstrip("_"), **body}
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_ENCODERS: dict[type, Callable[[Any], Any]] = {
+    Col: lambda v: {"col": v.name},
+    Lit: lambda v: {"lit": v.value},
+    BinOp: lambda v: {"op": v.op, "left": _encode(v.left), "right": _encode(v.right)},
+    Func: lambda v: {"fn": v.name, "args": [_encode(a) for a in v.args]},
+    Window: lambda v: {"range_ms": v.range_ms, "slide_ms": v.slide_ms},
+    AggSpec: lambda v: {f.name: getattr(v, f.name) for f in fields(v)},
+    tuple: lambda v: [_leaf_or_encoded(x) for x in v],
+    list: lambda v: [_leaf_or_encoded(x) for x in v],
+}
+
+
+def _leaf_or_encoded(value: Any) -> Any:
+    return value if type(value) in _PLAIN else _encode(value)
 
 
 def _decode_expr(data: Any) -> Expr:
