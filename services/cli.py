@@ -111,8 +111,18 @@ def _format_option(parser: argparse.ArgumentParser, formats: Sequence[str] = FOR
                              "times in JSON and CSV are ISO 8601 with their offset")
 
 
+def _narrowing_options(parser: argparse.ArgumentParser) -> None:
+    """Which nodes a listing of a large hierarchy shows (services.narrowing)."""
+    parser.add_argument("--node", metavar="PATTERN", help="only the nodes whose id matches, e.g. 'wh-*' (a glob)")
+    parser.add_argument("--tier", choices=["edge", "aggregation", "core"], help="only the nodes of this tier")
+    parser.add_argument("--problems", action="store_true", help="only the nodes that are not alive and well")
+    parser.add_argument("--limit", type=int, default=0, metavar="N",
+                        help="at most N rows a table, and a line saying how many more (default 0: all)")
+
+
 def _nodes_command(sub: argparse._SubParsersAction) -> None:
     nodes = sub.add_parser("nodes", help="nodes in the MDR with tier, parent, address, liveness")
+    _narrowing_options(nodes)
     _format_option(nodes)
     nodes.set_defaults(func=cmd_nodes)
 
@@ -138,6 +148,7 @@ def _status_command(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C, "
                                                              "with each receptor's reads/s and read-cycle time")
     status.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
+    _narrowing_options(status)
     _format_option(status, ("table", "json"))   # json: one object of its tables a report
     status.set_defaults(func=cmd_status)
 

@@ -25,7 +25,8 @@ DESCRIPTIONS: dict[str, str] = {
         'nodes with tier, parent, gRPC address, alive/DEAD (heartbeat TTL 5 s), last heartbeat, when its '
         'process started and how many processes have started as it (a restart adds one), and `moved`: a '
         're-parenting under way (a child `moved to <adopter> (<parent> dead)`, a dead parent `parts at '
-        '<adopter> since …`)'
+        '<adopter> since …`); those not well first. On a large hierarchy `--node`, `--tier` and `--problems` '
+        'pick the nodes shown and `--limit` caps the rows (a line says how many more)'
     ),
     'views': (
         'exported views with node, window, topic, readers'
@@ -46,7 +47,9 @@ DESCRIPTIONS: dict[str, str] = {
         'started and KB waiting for its constrained uplink (see *The archive* and *Priorities*), exported '
         'views; per receptor the readings, read cycles and weak readings (below `strength_T`) its edge took '
         'in; the running queries. `--watch` redraws every `--interval` seconds (default 2) until Ctrl-C, '
-        "adding each receptor's reads/s, read-cycle time and `SILENT` when it ran no cycle for 5 s"
+        "adding each receptor's reads/s, read-cycle time and `SILENT` when it ran no cycle for 5 s. "
+        '`--node`, `--tier` and `--problems` pick the nodes shown (with their receptors and the queries '
+        'rooted at them), those not well first; `--limit` caps each table (a line says how many more)'
     ),
     'dashboard': (
         'serve the operations dashboard for a hierarchy that is already running (`hifi up` starts one; this '

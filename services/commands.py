@@ -414,8 +414,22 @@ def _tables(what: str, node: str | None = None) -> tuple[dict, list[str]]:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    _listing(args, *_tables("nodes")[0]["nodes"])
+    from services.narrowing import limited, more_line, nodes_kept
+
+    (headers, rows), _ = nodes_kept(_tables("nodes")[0]["nodes"], _narrowing(args))
+    (headers, rows), left_out = limited((headers, rows), args.limit)
+    _listing(args, headers, rows)
+    if left_out and args.format == "table":
+        _say(more_line(left_out, "nodes"))
     return 0
+
+
+def _narrowing(args: argparse.Namespace):  # noqa: ANN202 (services.narrowing.Narrowing)
+    from services.narrowing import Narrowing
+
+    if args.limit < 0:
+        raise CLIError(f"--limit is a number of rows, 0 for all (got {args.limit})")
+    return Narrowing(args.node or "", args.tier or "", args.problems, args.limit)
 
 
 def cmd_views(args: argparse.Namespace) -> int:
@@ -452,8 +466,11 @@ def status_report(found: tuple[dict, list[str]], form: str = "table") -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from services.narrowing import narrowed_status
+
+    narrowing = _narrowing(args)
     if not args.watch:
-        _say(status_report(_tables("status"), args.format))
+        _say(status_report(narrowed_status(*_tables("status"), narrowing), args.format))
         return 0
     if args.interval <= 0:
         raise CLIError(f"--interval must be positive (got {args.interval})")
@@ -466,7 +483,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     redraw = args.format == "table" and sys.stdout.isatty()   # a pipe gets each report after the last
     try:
         while True:
-            report = status_report(status_tables(mdr, rates) if local else _tables("status"), args.format)
+            found = status_tables(mdr, rates) if local else _tables("status")
+            report = status_report(narrowed_status(*found, narrowing), args.format)
             if args.format == "json":
                 sys.stdout.write(report + "\n")
             else:

@@ -61,10 +61,12 @@ def status_tables(mdr, rates: RateWindow | None = None, caller: Identity | None 
                h.archive_bytes // 1000, h.uplink_queued_bytes // 1000, h.triaged, ",".join(h.views) or None]
               for h in health])
     problems = [f"{h.id}: {h.state} ({h.reason})" for h in health if h.reason]
-    counts = {rid: c for h in health if h.tier == "edge" for rid, c in mdr.receptor_stats(h.id).items()}
+    by_edge = {h.id: mdr.receptor_stats(h.id) for h in health if h.tier == "edge"}
+    edges = {rid: node for node, stats in by_edge.items() for rid in stats}
+    counts = {rid: c for stats in by_edge.values() for rid, c in stats.items()}
     rates = rates.add(CountsSample(now, counts)) if rates is not None else {}
-    receptors = (["receptor", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
-                 [[rid, c["reads"], c["cycles"], c["weak"],
+    receptors = (["receptor", "node", "reads", "cycles", "weak", "reads/s", "cycle ms", "state"],
+                 [[rid, edges.get(rid), c["reads"], c["cycles"], c["weak"],
                    round(rates[rid].reads_per_s, 1) if rid in rates else None,
                    round(rates[rid].cycle_ms) if rid in rates and rates[rid].cycle_ms else None,
                    "SILENT" if rid in rates and rates[rid].silent else "reading" if rid in rates else None]

@@ -305,6 +305,12 @@ def test_every_listing_command_prints_json_and_csv_for_programs(hierarchy):
     assert list(csv.reader(io.StringIO(listed("nodes", "--format", "csv"))))[0][:3] == ["node", "tier", "parent"]
     status = json.loads(listed("status", "--format", "json"))
     assert {n["node"] for n in status["nodes"]} == {n["node"] for n in nodes} and "problems" in status
+    # narrowed, as on a large hierarchy: the edges and their receptors; one door and a line for the rest
+    edges = json.loads(listed("status", "--tier", "edge", "--format", "json"))
+    assert {n["node"] for n in edges["nodes"]} == {"door1", "door2"} and edges["receptors"]
+    assert {r["node"] for r in edges["receptors"]} <= {"door1", "door2"} and not edges["queries"]
+    doors = listed("nodes", "--node", "door*", "--limit", "1").splitlines()
+    assert len(doors) == 3 and doors[-1].startswith("… 1 more nodes"), doors   # header, a door, the line
     for command in (("queries",), ("users", "list"), ("motes",)):
         for line in listed(*command, "--format", "json").splitlines():
             json.loads(line)
