@@ -310,7 +310,7 @@ def test_every_listing_command_prints_json_and_csv_for_programs(hierarchy):
     assert {n["node"] for n in edges["nodes"]} == {"door1", "door2"} and edges["receptors"]
     assert {r["node"] for r in edges["receptors"]} <= {"door1", "door2"} and not edges["queries"]
     doors = listed("nodes", "--node", "door*", "--limit", "1").splitlines()
-    assert len(doors) == 3 and doors[-1].startswith("… 1 more nodes"), doors   # header, a door, the line
+    assert len(doors) == 4 and doors[-1].startswith("… 1 more nodes"), doors   # header, rule, a door, the line
     for command in (("queries",), ("users", "list"), ("motes",)):
         for line in listed(*command, "--format", "json").splitlines():
             json.loads(line)
