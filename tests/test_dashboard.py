@@ -259,8 +259,10 @@ def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarch
     assert len(screens) >= 3
     last = screens[-1].splitlines()
     assert any(line.startswith("dock-b ") and "DEAD" in line for line in last)
-    rates = {line.split()[0]: line.split()[4:] for line in last if line.startswith("dock-a-r1")}
-    assert float(rates["dock-a-r1"][0]) > 0 and rates["dock-a-r1"][2] == "reading", last
+    header = next(line.split() for line in last if line.startswith("receptor "))   # ..., reads/s, cycle ms, state
+    values = next(line.split() for line in last if line.startswith("dock-a-r1"))
+    row = dict(zip(header, values, strict=False))
+    assert row["node"] == "dock-a" and float(row["reads/s"]) > 0 and values[-1] == "reading", last
 
 
 def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
