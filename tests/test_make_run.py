@@ -123,4 +123,5 @@ def test_each_start_and_end_is_printed_seconds_after_what_staged_it(first_minute
     assert 0 < _after(fired[0], fire["start_ms"]) <= 10 and 0 < _after(fired[1], fire["end_ms"]) <= 15, fired
     fault = plan["reader_faults"][0]
     faded = next(seen for (view, _), seen in changes.items() if view == "weak_readers")
-    assert 0 < _after(faded[0][2], fault["start_ms"]) <= 25 and 0 < _after(faded[1][2], fault["end_ms"]) <= 25
+    # its door's 10 s windows: the first one mostly faded closes up to 20 s after the fault begins (ends)
+    assert 0 < _after(faded[0][2], fault["start_ms"]) <= 30 and 0 < _after(faded[1][2], fault["end_ms"]) <= 30
