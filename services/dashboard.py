@@ -167,13 +167,11 @@ class EventLog:
 def event_text(row: dict) -> str:
     """An alert's row as the events panel shows it: an EMIT CHANGES view's start with its values,
     its end with how long it held; a pattern's match with its values."""
-    shown = "  ".join(f"{k}={listing.shown(v)}" for k, v in row.items() if k not in NOT_SHOWN)
+    shown = listing.fields_text(row)
     if row.get("change") == "end":
         return f"ended after {listing.shown(row.get('held_seconds'))} s: {shown}"
     return shown
 
-
-NOT_SHOWN = ("window_start", "window_end", "change", "since", "held_seconds", "__ts")
 
 
 class Dashboard:

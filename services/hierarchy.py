@@ -274,12 +274,10 @@ def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
 def format_result(topic: str, row: dict) -> str:
     """A row as `hifi up` prints it: an EMIT CHANGES view's start or end (with how long it held),
     a pattern's match at its time, a window's row with its window."""
-    from services.listing import clock, shown, span
+    from services.listing import clock, fields_text, shown, span
 
     start, end = row.get("window_start"), row.get("window_end")
-    rest = "  ".join(f"{k}={shown(v)}" for k, v in row.items()
-                     if k not in ("window_start", "window_end", "_emitted_ms", "change", "since", "held_seconds",
-                                  "__ts"))
+    rest = fields_text(row)
     if row.get("change") == "start":
         return f"{time.strftime('%H:%M:%S')}  {topic}  STARTED  at {clock(start)}  {rest}"
     if row.get("change") == "end":

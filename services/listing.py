@@ -61,6 +61,19 @@ def shown(value: object) -> str:
     return "NULL" if value is None else str(value)
 
 
+# What a result line leaves out of a row: its window and change bounds, shown apart (or not at all)
+NOT_SHOWN = ("window_start", "window_end", "change", "since", "held_seconds", "__ts", "_emitted_ms")
+
+
+def fields_text(row: dict) -> str:
+    """A row's other columns as a result line shows them: `name=value`, two spaces apart.
+
+    >>> fields_text({"window_start": 1, "location": "dock", "tags": 11.0, "change": "start"})
+    'location=dock  tags=11'
+    """
+    return "  ".join(f"{k}={shown(v)}" for k, v in row.items() if k not in NOT_SHOWN)
+
+
 def utc(moment: datetime) -> datetime:
     """`moment` with its zone (a naive time is UTC's)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
