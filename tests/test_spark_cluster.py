@@ -2,7 +2,8 @@
 two cores from the installed pyspark, every connection authenticated): a door and the core above
 it as processes, each its own application holding one core (HIFI_SPARK_CORES_MAX), so neither
 starves; the executors ran the batches' tasks, their records read by Spark's own Kafka source
-in the executors (on a cluster the driver reads none itself); a
+in the executors (on a cluster the driver reads none itself) and only partials returned to the
+driver — judged from Spark's event log (services.spark_event_log), the warm-up job left out; a
 door killed and restarted on the cluster resumes from its checkpoints, and a query over its
 readings equals the reference window by window across the restart: nothing lost or doubled. On a
 cluster Spark computes every batch's partials (dsp.spark.partials): the answers are Spark's."""
@@ -20,6 +21,7 @@ from glue.topology import load_topology
 from services.hierarchy import Hierarchy
 from services.judge import as_ms, rows_in_span, same_rows, topic_rows
 from services.spark_cluster import local_cluster
+from services.spark_event_log import ApplicationWork, applications
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -57,6 +59,7 @@ def cluster(tmp_path_factory):
 def hierarchy_on_cluster(cluster, servers, monkeypatch, tmp_path):
     for name, value in cluster.driver_env(cores_max=1).items():
         monkeypatch.setenv(name, value)   # what the node processes inherit (services.supervisor)
+    monkeypatch.setenv("HIFI_SPARK_EVENT_LOG", str(tmp_path / "event-log"))
     # no warm spare: it would be one more application, its JVMs starting on the test's two cores
     path = tmp_path / "cluster.yaml"
     path.write_text(TOPOLOGY)
@@ -83,8 +86,13 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
     plan = hierarchy.placement.submit(QUERY)
     wait_for(lambda: len({r["window_start"] for r in topic_rows(hierarchy.bootstrap, plan.result_topic)}) >= 2,
              120, "the query's first windows")
-    before = cluster.executor_tasks(f"hifi-{DOOR}")
-    assert before > 0, f"no task of {DOOR}'s batches ran on the cluster's executors"
+    first = _door_work(1)
+    assert first.tasks > 0 and "driver" not in first.executors, \
+        f"no task of {DOOR}'s batches ran on the cluster's executors: {first}"
+    assert first.kafka_records > 0 and first.readings > first.kafka_records, \
+        f"Spark's Kafka scans read none of {DOOR}'s records, or Spark decoded none of their readings: {first}"
+    # only partials reach the driver: a window's count per receptor, not the readings
+    assert first.rows_to_driver <= 0.05 * first.readings, f"more than partials came to the driver: {first}"
     # the batches' records were read by Spark's own Kafka source in the executors' JVMs (a consumer
     # of the door's group, dsp.spark.kafka_read.group_id), not in the driver: the warm-up job reads no topic
     assert cluster.executor_log_lines(f"hifi-{DOOR}", rf"group\.id = {GROUP_PREFIX}-{DOOR}-[0-9a-f]+") > 0, \
@@ -112,4 +120,15 @@ def test_nodes_run_on_a_standalone_cluster_and_resume_there(cluster, hierarchy_o
     assert not early and want
     assert same_rows(got, want), (f"lost or doubled across the restart: {sorted(set(want) - set(got))[:5]} "
                                   f"missing, {sorted(set(got) - set(want))[:5]} extra")
-    assert cluster.executor_tasks(f"hifi-{DOOR}") > before, "the restarted door's batches ran on no executor"
+    again = _door_work(2)
+    assert again.tasks > 0 and again.kafka_records > 0 and "driver" not in again.executors, \
+        f"the restarted door's batches ran on no executor: {again}"
+    assert again.rows_to_driver <= 0.05 * again.readings, f"more than partials came to the driver: {again}"
+
+
+def _door_work(application: int) -> ApplicationWork:
+    """The door's `application`-th application's batches (1: the first, 2: after the restart), as
+    Spark's event log tells them (the warm-up job every session runs left out)."""
+    found = applications(os.environ["HIFI_SPARK_EVENT_LOG"], f"hifi-{DOOR}")
+    assert len(found) >= application, f"{len(found)} event logs of {DOOR}'s applications"
+    return found[application - 1]

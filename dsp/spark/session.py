@@ -37,6 +37,7 @@ LOCAL_CHECKPOINT_SETTINGS = {
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
 }
+WARM_UP = "hifi: warm-up"   # the description of the job that starts the Python workers
 WORKER_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_worker.sh")
 
 
@@ -106,6 +107,22 @@ def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
     {'spark.executorEnv.HIFI_KAFKA_USERNAME': 'node-door1'}
     """
     return {f"spark.executorEnv.{name}": environ[name] for name in bus.CLIENT_VARIABLES if environ.get(name)}
+
+
+def event_log(environ: Mapping[str, str]) -> dict[str, str]:
+    """With HIFI_SPARK_EVENT_LOG set, each application writes Spark's event log (every job, stage
+    and task with its metrics: what Spark's history server shows) to a file in that folder.
+
+    >>> event_log({"HIFI_SPARK_EVENT_LOG": "/var/log/hifi-spark"})["spark.eventLog.dir"]
+    'file:///var/log/hifi-spark'
+    >>> event_log({})
+    {}
+    """
+    folder = environ.get("HIFI_SPARK_EVENT_LOG", "")
+    if not folder:
+        return {}
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": f"file://{os.path.abspath(folder)}",
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"}
 
 
 def connector_jars() -> str:
@@ -190,13 +207,15 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         )
         for key, value in {**network_settings(master, os.environ), **cluster_share(master, os.environ),
-                           **executor_kafka_environment(os.environ)}.items():
+                           **executor_kafka_environment(os.environ), **event_log(os.environ)}.items():
             builder = builder.config(key, value)
         if master.startswith("local"):
             # Local workers run this interpreter, where HiFi is installed (a cluster's may not be).
             builder = builder.config("spark.python.daemon.module", "dsp.spark.worker_daemon")
             for key, value in LOCAL_CHECKPOINT_SETTINGS.items():
                 builder = builder.config(key, value)
+        if os.environ.get("HIFI_SPARK_EVENT_LOG"):
+            os.makedirs(os.environ["HIFI_SPARK_EVENT_LOG"], exist_ok=True)   # Spark writes only into a folder that is
         new = SparkSession.getActiveSession() is None
         pyspark_context.launch_gateway = launch_jvm_apart   # how SparkContext starts its JVM
         spark = builder.getOrCreate()
@@ -229,8 +248,13 @@ def start_python_workers(spark: SparkSession) -> None:
     """Start Spark's Python worker daemon (dsp.spark.worker_daemon) and a worker per core now, not in a
     node's first micro-batch that has records: that batch waited ~0.7 s for them (measured: a
     2 M-reading backlog's 3.9 s batch began with 0.8 s before either task read a record)."""
-    cores = spark.sparkContext.defaultParallelism
-    spark.range(cores, numPartitions=cores).mapInArrow(lambda batches: batches, "id long").collect()
+    context = spark.sparkContext
+    cores = context.defaultParallelism
+    context.setJobDescription(WARM_UP)   # a job of no batch: the event log tells it apart
+    try:
+        spark.range(cores, numPartitions=cores).mapInArrow(lambda batches: batches, "id long").collect()
+    finally:
+        context.setJobDescription(None)   # type: ignore[arg-type] (pyspark clears it so)
 
 
 def write_class_archive() -> None:
