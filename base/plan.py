@@ -118,7 +118,10 @@ class Func:
 
 Expr = Union[Col, Lit, BinOp, Func]  # noqa: UP007 - a runtime alias used by isinstance-free dispatch
 FUNCTIONS = {"not": "boolean", "size": "long", "double": "double", "epoch_ms": "long", "product": "string",
-             "indicator": "string"}
+             "indicator": "string", "read_key": "string",
+             "tag_estimate": "double", "tag_estimate_low": "double", "tag_estimate_high": "double"}
+# read_key(receptor, epoch ms, tag): one read as base.tag_count.read_key spells it; tag_estimate(set
+# of reads) and its interval's ends _low and _high: base.tag_count.tag_count over the set
 # product(tag): the product identity of a pure-identity EPC URI, its company prefix and item
 # reference ("urn:epc:id:sgtin:0614141.812345.6789" -> "0614141.812345"): the URI up to its second
 # '.', without the scheme

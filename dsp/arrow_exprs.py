@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from base.plan import EPC_SCHEME, SGTIN_INDICATOR, BinOp, Col, Expr, Func, Lit
+from base.tag_count import SEPARATOR, tag_count
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(), "int": pa.int32(), "long": pa.int64(), "double": pa.float64(),
@@ -50,8 +51,26 @@ def _divide(left: Any, right: Any) -> Any:
     return pc.if_else(pc.equal(right, 0.0), pa.scalar(None, pa.float64()), pc.divide(left, right))
 
 
+_ESTIMATE_FIELD = {"tag_estimate": 0, "tag_estimate_low": 1, "tag_estimate_high": 2}
+
+
+def _read_key(receptor: Any, cycle_ms: Any, tag: Any) -> Any:
+    """base.tag_count.read_key over columns (NULL in, NULL out)."""
+    return pc.binary_join_element_wise(receptor, pc.cast(cycle_ms, pa.string()), tag, SEPARATOR)
+
+
+def _estimates(sets: Any, field: int) -> pa.Array:
+    """base.tag_count.tag_count's `field` of each set of reads (NULL for a NULL set)."""
+    values = sets.to_pylist() if not isinstance(sets, pa.Scalar) else [sets.as_py()]
+    return pa.array([None if reads is None else tag_count(reads)[field] for reads in values], pa.float64())
+
+
 def _function(name: str, args: list[Any]) -> Any:
     value = args[0]
+    if name == "read_key":
+        return _read_key(*args)
+    if name in _ESTIMATE_FIELD:
+        return _estimates(value, _ESTIMATE_FIELD[name])
     if name == "not":
         return pc.invert(value)
     if name == "size":

@@ -37,6 +37,7 @@ from base.plan import (
     event_time_column,
     output_columns,
 )
+from base.tag_count import SEPARATOR
 from wire.intake import IntakeRules
 
 SPARK_TYPES = {"string": "STRING", "int": "INT", "long": "BIGINT", "double": "DOUBLE",
@@ -64,6 +65,9 @@ _FUNCTIONS: dict[str, Callable[..., SparkColumn]] = {
     "epoch_ms": F.unix_millis,
     "product": lambda c: F.regexp_replace(F.substring_index(c, ".", 2), EPC_SCHEME, ""),
     "indicator": lambda c: F.regexp_replace(c, SGTIN_INDICATOR, "$1"),
+    # base.tag_count.read_key (concat: NULL if any part is)
+    "read_key": lambda receptor, ms, tag: F.concat(receptor, F.lit(SEPARATOR), ms.cast("string"),
+                                                   F.lit(SEPARATOR), tag),
 }
 
 

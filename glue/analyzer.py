@@ -49,7 +49,7 @@ from glue.catalog import INTERNAL_VIEW_NAME, Catalog, ExportedView
 from glue.limits import Limits
 from glue.sql import ast
 from glue.sql.lexer import Pos, SqlError
-from glue.sql.parser import SCALAR_FUNCTIONS, parse
+from glue.sql.parser import SCALAR_FUNCTIONS, TAG_ESTIMATES, parse
 from glue.stream_join import BOUND_FORM, JoinInput, StreamJoin, check_bounded, conjuncts_of, intervals_in, time_bound
 from wire.errors import HiFiError
 from wire.identity import SYSTEM, Identity
@@ -615,6 +615,10 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
         fn = "count_distinct" if node.distinct and node.name == "count" else node.name
         if node.distinct and node.name != "count":
             raise _err(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
+        if fn in TAG_ESTIMATES:
+            call = AggCall(_agg_name(node, column), fn, _reads_of(scope, column, node))
+            scope.aggregates.setdefault(call.name, call)
+            return Col(call.name)
         call = AggCall(_agg_name(node, column), fn, column)
         scope.aggregates.setdefault(call.name, call)
         return Col(call.name)
@@ -631,6 +635,23 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
     if isinstance(node, ast.Literal):
         return Lit(node.value)
     return binder.scalar(node, scope.columns, scope.qualifiers)
+
+
+def _reads_of(scope: _Scope, tag: str | None, node: ast.Call) -> str:
+    """The column of each row's read (base.tag_count.read_key: receptor, cycle, tag) a tag
+    estimate counts, computed from each row beside the grouping columns (the partials are sets of
+    reads, combined across children as count(DISTINCT) is)."""
+    time = scope.facts["event_time"]
+    if tag is None or scope.columns[tag] != "string":
+        raise _err(f"{node.name}() counts tags: give it the tag column (tag_id)", node.pos)
+    if scope.columns.get("receptor_id") != "string" or time == "window_start":
+        raise _err(f"{node.name}() estimates from each reader's read cycles: it reads readings with their "
+                   "receptor_id and time (rfid_stream, or a view of its rows), not windows", node.pos)
+    name = f"__reads_{tag.replace('.', '_')}"
+    if name not in dict(scope.derived):
+        scope.derived += ((name, Func("read_key", (Col("receptor_id"), Func("epoch_ms", (Col(time),)), Col(tag)))),)
+        scope.columns[name] = "string"
+    return name
 
 
 def _bind_select_list(binder: _Binder, scope: _Scope) -> None:

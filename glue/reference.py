@@ -38,6 +38,7 @@ from base.plan import (
 from base.smurf import ReaderSmoother
 from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
 from glue.catalog import Catalog
+from glue.sql.parser import TAG_ESTIMATES
 from glue.stream_join import StreamJoin
 from wire.windows import window_starts
 
@@ -64,8 +65,10 @@ def evaluate_expr(expr: Expr, row: Row) -> Any:
         return expr.value
     if isinstance(expr, Func):
         args = [evaluate_expr(a, row) for a in expr.args]
-        if args[0] is None:
+        if any(a is None for a in args):
             return None
+        if expr.name == "read_key":
+            return "|".join(str(a) for a in args)
         return {"not": lambda v: not v, "size": len, "double": float, "epoch_ms": int,
                 "product": _product, "indicator": lambda tag: re.sub(SGTIN_INDICATOR, r"\1", tag)}[expr.name](args[0])
     assert isinstance(expr, BinOp)
@@ -91,11 +94,28 @@ def _aggregate(call: AggCall, rows: Sequence[Row]) -> Any:
         return len(values)
     if call.fn == "count_distinct":
         return len(set(values))
+    if call.fn in TAG_ESTIMATES:
+        return _tag_estimate(set(values), TAG_ESTIMATES.index(call.fn))
     if not values:
         return None
     if call.fn == "avg":
         return sum(values) / len(values)
     return {"sum": sum, "min": min, "max": max}[call.fn](values)
+
+
+def _tag_estimate(reads: set[str], which: int) -> float:
+    """The π-estimate of the tags in range (which 0), or its 95 % interval's low (1) or high (2)
+    end, from the window's reads "receptor|cycle|tag" (written apart from base.tag_count)."""
+    cycles: dict[str, set[str]] = defaultdict(set)
+    per_tag: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for receptor, cycle, tag in (read.split("|", 2) for read in reads):
+        cycles[receptor].add(cycle)
+        per_tag[tag][receptor] += 1
+    pis = [1 - math.prod((1 - k / len(cycles[r])) ** len(cycles[r]) for r, k in readers.items())
+           for readers in per_tag.values()]
+    estimate = sum(1 / pi for pi in pis)
+    half = 1.959963984540054 * math.sqrt(sum((1 - pi) / pi ** 2 for pi in pis))
+    return [estimate, max(float(len(pis)), estimate - half), estimate + half][which]
 
 
 class Reference:

@@ -112,11 +112,30 @@ def test_arbitration_can_weigh_rows_by_a_column(catalog):
     ("SELECT count(*) AS n FROM rfid_stream [range by '2 seconds'] GROUP BY tag_id EMIT CHANGES",
      "line 1, column 78: EMIT CHANGES: GROUP BY tag_id is not selected"),
     ("SELECT receptor_id FROM smoothed_rfid_stream EMIT", "line 1, column 50: expected CHANGES"),
+    ("SELECT tag_estimate(tag_id) AS n FROM smoothed_rfid_stream [range by '4 seconds']",
+     "line 1, column 8: tag_estimate() estimates from each reader's read cycles"),
+    ("SELECT tag_estimate_low(read_strength) AS n FROM rfid_stream [range by '4 seconds']",
+     "line 1, column 8: tag_estimate_low() counts tags: give it the tag column"),
+    ("SELECT tag_estimate(*) AS n FROM rfid_stream [range by '4 seconds']",
+     "line 1, column 8: tag_estimate(*) is not defined"),
 ])
 def test_errors_name_the_position_and_the_problem(catalog, text, message):
     with pytest.raises(SqlError) as error:
         analyze(text, catalog)
     assert message in str(error.value)
+
+
+def test_a_tag_estimate_and_its_interval_share_one_set_of_reads_computed_from_each_row(catalog):
+    from glue.rewrite.partials import split_all
+
+    query = analyze("SELECT location, tag_estimate(tag_id) AS n, tag_estimate_low(tag_id) AS low, "
+                    "tag_estimate_high(tag_id) AS high FROM rfid_stream [range by '4 seconds'] "
+                    "JOIN receptor_locations USING (receptor_id) GROUP BY location", catalog)
+    assert [name for name, _ in query.derived] == ["__reads_tag_id"]
+    partials, merges, finals = split_all(query.aggregates)
+    assert [(s.fn, s.column) for s in partials] == [("collect_set", "__reads_tag_id")]
+    assert [(s.fn, s.column) for s in merges] == [("union_sets", "__reads_tag_id__set")]
+    assert [f.name for _, f in finals] == ["tag_estimate", "tag_estimate_low", "tag_estimate_high"]
 
 
 def test_emit_changes_keys_by_the_named_columns_the_group_by_or_the_text_columns(catalog):

@@ -5,6 +5,8 @@
     min(x) / max(x)      partial min / max    merge min / max    final as is
     avg(x)               partial sum, count   merge sum, sum     final sum / count
     count(DISTINCT x)    partial set of x     merge set union    final size of the set
+    tag_estimate(tag)    partial set of reads merge set union    final the π-estimate over the set
+                         (and its interval's ends _low, _high: one set of reads for the three)
 
 Every stage's columns keep the aggregate's name (with a suffix where it needs two), so a merge
 can run any number of levels deep and the final projection finds its inputs by name.
@@ -12,10 +14,12 @@ can run any number of levels deep and the final projection finds its inputs by n
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from base.plan import AggSpec, BinOp, Col, Expr, Func
 from glue.analyzer import AggCall
+from glue.sql.parser import TAG_ESTIMATES
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,10 @@ def split(call: AggCall) -> SplitAggregate:
         members = f"{name}__set"
         return SplitAggregate((AggSpec(members, "collect_set", column),), (AggSpec(members, "union_sets", members),),
                               Func("size", (Col(members),)))
+    if call.fn in TAG_ESTIMATES:
+        reads = f"{call.column}__set"   # the query's estimates over one tag column share it
+        return SplitAggregate((AggSpec(reads, "collect_set", call.column),), (AggSpec(reads, "union_sets", reads),),
+                              Func(call.fn, (Col(reads),)))
     raise ValueError(f"aggregate {call.fn!r} cannot be split")
 
 
@@ -50,5 +58,10 @@ Specs = tuple[AggSpec, ...]
 def split_all(calls: tuple[AggCall, ...]) -> tuple[Specs, Specs, tuple[tuple[str, Expr], ...]]:
     """(partials, merges, finals as (name, expression)) for a query's aggregates."""
     parts = [split(call) for call in calls]
-    return (tuple(s for p in parts for s in p.partial), tuple(s for p in parts for s in p.merge),
+    return (_once(s for p in parts for s in p.partial), _once(s for p in parts for s in p.merge),
             tuple((call.name, p.final) for call, p in zip(calls, parts, strict=True)))
+
+
+def _once(specs: Iterable[AggSpec]) -> Specs:
+    """The specs, a spec two aggregates share (a tag estimate and its interval's) once."""
+    return tuple(dict.fromkeys(specs))

@@ -27,7 +27,9 @@ from glue.sql.lexer import Pos, SqlError, Token, tokenize
 
 T = TypeVar("T")
 
-AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg")
+# tag_estimate(tag) and its 95 % interval's ends: base.tag_count (the tags in range, read or not)
+TAG_ESTIMATES = ("tag_estimate", "tag_estimate_low", "tag_estimate_high")
+AGGREGATE_NAMES = ("count", "sum", "min", "max", "avg", *TAG_ESTIMATES)
 SCALAR_FUNCTIONS = ("product", "indicator")   # of an EPC URI: base.plan.FUNCTIONS says what each gives
 COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
 INTERVAL_UNITS = ("millisecond", "second", "minute", "hour", "day")   # and their plurals
