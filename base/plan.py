@@ -673,10 +673,20 @@ _OPERATORS = {cls.__name__.rstrip("_"): cls for cls in (Source, Filter, Project,
 
 def _encode(value: Any) -> Any:
     """The JSON form of a plan value, by its type (a plan's view name hashes it: a 1 000-node plan
-    encodes thousands of parts, so each type goes straight to its encoder)."""
+    encodes thousands of parts, so each type goes straight to its encoder). The parts of one query
+    share their expressions and column lists (the same objects), so those are encoded once."""
     kind = type(value)
     if kind in _PLAIN:
         return value
+    if kind in _SHARED:
+        found = _ENCODED.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1]
+        if len(_ENCODED) >= _ENCODED_MAX:
+            _ENCODED.clear()
+        encoded = _ENCODERS[kind](value)
+        _ENCODED[id(value)] = (value, encoded)   # the value kept: its id cannot name another meanwhile
+        return encoded
     encoder = _ENCODERS.get(kind)
     if encoder is not None:
         return encoder(value)
@@ -688,6 +698,9 @@ def _encode(value: Any) -> Any:
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_SHARED = (BinOp, Func, tuple)   # immutable, and shared by the parts of a query: encoded once (to_json
+_ENCODED: dict[int, tuple[Any, Any]] = {}   # reads the encodings, never changes them)
+_ENCODED_MAX = 50_000
 
 
 def _encode_operator(value: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -54,12 +53,12 @@ from base.plan import (
     output_columns,
     raw_stream_plan,
     sources,
-    to_json,
 )
 from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog, ExportedView
 from glue.rewrite import join_order
 from glue.rewrite.join_inputs import input_query
+from glue.rewrite.part_names import PartNames
 from glue.rewrite.partials import split_all
 from glue.rewrite.placement import Placement, place_join
 from glue.rewrite.reuse import subsuming
@@ -133,10 +132,6 @@ class DistributedPlan:
         return "\n".join(lines)
 
 
-def _view_name(role: str, plan: Plan) -> str:
-    return f"{role}_{hashlib.sha1(to_json(plan).encode()).hexdigest()[:12]}"
-
-
 class _Builder:
     def __init__(self, query: LogicalQuery, catalog: Catalog, query_id: str, placement: Placement,
                  naive: bool = False, join: Source | None = None, rollups: Mapping[str, Rollup] | None = None
@@ -153,9 +148,14 @@ class _Builder:
         self.level_lateness_ms = duration_ms(catalog.parameter("level_lateness") or LEVEL_LATENESS)
         # each node's running views, looked through for every part (a scan of all of them per part
         # took half of a 1 000-node plan)
+        self.names = PartNames()
         self.running: dict[str, list[ExportedView]] = defaultdict(list)
         for view in catalog.views:
             self.running[view.node].append(view)
+        self.children: dict[str, list[str]] = defaultdict(list)   # the tree's, indexed once (Catalog.children scans)
+        for info in sorted(catalog.nodes.values(), key=lambda n: n.id):
+            if info.id in self.nodes:
+                self.children[info.parent].append(info.id)
 
     # ------------------------------------------------------------ leaves
 
@@ -338,7 +338,7 @@ class _Builder:
                 return PartSpec(f"view.{self.q.view_name}", plan, view_topic(node, self.q.view_name), node, role,
                                 self.q.view_name)
             return PartSpec(self.query_id, plan, results_topic(self.query_id, node), node, role)
-        name = _view_name(role, plan)
+        name = self.names.name(role, plan)
         # the same name and the same plan: a view of another name-alike is never read as this part
         # (a running join's from its own query's start: the reader keeps what it would have joined)
         reused = any(v.name == name and _joining_from(v.plan, 0) == plan for v in self.running.get(node, ()))
@@ -363,7 +363,7 @@ class _Builder:
         that holds its partials already) when it is a producer, else its children's — and every
         part that takes, in the order they are deployed."""
         if node not in self.placement.producers:
-            built = [self.build(child) for child in self.catalog.children(node) if child in self.nodes]
+            built = [self.build(child) for child in self.children[node]]
             return [parts[-1] for parts in built], [part for parts in built for part in parts]
         produced = self.task(node, "producer", self.producer_plan(node))
         if node in self.rollups:   # a running view holds these partials already: roll them up

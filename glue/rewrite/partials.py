@@ -14,6 +14,7 @@ can run any number of levels deep and the final projection finds its inputs by n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -55,8 +56,10 @@ def split(call: AggCall) -> SplitAggregate:
 Specs = tuple[AggSpec, ...]
 
 
+@functools.lru_cache(maxsize=1024)
 def split_all(calls: tuple[AggCall, ...]) -> tuple[Specs, Specs, tuple[tuple[str, Expr], ...]]:
-    """(partials, merges, finals as (name, expression)) for a query's aggregates."""
+    """(partials, merges, finals as (name, expression)) for a query's aggregates (once per query:
+    its parts ask for them at every node, and share what they get)."""
     parts = [split(call) for call in calls]
     return (_once(s for p in parts for s in p.partial), _once(s for p in parts for s in p.merge),
             tuple((call.name, p.final) for call, p in zip(calls, parts, strict=True)))
