@@ -103,26 +103,19 @@ def bearer(metadata) -> str:
     return ""
 
 
-# grpcio calls a behaviour marked so with a third argument (a callback that sends each response)
-# and holds no worker thread while it streams: grpc_health's Watch is one. A wrapper must keep the
-# mark, or every open Watch holds one of the server's few worker threads.
-BEHAVIOUR_FLAGS = ("experimental_non_blocking", "experimental_thread_pool")
-
-
+# grpcio calls a behaviour marked `experimental_non_blocking` with a third argument (a callback that
+# sends each response) and holds no worker thread while it streams: grpc_health's Watch is one.
 def non_blocking(behaviour: Callable) -> bool:
     return bool(getattr(behaviour, "experimental_non_blocking", False))
 
 
-def marked_like(wrapper: Callable, behaviour: Callable) -> Callable:
-    """`wrapper` with `behaviour`'s grpcio flags (BEHAVIOUR_FLAGS)."""
-    for flag in BEHAVIOUR_FLAGS:
-        if hasattr(behaviour, flag):
-            setattr(wrapper, flag, getattr(behaviour, flag))
-    return wrapper
-
-
 class AuthInterceptor(grpc.ServerInterceptor):
-    """Refuses a call before its servicer runs unless its token's roles allow the method."""
+    """Refuses a call before its servicer runs unless its token's roles allow the method.
+
+    The token is checked as the call arrives, from its headers, before the server gives it a
+    worker: a refused call is answered at once by a handler that reads no request (grpcio would
+    otherwise hold a worker while the call's message is awaited, so calls that send headers and
+    never a message could take every worker from the token holders)."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self.authenticator = authenticator
@@ -132,20 +125,28 @@ class AuthInterceptor(grpc.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
-        kind = next(k for k in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-                    if getattr(handler, k) is not None)
-        return handler._replace(**{kind: self._guard(getattr(handler, kind), method)})
+        try:
+            identity = self.authenticator.identify(bearer(handler_call_details.invocation_metadata))
+        except Exception:  # noqa: BLE001 - the MDR unreachable: the call is refused, the server goes on
+            return _refusal(handler, grpc.StatusCode.UNAVAILABLE,
+                            "the metadata repository cannot be reached to check the token: try again")
+        allowed, why = authorize(method, identity)
+        if allowed:
+            return handler
+        if identity is None:
+            return _refusal(handler, grpc.StatusCode.UNAUTHENTICATED,
+                            "a valid bearer token is needed (hifi users add makes one; hifi up writes an admin "
+                            "token to its run file)")
+        return _refusal(handler, grpc.StatusCode.PERMISSION_DENIED, why)
 
-    def _guard(self, behavior, method: str):
-        def guarded(request, context, *callback):
-            identity = self.authenticator.caller(context)
-            allowed, why = authorize(method, identity)
-            if not allowed:
-                if identity is None:
-                    context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                  "a valid bearer token is needed (hifi users add makes one; hifi up writes an admin "
-                                  "token to its run file)")
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
-            # a stream's generator (or, non-blocking, its callback): the check ran before its first row
-            return behavior(request, context, *callback)
-        return marked_like(guarded, behavior)
+
+def _refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    """A handler answering `code` at once: a streaming-request one (its behaviour runs without
+    waiting for a message), streaming its response if the method does."""
+
+    def refuse(_requests, context):  # noqa: ANN001, ANN202 (grpcio's)
+        context.abort(code, details)
+
+    if handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse)
+    return grpc.stream_unary_rpc_method_handler(refuse)

@@ -171,7 +171,8 @@ class NodeMetrics(ServiceMetrics):
 
 
 class _CallMetrics(grpc.ServerInterceptor):
-    """Counts and times every call a server serves (unary and server-streaming handlers)."""
+    """Counts and times every call a server serves (unary and server-streaming handlers, and the
+    refusals of services.auth)."""
 
     def __init__(self, metrics: ServiceMetrics) -> None:
         self.metrics = metrics
@@ -188,6 +189,10 @@ class _CallMetrics(grpc.ServerInterceptor):
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(method, handler.unary_stream), handler.request_deserializer,
                 handler.response_serializer)
+        if handler.stream_unary is not None:   # a call refused before it was given a worker (services.auth)
+            return grpc.stream_unary_rpc_method_handler(self._unary(method, handler.stream_unary))
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(self._streaming(method, handler.stream_stream))
         return handler
 
     def _finish(self, method: str, context, started: float, failed: bool) -> None:

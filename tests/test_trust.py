@@ -439,3 +439,45 @@ def test_a_users_queries_and_result_streams_stop_at_its_quota_and_others_are_sti
         for stream in streams:
             stream.cancel()
         analyst.Cancel(hifi_pb2.QueryRef(query_id=reply.query_id), timeout=60)
+
+
+def _half_open(channel: grpc.Channel, method: str, stop) -> grpc.Future:
+    """A call that sends its headers and never its message (a client stream that never yields),
+    as an attacker holding connections open would."""
+    def never():
+        stop.wait()
+        yield from ()
+    call = channel.stream_unary(method, request_serializer=lambda m: m.SerializeToString(),
+                                response_deserializer=lambda b: b)
+    return call.future(never(), timeout=60)
+
+
+@pytest.mark.parametrize("service", ["placement", "node"])
+def test_calls_that_never_send_their_message_hold_no_worker_from_a_token_holder(hierarchy, tokens, service):
+    """40 unauthenticated calls that send headers and never a message (grpcio gives a call a
+    worker while it waits for its message) beside which the admin's call answers within 1 s: the
+    token is checked as the call arrives, and a refused call answers at once."""
+    import threading
+
+    if service == "placement":
+        address, method = hierarchy.placement_address, "/hifi.Placement/List"
+        admin = lambda: hierarchy.placement_stub().List(hifi_pb2.Empty(), timeout=1)   # noqa: E731
+    else:
+        address, method = hierarchy.nodes["tr-a"].address, "/hifi.Node/Status"
+        stub = hifi_pb2_grpc.NodeStub(open_channel(address, hierarchy.security.with_token(tokens["admin"])))
+        admin = lambda: stub.Status(hifi_pb2.Empty(), timeout=1)   # noqa: E731
+    stop = threading.Event()
+    channels = [open_channel(address, hierarchy.security.with_token(tokens[who]))
+                for who in ("none", "wrong") for _ in range(20)]
+    try:
+        held = [_half_open(channel, method, stop) for channel in channels]
+        time.sleep(1)   # every one of them arrived
+        started = time.monotonic()
+        admin()
+        assert time.monotonic() - started < 1
+        refused = [call.exception() for call in held]
+        assert all(isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.UNAUTHENTICATED for e in refused)
+    finally:
+        stop.set()
+        for channel in channels:
+            channel.close()
