@@ -21,6 +21,7 @@ log = logging.getLogger("hifi.dashboard")
 
 MAX_BODY_BYTES = 1 << 20   # a query's text is at most 64 KiB (glue.limits); this leaves room
 KEEPALIVE_S = 5.0   # a comment line this often finds an event stream's client that left
+STREAM_BACKLOG = 16   # events queued for a stream's reader: a slower one makes its events wait, memory bounded
 
 
 # every answer: scripts, styles and connections from this server only (the page has no inline
@@ -46,7 +47,40 @@ def loopback(host: str) -> bool:
 
 class DashboardServer(ThreadingHTTPServer):
     """The dashboard's HTTP server: a client that hangs up before its answer is written is logged,
-    not printed to stderr as a stack trace (socketserver's default)."""
+    not printed to stderr as a stack trace (socketserver's default). A connection is served by a
+    thread of its own, at most `max_connections` at once: one more is answered 503 and closed, so
+    connections opened and left idle hold a bounded number of threads (each for JsonExchange's
+    timeout at most)."""
+
+    max_connections = 128
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 (socketserver's)
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(self.max_connections)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            log.debug("dashboard: %d connections open, %s refused", self.max_connections, client_address)
+            self.refuse(request)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def refuse(self, request) -> None:
+        """Answer a connection beyond the limit: 503, try again shortly."""
+        with contextlib.suppress(OSError):
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
+                            b"Connection: close\r\n\r\n")
 
     def handle_error(self, request, client_address) -> None:
         error = sys.exc_info()[1]
@@ -61,6 +95,9 @@ class TLSServer(DashboardServer):
     finishes one holds only that thread, for JsonExchange.timeout at most)."""
 
     context: ssl.SSLContext
+
+    def refuse(self, request) -> None:
+        """A connection beyond the limit is closed (its TLS not yet begun: no answer it could read)."""
 
     def finish_request(self, request, client_address) -> None:
         request.settimeout(JsonExchange.timeout)
@@ -190,18 +227,25 @@ class JsonExchange(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
-        pending: queue.Queue = queue.Queue()
+        pending: queue.Queue = queue.Queue(maxsize=STREAM_BACKLOG)   # a slow reader slows its events
+
+        def put(event) -> bool:   # noqa: ANN001
+            """Queue an event for the reader, waiting while its backlog is full; False: it left."""
+            while not stop.is_set():
+                with contextlib.suppress(queue.Full):
+                    pending.put(event, timeout=1)
+                    return True
+            return False
 
         def pump() -> None:
             try:
                 for event in events:
-                    pending.put(event)
-                    if stop.is_set():
+                    if not put(event):
                         break
             except Exception as exc:  # noqa: BLE001 - reported to the page, not raised into a dead thread
-                pending.put(("failure", {"error": str(exc)}))
+                put(("failure", {"error": str(exc)}))
             finally:
-                pending.put(None)
+                put(None)
 
         threading.Thread(target=pump, name="dashboard-sse", daemon=True).start()
         try:

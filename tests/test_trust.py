@@ -10,10 +10,13 @@ the operators', `location_reads` is also the analyst's."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import replace
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -24,6 +27,7 @@ from glue.topology import parse_topology
 from mdr.repository import now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
+from services.dashboard_http import DashboardServer
 from services.node import RECONCILE_INTERVAL_S
 from services.part_signing import PartSigner
 from services.placement import TOPIC_GRACE_MS
@@ -378,9 +382,6 @@ def test_the_admin_token_of_a_run_expires(hierarchy):
 
 def _open_stream(base: str, path: str, token: str):
     """(the open connection, its HTTP status) of a GET that streams."""
-    import socket
-    from urllib.parse import urlsplit
-
     host, port = urlsplit(base).netloc.split(":")
     conn = socket.create_connection((host, int(port)), timeout=20)
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
@@ -457,8 +458,6 @@ def test_calls_that_never_send_their_message_hold_no_worker_from_a_token_holder(
     """40 unauthenticated calls that send headers and never a message (grpcio gives a call a
     worker while it waits for its message) beside which the admin's call answers within 1 s: the
     token is checked as the call arrives, and a refused call answers at once."""
-    import threading
-
     if service == "placement":
         address, method = hierarchy.placement_address, "/hifi.Placement/List"
         admin = lambda: hierarchy.placement_stub().List(hifi_pb2.Empty(), timeout=1)   # noqa: E731
@@ -481,3 +480,23 @@ def test_calls_that_never_send_their_message_hold_no_worker_from_a_token_holder(
         stop.set()
         for channel in channels:
             channel.close()
+
+
+def test_connections_left_idle_hold_a_bounded_number_of_the_dashboards_threads(hierarchy):
+    """400 connections opened to the dashboard and never sent a request: the dashboard serves at
+    most DashboardServer.max_connections at once (a thread each, for its timeout at most) and
+    answers the others 503; once they close, a request is served again."""
+    url = urlsplit(hierarchy.dashboard.url)
+    before = threading.active_count()
+    idle = [socket.create_connection((url.hostname, url.port), timeout=10) for _ in range(400)]
+    try:
+        time.sleep(2)   # each accepted, given a thread or refused
+        assert threading.active_count() - before <= DashboardServer.max_connections + 4
+        refused = idle[-1].recv(200)
+        assert refused.startswith(b"HTTP/1.1 503"), refused
+    finally:
+        for connection in idle:
+            connection.close()
+    status = wait_for(lambda: _http(hierarchy.dashboard.url.rstrip("/") + "/api/me")[0] == 401 or None, 30,
+                      "the dashboard answering again")
+    assert status
