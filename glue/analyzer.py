@@ -183,11 +183,19 @@ class _Binder:
         return name in RAW_STREAMS or name in self.catalog.streams or bool(self.catalog.exports_of(name))
 
     def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
+        """The exports of the view `ref` names that the reader may read. A view none of whose
+        exports it may read is answered as a missing one (`_unknown`): the answer says nothing of
+        whether it exists."""
         exports = self.catalog.exports_of(ref.name)
         readable = [v for v in exports if self.reader.may_read(v.readers)]
         if exports and not readable:
-            raise _refused(f"view {ref.name!r} is not exported to {self.principal!r}", ref.pos)
+            raise self._unknown(ref)
         return readable
+
+    def _unknown(self, ref: ast.SourceRef) -> SqlError:
+        if self.principal in ("", "*", SYSTEM.principal):
+            return _err(f"unknown stream or view {ref.name!r}", ref.pos)
+        return _err(f"unknown stream or view {ref.name!r} (or a view not exported to {self.principal!r})", ref.pos)
 
     def source(self, ref: ast.SourceRef) -> tuple[dict[str, Any], Expr | None, tuple[str, ...] | None]:
         """(source facts, predicate of an expanded definition-only view, columns it exposes)."""
@@ -220,7 +228,7 @@ class _Binder:
         if ref.name in self.catalog.relations:
             raise _err(f"{ref.name!r} is a static relation; join it to a stream (JOIN {ref.name} USING (...))",
                        ref.pos)
-        raise _err(f"unknown stream or view {ref.name!r}", ref.pos)
+        raise self._unknown(ref)
 
     # ------------------------------------------------------------ expressions
 
@@ -796,16 +804,20 @@ def _column_name(node: ast.Node | None) -> str | None:
     return node.name if isinstance(node, ast.Name) else None
 
 
-def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog) -> None:
+def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog, reader: Identity | None = None) -> None:
     """A new view (CREATE VIEW) may not take a name in use: a view exported anywhere (whoever may
-    read it: a view open to all must not shadow a protected one), a stream or a static relation."""
+    read it: a view open to all must not shadow a protected one), a stream or a static relation.
+    Where a taken name's views are exported is said only to a `reader` who may read one of them."""
     if not isinstance(statement, ast.CreateView):
         return
     name, pos = statement.name, statement.name_pos or statement.pos
-    holders = sorted({v.node for v in catalog.exports_of(name)})
-    if holders:
+    exports = catalog.exports_of(name)
+    if exports and (reader is None or any(reader.may_read(v.readers) for v in exports)):
+        holders = sorted({v.node for v in exports})
         raise _err(f"a view named {name!r} already exists (exported at {', '.join(holders)}); view names are "
                    f"unique, so choose another", pos)
+    if exports:
+        raise _err(f"the view name {name!r} is taken; view names are unique, so choose another", pos)
     if INTERNAL_VIEW_NAME.fullmatch(name):
         raise _err(f"{name!r} is a name of the form the planner gives the partial streams it exports; "
                    f"choose another view name", pos)

@@ -600,10 +600,9 @@ class _Handler(JsonExchange):
             return self._error(HTTPStatus.BAD_REQUEST, "name a query (?query=ID) or a view (?view=NODE.VIEW)")
         if view:
             record = next((v for v in self.owner.mdr.views() if f"{v.node}.{v.name}" == view and v.topic), None)
-            if record is None:
-                return self._error(HTTPStatus.NOT_FOUND, f"no materialized view {view!r}")
-            if not identity.may_read(record.readers):
-                return self._error(HTTPStatus.FORBIDDEN, f"view {view} is not exported to {identity.principal}")
+            if record is None or not identity.may_read(record.readers):   # one answer: nothing said of one not theirs
+                return self._error(HTTPStatus.NOT_FOUND, f"no materialized view {view!r} exported to "
+                                                         f"{identity.principal}")
         if query:
             found = next((q for q in self.owner.mdr.queries() if q.id == query), None)
             if found is None:

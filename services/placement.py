@@ -136,8 +136,8 @@ class QueryPlacer:
         relation and receptor) is read."""
         statement = parse(sql, Limits.from_parameters(self.mdr.parameters()))
         catalog = load_catalog(self.mdr)
-        refuse_taken_view_name(statement, catalog)
         reader = principal if isinstance(principal, Identity) else Identity(principal or "*", frozenset())
+        refuse_taken_view_name(statement, catalog, reader)
         catalog = catalog.as_read_by(reader)
         return analyze_statement(statement, catalog, reader, sql), catalog
 

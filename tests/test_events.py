@@ -96,4 +96,5 @@ def test_a_pattern_over_a_view_the_principal_may_not_read_is_refused_at_the_view
     with pytest.raises(SqlError) as refused:
         analyze(sql, catalog, "store-7")
     assert (refused.value.line, refused.value.column) == (1, 32)   # the view's name
-    assert "view 'smoothed_rfid_stream' is not exported to 'store-7'" in refused.value.message
+    assert "unknown stream or view 'smoothed_rfid_stream' (or a view not exported to 'store-7')" \
+        in refused.value.message

@@ -155,7 +155,7 @@ def test_views_not_exported_to_the_asker_are_refused(catalog):
     catalog.views = [replace(v, readers=("hq",)) if v.name == "smoothed_rfid_stream" else v for v in catalog.views]
     text = "SELECT receptor_id, count(*) AS n FROM smoothed_rfid_stream [range by '2 seconds'] GROUP BY receptor_id"
     assert analyze(text, catalog, "hq").source_kind == "view"
-    with pytest.raises(SqlError, match="view 'smoothed_rfid_stream' is not exported to 'store-7'"):
+    with pytest.raises(SqlError, match=r"unknown stream or view 'smoothed_rfid_stream' \(or a view not exported"):
         analyze(text, catalog, "store-7")
 
 
@@ -224,6 +224,22 @@ def test_a_new_view_cannot_take_a_name_in_use(catalog, name, reason):
         refuse_taken_view_name(parse(text), catalog)
     assert (refused.value.line, refused.value.column) == (1, 13) and reason in refused.value.message
     refuse_taken_view_name(parse(text.replace(name, "strong_reads")), catalog)   # a new name is fine
+
+
+def test_a_taken_view_name_says_where_only_to_who_may_read_the_view(catalog):
+    from dataclasses import replace
+
+    from glue.analyzer import refuse_taken_view_name
+    from wire.identity import Identity
+
+    catalog.views = [replace(v, readers=("role:operator",)) if v.name == "smoothed_rfid_stream" else v
+                     for v in catalog.views]
+    text = "CREATE VIEW smoothed_rfid_stream AS SELECT tag_id, ts FROM rfid_stream"
+    with pytest.raises(SqlError) as refused:
+        refuse_taken_view_name(parse(text), catalog, Identity("mallory", frozenset({"user"})))
+    assert "the view name 'smoothed_rfid_stream' is taken" in str(refused.value) and "door1" not in str(refused.value)
+    with pytest.raises(SqlError, match=r"exported at door1, door2"):
+        refuse_taken_view_name(parse(text), catalog, Identity("olga", frozenset({"operator"})))
 
 
 @pytest.mark.parametrize("text, message", [

@@ -284,7 +284,9 @@ def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_v
         explain = hifi_pb2.SubmitRequest(sql="SELECT location FROM busy_locations", explain_only=True)
         assert analyst.Submit(explain, timeout=60).plan
         code, details = _call(hierarchy.placement_stub(tokens["mallory"]), "Submit", explain)
-        assert code == grpc.StatusCode.PERMISSION_DENIED and "'busy_locations' is not exported to 'mallory'" in details
+        # answered as a view that does not exist: nothing said of whether it does
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details)
+        assert "unknown stream or view 'busy_locations' (or a view not exported to 'mallory')" in details
     finally:
         admin.Cancel(hifi_pb2.QueryRef(query_id=created.query_id), timeout=60)
 
@@ -326,7 +328,8 @@ def test_every_dashboard_endpoint_refuses_a_caller_without_the_right(hierarchy, 
         # a user: not the doors' view, not another's query (neither its rows nor its cancel)
         mallory = tokens["mallory"]
         status, _, text = _http(base + "/api/results?view=tr-a.door_reads", token=mallory)
-        assert status == 403 and "not exported to mallory" in text
+        assert status == 404 and "no materialized view 'tr-a.door_reads' exported to mallory" in text
+        assert _http(base + "/api/results?view=tr-a.no_such_view", token=mallory)[0] == 404   # the same answer
         assert _http(base + f"/api/results?query={running.query_id}", token=mallory)[0] == 403
         status, _, text = _http(base + f"/api/queries/{running.query_id}", "DELETE", token=mallory)
         assert status == 403 and running.query_id in text
