@@ -404,9 +404,16 @@ class Sessions:
 def visible_to(snapshot: dict, identity: Identity) -> dict:
     """The part of a snapshot a caller may see: its own queries (an operator: all), the views it
     may read and the events of those (an alert's row is its view's; a dead letter is the
-    operators'); the hierarchy's health is everyone's."""
+    operators'); the hierarchy's health is everyone's, each node's views in it but those it may
+    read left out (a view's name says what is watched: `people_in_danger`)."""
     readers = {f"{v['node']}.{v['name']}": v["readers"] for v in snapshot["views"]}
+
+    def readable(node: str, name: str) -> bool:
+        return identity.may_read(readers.get(f"{node}.{name}", INTERNAL_READERS))
+
     return {**snapshot,
+            "nodes": [{**n, "views": [v for v in n.get("views", ()) if readable(n["id"], v)]}
+                      for n in snapshot.get("nodes", ())],
             "events": [e for e in snapshot["events"] if identity.may_read(readers.get(e.get("view", ""),
                                                                                       INTERNAL_READERS))],
             "queries": [q for q in snapshot["queries"] if identity.may_touch(q["principal"])],

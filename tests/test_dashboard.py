@@ -338,7 +338,7 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     assert any("negative read_strength" in r for r in reasons) and len(reasons) == 2, reasons
 
 
-def test_a_user_sees_only_the_events_of_views_it_may_read():
+def test_a_user_sees_only_the_events_and_names_of_views_it_may_read():
     from services.dashboard import visible_to
     from wire.identity import Identity
 
@@ -348,11 +348,14 @@ def test_a_user_sees_only_the_events_of_views_it_may_read():
               {"kind": "stock", "view": "region.stock_alerts", "text": "location=dock n=0"},
               {"kind": "dead", "node": "door1", "text": "hifi.raw.door1:0@4: not a read cycle"},
               {"kind": "faulty", "view": "door1.mote_quality_gone", "text": "receptor_id=mote-3"}]
-    snapshot = {"queries": [], "views": views, "events": events}
+    nodes = [{"id": "region", "state": "alive", "views": ["people_in_danger", "stock_alerts"]}]
+    snapshot = {"queries": [], "views": views, "events": events, "nodes": nodes}
     user = visible_to(snapshot, Identity("ann", frozenset({"user"})))
     assert [e["kind"] for e in user["events"]] == ["stock"], "an operator's alert rows reached a user"
+    assert user["nodes"] == [{"id": "region", "state": "alive", "views": ["stock_alerts"]}], "a hidden view's name"
     operator = visible_to(snapshot, Identity("olga", frozenset({"operator"})))
     assert [e["kind"] for e in operator["events"]] == ["danger", "stock", "dead", "faulty"]
+    assert operator["nodes"][0]["views"] == ["people_in_danger", "stock_alerts"]
 
 
 def test_the_host_names_a_dashboard_answers_to():
