@@ -86,6 +86,16 @@ def _function(name: str, args: list[Any]) -> Any:
     raise ValueError(f"unknown function {name!r}")
 
 
+def _aligned(left: Any, right: Any) -> tuple[Any, Any]:
+    """An integer constant beside doubles as a double, as Spark casts it (Arrow refuses to cast one
+    beyond 2^53, which a double cannot hold exactly: `read_strength < 9223372036854775807`)."""
+    def as_double(value: Any, other: Any) -> Any:
+        if isinstance(value, pa.Scalar) and pa.types.is_integer(value.type) and pa.types.is_floating(other.type):
+            return pa.scalar(None if value.as_py() is None else float(value.as_py()), pa.float64())
+        return value
+    return as_double(left, right), as_double(right, left)
+
+
 def evaluate(expr: Expr, table: pa.Table) -> Any:
     """The expression's values over the table's rows: an array, or a scalar for a constant."""
     if isinstance(expr, Col):
@@ -95,7 +105,7 @@ def evaluate(expr: Expr, table: pa.Table) -> Any:
     if isinstance(expr, Func):
         return _function(expr.name, [evaluate(a, table) for a in expr.args])
     assert isinstance(expr, BinOp)
-    left, right = evaluate(expr.left, table), evaluate(expr.right, table)
+    left, right = _aligned(evaluate(expr.left, table), evaluate(expr.right, table))
     if expr.op == "/":
         return _divide(left, right)
     return _COMPARE[expr.op](left, right)

@@ -267,6 +267,9 @@ class _Binder:
             return made
         if isinstance(node, ast.Unary):
             operand = self.scalar(node.operand, columns, qualifiers, outer)
+            kind = _type_here(operand, columns)
+            if node.op == "NOT" and kind not in (None, "boolean"):
+                raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
             made = Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
             problem = _operand_problem(made, columns) if isinstance(made, BinOp) else None
             if problem:
@@ -277,17 +280,36 @@ class _Binder:
             result: Expr | None = None
             for value in node.values:
                 test = BinOp("=", operand, self.scalar(value, columns, qualifiers, outer))
+                problem = _operand_problem(test, columns)
+                if problem:
+                    raise _err(f"IN: {problem}", getattr(value, "pos", node.pos))
                 result = test if result is None else BinOp("OR", result, test)
             assert result is not None
             return Func("not", (result,)) if node.negated else result
         if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-            return Func(node.name, (self.scalar(node.arg, columns, qualifiers, outer),))
+            arg = self.scalar(node.arg, columns, qualifiers, outer)
+            if _type_here(arg, columns) not in (None, "string"):
+                raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type {_type_here(arg, columns)}",
+                           node.pos)
+            return Func(node.name, (arg,))
         if isinstance(node, ast.Call):
             raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
         if isinstance(node, ast.Interval):
             raise _err(f"INTERVAL bounds the time between two joined inputs ({BOUND_FORM}), nothing else",
                        node.pos)
         raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
+
+
+def _output_types(scope: _Scope) -> dict[str, str]:
+    """The types of what an aggregate query's outputs are made of: its columns and its aggregates'
+    values (as the final part computes them)."""
+    types = dict(scope.columns)
+    for call in scope.aggregates.values():
+        column = scope.columns.get(call.column or "", "")
+        types[call.name] = ("long" if call.fn in ("count", "count_distinct") else
+                            "double" if call.fn == "avg" or call.fn in TAG_ESTIMATES else
+                            ("long" if column == "int" else column) if call.fn == "sum" else column)
+    return types
 
 
 def _operand_problem(made: BinOp, columns: dict[str, str]) -> str | None:
@@ -467,6 +489,7 @@ def _bind_where(binder: _Binder, scope: _Scope) -> None:
     """WHERE, after an expanded view's own predicate (a stream join sorted it already)."""
     if scope.select.where is not None and scope.stream_join is None:
         where = binder.scalar(scope.select.where, scope.columns, scope.qualifiers)
+        _condition(where, scope.columns, "WHERE", scope.select.where)
         scope.predicate = where if scope.predicate is None else BinOp("AND", scope.predicate, where)
 
 
@@ -610,7 +633,12 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
     if computed is not None:
         return Col(computed)
     if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-        return Func(node.name, (_bind_output(binder, scope, node.arg),))
+        arg = _bind_output(binder, scope, node.arg)
+        if _type_here(arg, _output_types(scope)) not in (None, "string"):
+            raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type "
+                       f"{_type_here(arg, _output_types(scope))}",
+                       node.pos)
+        return Func(node.name, (arg,))
     if isinstance(node, ast.Call):
         column = None
         if node.arg is not None:
@@ -636,10 +664,22 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
             raise _err(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
         return bound
     if isinstance(node, ast.Binary):
-        return BinOp(node.op, _bind_output(binder, scope, node.left), _bind_output(binder, scope, node.right))
+        made = BinOp(node.op, _bind_output(binder, scope, node.left), _bind_output(binder, scope, node.right))
+        problem = _operand_problem(made, _output_types(scope))
+        if problem:
+            raise _err(problem, node.pos)
+        return made
     if isinstance(node, ast.Unary):
         operand = _bind_output(binder, scope, node.operand)
-        return Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
+        if node.op == "NOT":
+            kind = _type_here(operand, _output_types(scope))
+            if kind not in (None, "boolean"):
+                raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
+            return Func("not", (operand,))
+        problem = _operand_problem(BinOp("-", Lit(0), operand), _output_types(scope))
+        if problem:
+            raise _err(problem.replace("long - ", "-", 1), node.pos)
+        return BinOp("-", Lit(0), operand)
     if isinstance(node, ast.Literal):
         return Lit(node.value)
     return binder.scalar(node, scope.columns, scope.qualifiers)
@@ -682,6 +722,8 @@ def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
             raise _err("give this expression a name: <expression> AS name", item.pos)
         if any(name == existing for existing, _ in outputs):
             raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
+        if scope.aggregate_query and name in ("window_start", "window_end") and expr != Col(name):
+            raise _err(f"{name} is a column every window's row has already; name this one otherwise", item.pos)
         outputs.append((name, expr))
     scope.outputs = tuple(outputs)
 
@@ -696,6 +738,22 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
         scope.keys = tuple(k for k in scope.keys if k != scope.arbitration.by)
     else:
         scope.having = _bind_output(binder, scope, select.having)
+        _condition(scope.having, _output_types(scope), "HAVING", select.having)
+
+
+def _condition(expr: Expr, columns: dict[str, str], clause: str, node: ast.Node) -> None:
+    """A WHERE or HAVING is true or false for each row: refused here, with its position, when it is not."""
+    kind = _type_here(expr, columns)
+    if kind not in (None, "boolean"):
+        raise _err(f"{clause} needs a condition (true or false); this is of type {kind}", getattr(node, "pos", None))
+
+
+def _type_here(expr: Expr, columns: dict[str, str]) -> str | None:
+    """`expr`'s type, or None when a part of it is not known here (a correlated subquery's outer column)."""
+    try:
+        return expr_type(expr, columns)
+    except PlanError:
+        return None
 
 
 def _bind_changes(binder: _Binder, scope: _Scope) -> None:
