@@ -1,25 +1,31 @@
-"""`make run`'s first four minutes, as a new user sees them: `hifi up` on the default topology
-prints each event the scenario stages once as it starts and once as it ends — the dying mote, the
-degrading reader, the fire, the people in danger while it burns — and nothing else repeats window
-after window (headquarters' trends, one row a location per long window, are the analysis the
-chain ends with). Judged against the scenario file and the agents' ground truth, not against
-what the views compute. The store's events (shoplifting, the missing pallet) are staged at
-locations the default topology has no readers at: `store.yaml` watches those."""
+"""`make run`'s first four minutes, as a new user sees them, then Ctrl-C: `hifi up` on the
+default topology prints each event the scenario stages once as it starts and once as it ends —
+the dying mote, the degrading reader, the fire, the people in danger while it burns — and nothing
+else repeats window after window (headquarters' trends, one row a location per long window, are
+the analysis the chain ends with); then it stops cleanly. Judged against the scenario file and
+the agents' ground truth, not against what the views compute. The store's events (shoplifting,
+the missing pallet) are staged at locations the default topology has no readers at: `store.yaml`
+watches those."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 import pytest
 
 from glue.topology import load_topology
 from services.paths import DEFAULT_TOPOLOGY
+from tests.conftest import wait_for
+from tests.test_signals import processes_of
 
 pytestmark = pytest.mark.e2e
 
@@ -35,16 +41,48 @@ def _fields(rest: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in rest.split("  ") if "=" in pair)
 
 
+@dataclass
+class Run:
+    lines: list[str]      # what it printed: the result lines (stdout)
+    progress: list[str]   # its own lines (stderr)
+    truth: list[dict]     # the agents' ground truth
+    code: int
+    home: str
+
+
 @pytest.fixture(scope="module")
-def first_minutes(tmp_path_factory) -> tuple[list[str], list[dict], int]:
-    """What `hifi up --duration 240` printed (its result lines), the agents' truth, and its exit code."""
+def first_minutes(tmp_path_factory) -> Run:
+    """`make run` as a user runs it: `hifi up`, RUN_S seconds from "is up", then Ctrl-C (SIGINT to
+    the terminal's process group)."""
     home = tmp_path_factory.mktemp("make-run")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIFI_REDIS", "HIFI_KAFKA", "SPARK_MASTER"))}
-    done = subprocess.run([HIFI, "up", "--duration", str(RUN_S), "--dashboard", "127.0.0.1:0",
-                           "--receptor-dir", str(home / "receptors")], env={**env, "HIFI_HOME": str(home)},
-                          capture_output=True, text=True, timeout=RUN_S + 180)
+    process = subprocess.Popen([HIFI, "up", "--dashboard", "127.0.0.1:0", "--receptor-dir", str(home / "receptors")],
+                               env={**env, "HIFI_HOME": str(home)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    lines, progress = [], []
+    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(line.rstrip("\n") for line in f), daemon=True)
+               for f, into in ((process.stdout, lines), (process.stderr, progress))]
+    for reader in readers:
+        reader.start()
+    try:
+        wait_for(lambda: any(" is up: " in line for line in progress) or process.poll() is not None, 300, "hifi up")
+        time.sleep(RUN_S)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+    code = process.wait(timeout=180)
+    for reader in readers:
+        reader.join(timeout=30)
     truth = [json.loads(line) for line in (home / "receptors" / "truth.jsonl").read_text().splitlines()]
-    return done.stdout.splitlines(), truth, done.returncode
+    return Run(lines, progress, truth, code, str(home))
+
+
+def test_ctrl_c_stops_every_node_then_spark_then_the_servers_and_leaves_nothing_running(first_minutes):
+    run = first_minutes
+    assert run.code == 0, "\n".join(run.progress[-20:])
+    assert run.progress[-2:] == ["[hifi] stopping", "[hifi] stopped"], run.progress[-5:]
+    assert not [line for line in run.progress if "Traceback" in line], run.progress[-20:]
+    wait_for(lambda: not processes_of(run.home), 30, "every process of the run to exit")
 
 
 def _changes(lines: list[str]) -> dict[tuple[str, str], list[tuple[str, dict, str]]]:
@@ -77,8 +115,7 @@ def _after(line: str, ms: int) -> int:
 
 
 def test_each_staged_event_is_printed_once_as_it_starts_and_once_as_it_ends(first_minutes):
-    lines, truth, code = first_minutes
-    assert code == 0, "\n".join(lines[-20:])
+    lines, truth = first_minutes.lines, first_minutes.truth
     plan, last_ms = truth[0]["plan"], truth[-1]["t"]
     whats = {view_key: [what for what, _, _ in seen] for view_key, seen in _changes(lines).items()}
 
@@ -115,7 +152,7 @@ def test_each_staged_event_is_printed_once_as_it_starts_and_once_as_it_ends(firs
 
 
 def test_each_start_and_end_is_printed_seconds_after_what_staged_it(first_minutes):
-    lines, truth, _ = first_minutes
+    lines, truth = first_minutes.lines, first_minutes.truth
     plan = truth[0]["plan"]
     changes = _changes(lines)
     fire = plan["fires"][0]

@@ -1,8 +1,7 @@
-"""`hifi up` stopped as a terminal, `docker stop`, systemd or `timeout` stop it: Ctrl-C (SIGINT) and
-SIGTERM to its process group. Each run stops every node, then
-Spark, then its servers: HiFi's own lines only (Spark's go to its log file), no traceback, exit
-code 0, and no process of the run left behind. The runs go side by side (each its own HIFI_HOME,
-embedded servers and dashboard port) to keep the suite short."""
+"""`hifi up` stopped as `docker stop`, systemd or `timeout` stop it: SIGTERM to its process group.
+It stops every node, then Spark, then its servers: HiFi's own lines only (Spark's go to its log
+file), no traceback, exit code 0, and no process of the run left behind. (Ctrl-C, SIGINT to the
+group, ends tests/test_make_run.py's run of the default topology, checked alike.)"""
 
 from __future__ import annotations
 
@@ -22,10 +21,10 @@ pytestmark = pytest.mark.e2e
 
 HIFI = os.path.join(os.path.dirname(sys.executable), "hifi")
 SMALL = Path(__file__).resolve().parent.parent / "deploy" / "topologies" / "small.yaml"
-# how each run is stopped: (signal, to the whole process group?): a terminal's Ctrl-C, and what
-# `docker stop`, systemd, Kubernetes and `timeout` send (SIGTERM to the process alone takes the same
-# handler, without the JVM's risk: not run)
-STOPS = {"sigint-group": (signal.SIGINT, True), "sigterm-group": (signal.SIGTERM, True)}
+# how each run is stopped: (signal, to the whole process group?): what `docker stop`, systemd,
+# Kubernetes and `timeout` send (SIGTERM to the process alone takes the same handler, without the
+# JVM's risk: not run; a terminal's Ctrl-C: tests/test_make_run.py)
+STOPS = {"sigterm-group": (signal.SIGTERM, True)}
 HIFI_LINE = re.compile(r"^(\[hifi\] |\d\d:\d\d:\d\d  hifi\.)")   # progress, or a result row
 
 
