@@ -79,6 +79,15 @@ class ArchiveUsage:
     bytes: int = 0
     write_s: float = 0.0      # time spent writing them
     failures: int = 0         # batches it could not write (the stream went on)
+    failed_from_ms: int = 0   # the event times those batches spanned, first to last (0: none failed):
+    failed_to_ms: int = 0     # a query over the past then says its answer may lack them
+
+    def failed(self, span_ms: tuple[int, int]) -> None:
+        """A batch of events in `span_ms` (first, last) could not be archived."""
+        self.failures += 1
+        first, last = span_ms
+        self.failed_from_ms = min(self.failed_from_ms or first, first)
+        self.failed_to_ms = max(self.failed_to_ms, last)
 
     @property
     def ms_per_batch(self) -> float:

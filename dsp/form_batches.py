@@ -13,12 +13,15 @@ import functools
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from dsp.archive import Archive
+from dsp.arrow_exprs import epoch_ms
 from dsp.engine import sources_under
 from dsp.node_inputs import Reader
 from dsp.parts import Part, Parts, Reports, push_tagged
@@ -34,6 +37,7 @@ log = logging.getLogger("hifi.dsp")
 # 10 ms, a thread's start 0.25 ms alone — but ~2.4 ms in a process of 33 lanes, where the new
 # thread queues for the interpreter's lock (py-spy: 15 % of the 32 doors' batch thread).
 ARCHIVE_APART_ROWS = 20_000
+LATE_SPAN_MS = 60_000   # how far back a live batch Spark could not archive is taken to reach
 
 
 class FormBatches:
@@ -110,7 +114,7 @@ class FormBatches:
         try:
             self.archive.append(reader.key, batch_id, table)
         except Exception:  # noqa: BLE001 - see the docstring
-            self.archive.usage.failures += 1
+            self.archive.usage.failed(event_span(table))
             log.exception("node %s: archiving batch %s of %s failed", self.node_id, batch_id, reader.key)
 
     def _archive_on_spark(self, reader: Reader, batch_id: int, frame: DataFrame, archived_in: str) -> None:
@@ -126,11 +130,22 @@ class FormBatches:
                 if topic in reader.topics:
                     self.archive.adopt(reader.topic_archive_key(topic), batch_id, folder)
         except Exception:  # noqa: BLE001 - see _archive
-            self.archive.usage.failures += 1
+            now = int(time.time() * 1000)   # (the rows' times are Spark's: a live batch's are about now)
+            self.archive.usage.failed((now - LATE_SPAN_MS, now))
             log.exception("node %s: archiving batch %s of %s on Spark failed", self.node_id, batch_id, reader.key)
         finally:
             if archived_in:
                 shutil.rmtree(archived_in, ignore_errors=True)
+
+
+def event_span(table: pa.Table) -> tuple[int, int]:
+    """The event times a batch's rows span (`ts`, or a view's `window_start`; now, for neither)."""
+    column = next((c for c in ("ts", "window_start") if c in table.column_names), None)
+    if column is None or not table.num_rows:
+        now = int(time.time() * 1000)
+        return now, now
+    bounds = pc.min_max(epoch_ms(table[column]))
+    return bounds["min"].as_py(), bounds["max"].as_py()
 
 
 def _planned(part: Part, batch: spark_partials.BatchOnSpark) -> spark_partials.Planned | Exception | None:

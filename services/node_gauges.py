@@ -54,7 +54,8 @@ class NodeGauges:
         archived = self.dsp.archive.usage
         return {"archive_bytes": archived.bytes, "archive_batches": archived.batches,
                 "archive_ms_per_batch": round(archived.ms_per_batch, 3),
-                "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0, "archive_failures": archived.failures}
+                "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0, "archive_failures": archived.failures,
+                "archive_failed_from_ms": archived.failed_from_ms, "archive_failed_to_ms": archived.failed_to_ms}
 
     def _uplink_gauges(self) -> dict[str, float]:
         uplink = self.dsp.uplink

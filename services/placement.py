@@ -145,13 +145,15 @@ class QueryPlacer:
                  since_ms: int | None = None, until_ms: int | None = None,
                  start_ms: int | None = None) -> DistributedPlan:
         """The planner's plan (glue.planner): over the past from `since_ms` (with the nodes whose
-        archives begin after it), or live from `start_ms`; until `until_ms`."""
+        archives begin after it, and those that could not archive some of it), or live from
+        `start_ms`; until `until_ms`."""
         query, catalog = bound
         if since_ms is None:
             return plan_query(query, catalog, query_id, naive=naive, start_ms=start_ms,
                               until_ms=until_ms if start_ms is not None else None)
         plan = plan_query(query, catalog, query_id, naive=naive, start_ms=since_ms, until_ms=until_ms, now_ms=now_ms())
-        return replace(plan, archive_begins=self._archives_after(plan, since_ms))
+        return replace(plan, archive_begins=self._archives_after(plan, since_ms),
+                       archive_gaps=self._archive_gaps(plan, since_ms, until_ms))
 
     def submit(self, sql: str, principal: str | Identity = SYSTEM, naive: bool = False,
                replay: bool = False, readers: tuple[str, ...] = (), since_ms: int | None = None,
@@ -242,6 +244,17 @@ class QueryPlacer:
             oldest = int(self.mdr.stats(node).get("archive_oldest_ms", 0))
             if oldest == 0 or oldest > since_ms:
                 found[node] = oldest or now_ms()
+        return found
+
+    def _archive_gaps(self, plan: DistributedPlan, since_ms: int, until_ms: int | None) -> dict[str, tuple[int, int]]:
+        """The nodes that run parts of `plan` and could not archive batches of events within
+        [since, until): the first and last of those events' times (dsp.archive.ArchiveUsage.failed)."""
+        found = {}
+        for node in {t.node for t in plan.tasks if not t.reused}:
+            stats = self.mdr.stats(node)
+            first, last = int(stats.get("archive_failed_from_ms", 0)), int(stats.get("archive_failed_to_ms", 0))
+            if first and last >= since_ms and (until_ms is None or first < until_ms):
+                found[node] = (first, last)
         return found
 
     def _prepare_motes(self, plan: DistributedPlan) -> None:

@@ -83,3 +83,35 @@ def test_a_row_too_late_for_its_window_live_is_in_it_when_the_archive_is_replaye
         source.history_lateness_ms = lateness_seen(batches, "ts") - source.plan.watermark_ms
     replayed = [row[3] for b in batches for row in rows_of(past.push("raw", b))]
     assert replayed[0] == 2 and past.late_rows() == 0
+
+
+def test_a_batch_the_archive_cannot_take_is_counted_and_a_query_over_then_says_so(tmp_path):
+    """A failed write is counted with the event times its batch spanned (the stream goes on), and
+    a query over the past that reaches into them names the node and the span."""
+    from types import SimpleNamespace
+
+    from dsp.form_batches import FormBatches
+    from dsp.node_inputs import Reader
+    from services.placement import QueryPlacer
+
+    archive = Archive(str(tmp_path))
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    archive.append = full_disk   # type: ignore[method-assign]
+    batches = FormBatches("door1", None, archive)   # type: ignore[arg-type] (archiving reads no part)
+    ms = [1_700_000_010_000, 1_700_000_012_500]
+    table = pa.table({"tag_id": ["a", "b"], "ts": pa.array(ms, pa.timestamp("ms", tz="UTC")).cast(
+        pa.timestamp("us", tz="UTC"))})
+    batches._archive(Reader(("hifi.raw.door1",), "rfid"), 7, table)
+    usage = archive.usage
+    assert (usage.failures, usage.failed_from_ms, usage.failed_to_ms) == (1, *ms)
+
+    stats = {"door1": {"archive_failed_from_ms": float(ms[0]), "archive_failed_to_ms": float(ms[1])}, "door2": {}}
+    placer = QueryPlacer.__new__(QueryPlacer)
+    placer.mdr = SimpleNamespace(stats=lambda node: stats[node])
+    plan = SimpleNamespace(tasks=[SimpleNamespace(node=n, reused=False) for n in ("door1", "door2")])
+    assert placer._archive_gaps(plan, ms[0] - 60_000, None) == {"door1": tuple(ms)}
+    assert placer._archive_gaps(plan, ms[1] + 1, None) == {}              # all of it after them
+    assert placer._archive_gaps(plan, ms[0] - 60_000, ms[0]) == {}        # all of it before them

@@ -229,6 +229,9 @@ def test_a_query_answering_from_its_start_drops_earlier_windows_at_the_root_only
     assert "from 1970-01-01T00:00:10.000+00:00 until 1970-01-01T00:00:14.000+00:00" in span.explain()
     late = replace(span, archive_begins={"door1": 12_000})
     assert "warning: door1's archive begins at 1970-01-01T00:00:12.000+00:00" in late.explain()
+    holed = replace(span, archive_gaps={"door2": (11_000, 11_500)})
+    assert ("warning: door2 could not archive batches of events from 1970-01-01T00:00:11.000+00:00 to "
+            "1970-01-01T00:00:11.500+00:00") in holed.explain()
 
 
 def test_adaptive_smoothing_runs_in_a_task_of_its_own_at_every_edge_from_the_query_start():

@@ -84,6 +84,7 @@ class DistributedPlan:
     until_ms: int | None = None   # and before this; None: for as long as it runs
     from_archive: bool = False    # a query over the past: its parts are fed the nodes' archives first
     archive_begins: dict[str, int] = field(default_factory=dict)   # its nodes whose archives begin after it
+    archive_gaps: dict[str, tuple[int, int]] = field(default_factory=dict)   # nodes that failed to archive some
     uses: list[tuple[str, str]] = field(default_factory=list)   # (node, query id) of other views its parts read
     estimates: list[Estimate] = field(default_factory=list)      # its WHERE's terms, in evaluation order
     join_rates: dict[str, float | None] = field(default_factory=dict)   # a join's inputs' estimated rows/s
@@ -123,6 +124,9 @@ class DistributedPlan:
             lines.append(f"  answers {what} from {_iso(self.start_ms)}{until} ({how})")
         for node, begins in sorted(self.archive_begins.items()):
             lines.append(f"  warning: {node}'s archive begins at {_iso(begins)}: windows before lack what it took in")
+        for node, (first, last) in sorted(self.archive_gaps.items()):
+            lines.append(f"  warning: {node} could not archive batches of events from {_iso(first)} to {_iso(last)}: "
+                         "windows then may lack what it took in")
         for task in reversed(self.tasks):
             what = "reuses view" if task.reused else ("exports view" if task.export_as else "writes")
             target = task.export_as or task.topic
