@@ -49,6 +49,7 @@ class Part:
     # rebuilt after a failure of its own and not yet through a batch with output: it still shows
     # FAILED with that cause (a part that keeps dying must not flash "running" between its restarts)
     proving: bool = False
+    suspended_ms: int | None = None   # when it was suspended: on resume it is fed what it missed since
 
     @functools.cached_property
     def plan_json(self) -> str:

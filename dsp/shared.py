@@ -246,16 +246,27 @@ class SharedRuntime:
     # ------------------------------------------------------------ lifecycle
 
     def suspend(self, query_id: str) -> None:
-        self._set_status(query_id, "suspended", self.spark_queries.suspend)
+        """The part takes no batch until it is resumed (between two batches: the lock is theirs)."""
+        with self._locks.control():
+            part = self.parts.by_id.get(query_id)
+            if part is None:
+                return self.spark_queries.suspend(query_id)
+            part.managed.status = "suspended"
+            part.suspended_ms = part.suspended_ms or int(time.time() * 1000)
 
     def resume(self, query_id: str) -> None:
-        self._set_status(query_id, "running", self.spark_queries.resume)
-
-    def _set_status(self, query_id: str, status: str, elsewhere: Callable[[str], None]) -> None:
+        """The part takes batches again, first the ones it missed: what its node's readers archived
+        while it was suspended (every batch archived after the suspend came after it, under the same
+        lock). Rows handed in process by another part of this node meanwhile are not archived:
+        those it misses."""
         with self._locks.control():
-            if query_id not in self.parts.by_id:
-                return elsewhere(query_id)
-            self.parts.by_id[query_id].managed.status = status
+            part = self.parts.by_id.get(query_id)
+            if part is None:
+                return self.spark_queries.resume(query_id)
+            part.managed.status = "running"
+            since, part.suspended_ms = part.suspended_ms, None
+            if since is not None:
+                self.history.feed(part, since + 1, False, self.inputs.readers)
 
     def cancel(self, query_id: str, drop_state: bool = True) -> None:
         with self._locks.control():
