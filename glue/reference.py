@@ -111,11 +111,17 @@ def _tag_estimate(reads: set[str], which: int) -> float:
     for receptor, cycle, tag in (read.split("|", 2) for read in reads):
         cycles[receptor].add(cycle)
         per_tag[tag][receptor] += 1
-    pis = [1 - math.prod((1 - k / len(cycles[r])) ** len(cycles[r]) for r, k in readers.items())
-           for readers in per_tag.values()]
-    estimate = sum(1 / pi for pi in pis)
-    half = 1.959963984540054 * math.sqrt(sum((1 - pi) / pi ** 2 for pi in pis))
-    return [estimate, max(float(len(pis)), estimate - half), estimate + half][which]
+    estimate = variance = 0.0
+    for readers in per_tag.values():
+        rates = [(k / len(cycles[r]), len(cycles[r])) for r, k in readers.items()]
+        gone = math.prod((1 - p) ** w for p, w in rates)   # missed by every reader in every cycle
+        pi = 1 - gone
+        estimate += 1 / pi
+        # each rate estimated from its w cycles: d(1/pi)/dp = w (1-p)^(w-1) (the others' misses) / pi^2
+        variance += (1 - pi) / pi ** 2 + sum((w * gone / (1 - p) / pi ** 2) ** 2 * p * (1 - p) / w
+                                             for p, w in rates if p < 1)
+    half = 1.959963984540054 * math.sqrt(variance)
+    return [estimate, max(float(len(per_tag)), estimate - half), estimate + half][which]
 
 
 class Reference:

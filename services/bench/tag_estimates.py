@@ -47,7 +47,7 @@ def _score(setting: str, windows: Iterable[tuple[int, Iterable[str]]]) -> TagCou
     return TagCountScore(setting, int(n), plain / n, estimate / n, covered / n, width / n)
 
 
-def score_read_rates(low: float, high: float, cycles: int, seed: int, windows: int = 400) -> TagCountScore:
+def score_read_rates(low: float, high: float, cycles: int, seed: int, windows: int = 1000) -> TagCountScore:
     """Windows of 5-40 tags before one reader for `cycles` read cycles, each tag read in a cycle
     with its own chance from [low, high]."""
     rng = random.Random(seed)
