@@ -215,7 +215,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             for key, value in LOCAL_CHECKPOINT_SETTINGS.items():
                 builder = builder.config(key, value)
         if os.environ.get("HIFI_SPARK_EVENT_LOG"):
-            os.makedirs(os.environ["HIFI_SPARK_EVENT_LOG"], exist_ok=True)   # Spark writes only into a folder that is
+            os.makedirs(os.environ["HIFI_SPARK_EVENT_LOG"], exist_ok=True)   # (Spark writes only into one that exists)
         new = SparkSession.getActiveSession() is None
         pyspark_context.launch_gateway = launch_jvm_apart   # how SparkContext starts its JVM
         spark = builder.getOrCreate()
