@@ -41,5 +41,6 @@ def test_where_tags_go_unread_the_estimate_is_closer_than_the_count_and_its_inte
     missed = score_read_rates(0.02, 0.3, 10, seed=3, windows=400)
     assert missed.plain_error > 3 and missed.estimate_error < 0.6 * missed.plain_error
     assert missed.coverage > 0.86   # without the rates' own uncertainty in the interval: 0.82
-    read = score_read_rates(0.5, 0.95, 10, seed=3, windows=400)   # every tag read: the count is right, the estimate near
+    # every tag read: the count is right, the estimate near it
+    read = score_read_rates(0.5, 0.95, 10, seed=3, windows=400)
     assert read.plain_error < 0.05 and read.estimate_error < 0.2 and read.coverage > 0.95
