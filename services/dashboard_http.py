@@ -53,6 +53,7 @@ class DashboardServer(ThreadingHTTPServer):
     timeout at most)."""
 
     max_connections = 128
+    request_queue_size = 128   # connections the kernel holds until accepted (socketserver's 5 overflowed in bursts)
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 (socketserver's)
         super().__init__(*args, **kwargs)

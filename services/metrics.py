@@ -190,9 +190,12 @@ class _CallMetrics(grpc.ServerInterceptor):
                 self._streaming(method, handler.unary_stream), handler.request_deserializer,
                 handler.response_serializer)
         if handler.stream_unary is not None:   # a call refused before it was given a worker (services.auth)
-            return grpc.stream_unary_rpc_method_handler(self._unary(method, handler.stream_unary))
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(self._streaming(method, handler.stream_stream))
+            return grpc.stream_unary_rpc_method_handler(
+                self._unary(method, handler.stream_unary), handler.request_deserializer, handler.response_serializer)
+        if handler.stream_stream is not None:   # reflection's, and refusals of streaming methods
+            return grpc.stream_stream_rpc_method_handler(
+                self._streaming(method, handler.stream_stream), handler.request_deserializer,
+                handler.response_serializer)
         return handler
 
     def _finish(self, method: str, context, started: float, failed: bool) -> None:

@@ -245,11 +245,13 @@ def test_a_node_runs_only_what_the_placement_service_signed_and_never_a_topic_no
 
 def test_an_analyst_reads_its_view_and_is_refused_the_raw_stream_and_the_doors_views(hierarchy, tokens):
     analyst = hierarchy.placement_stub(tokens["analyst"])
-    for sql, name, column in (("SELECT receptor_id FROM rfid_stream", "stream 'rfid_stream'", 25),
-                              ("SELECT receptor_id, reads FROM door_reads", "view 'door_reads'", 32)):
-        code, details = _call(analyst, "Submit", hifi_pb2.SubmitRequest(sql=sql))
-        assert code == grpc.StatusCode.PERMISSION_DENIED
-        assert details.startswith(f"line 1, column {column}: {name} is not ") and "'analyst'" in details
+    code, details = _call(analyst, "Submit", hifi_pb2.SubmitRequest(sql="SELECT receptor_id FROM rfid_stream"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED   # a stream's name is no secret
+    assert details.startswith("line 1, column 25: stream 'rfid_stream' is not ") and "'analyst'" in details
+    # a view it may not read: answered as one that does not exist
+    code, details = _call(analyst, "Submit", hifi_pb2.SubmitRequest(sql="SELECT receptor_id, reads FROM door_reads"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert details == "line 1, column 32: unknown stream or view 'door_reads' (or a view not exported to 'analyst')"
     assert hierarchy.mdr.queries() == []
 
     reply = analyst.Submit(hifi_pb2.SubmitRequest(sql="SELECT location, reads FROM location_reads"), timeout=60)
@@ -491,9 +493,9 @@ def test_connections_left_idle_hold_a_bounded_number_of_the_dashboards_threads(h
     answers the others 503; once they close, a request is served again."""
     url = urlsplit(hierarchy.dashboard.url)
     before = threading.active_count()
-    idle = [socket.create_connection((url.hostname, url.port), timeout=10) for _ in range(400)]
+    idle = [socket.create_connection((url.hostname, url.port), timeout=60) for _ in range(400)]
     try:
-        time.sleep(2)   # each accepted, given a thread or refused
+        time.sleep(3)   # each accepted, given a thread or refused
         assert threading.active_count() - before <= DashboardServer.max_connections + 4
         refused = idle[-1].recv(200)
         assert refused.startswith(b"HTTP/1.1 503"), refused
