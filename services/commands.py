@@ -374,14 +374,9 @@ def _run_info() -> dict:
 
 
 def _stop_spark() -> None:
-    from pyspark.sql import SparkSession
+    from dsp.spark.session import stop_session
 
-    from dsp.progress import detach_markers
-
-    session = SparkSession.getActiveSession()
-    if session is not None:
-        detach_markers(session)  # a Python listener still attached can hang the context's stop
-        session.stop()
+    stop_session()
 
 
 def _through_placement() -> bool:

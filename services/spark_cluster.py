@@ -88,10 +88,6 @@ class LocalCluster:
                                                    env=env, stdout=out, stderr=subprocess.STDOUT,
                                                    start_new_session=True))
 
-    def executor_tasks(self, app_name: str) -> int:
-        """Tasks the executors of the applications named `app_name` finished (their logs)."""
-        return self.executor_log_lines(app_name, r"Finished task .* in stage")
-
     def executor_log_lines(self, app_name: str, pattern: str) -> int:
         """Lines matching `pattern` in the logs of the executors of the applications named `app_name`."""
         found = re.compile(pattern)

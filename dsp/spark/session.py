@@ -228,6 +228,17 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
         return spark
 
 
+def stop_session() -> None:
+    """Stop the process's Spark session, if one runs (its markers' listener detached first: a
+    Python listener still attached can hang the context's stop)."""
+    from dsp.progress import detach_markers
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        detach_markers(session)
+        session.stop()
+
+
 def quiet_accumulator_eof(spark: SparkSession) -> None:
     """The JVM closing its connection to pyspark's accumulator server (as Spark stops) ends that
     connection, not in error: pyspark's handler raises `EOFError` there and its server prints the
