@@ -266,15 +266,7 @@ class _Binder:
                 raise _err(problem, node.pos)
             return made
         if isinstance(node, ast.Unary):
-            operand = self.scalar(node.operand, columns, qualifiers, outer)
-            kind = _type_here(operand, columns)
-            if node.op == "NOT" and kind not in (None, "boolean"):
-                raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
-            made = Func("not", (operand,)) if node.op == "NOT" else BinOp("-", Lit(0), operand)
-            problem = _operand_problem(made, columns) if isinstance(made, BinOp) else None
-            if problem:
-                raise _err(problem.replace("long - ", "-", 1), node.pos)
-            return made
+            return _unary(node, self.scalar(node.operand, columns, qualifiers, outer), columns)
         if isinstance(node, ast.InList):
             operand = self.scalar(node.operand, columns, qualifiers, outer)
             result: Expr | None = None
@@ -287,17 +279,35 @@ class _Binder:
             assert result is not None
             return Func("not", (result,)) if node.negated else result
         if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-            arg = self.scalar(node.arg, columns, qualifiers, outer)
-            if _type_here(arg, columns) not in (None, "string"):
-                raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type {_type_here(arg, columns)}",
-                           node.pos)
-            return Func(node.name, (arg,))
+            return _text_function(node, self.scalar(node.arg, columns, qualifiers, outer), columns)
         if isinstance(node, ast.Call):
             raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
         if isinstance(node, ast.Interval):
             raise _err(f"INTERVAL bounds the time between two joined inputs ({BOUND_FORM}), nothing else",
                        node.pos)
         raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
+
+
+def _unary(node: ast.Unary, operand: Expr, types: dict[str, str]) -> Expr:
+    """NOT of a condition, or minus of a number: refused here, with its position, otherwise."""
+    if node.op == "NOT":
+        kind = _type_here(operand, types)
+        if kind not in (None, "boolean"):
+            raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
+        return Func("not", (operand,))
+    made = BinOp("-", Lit(0), operand)
+    problem = _operand_problem(made, types)
+    if problem:
+        raise _err(problem.replace("long - ", "-", 1), node.pos)
+    return made
+
+
+def _text_function(node: ast.Call, arg: Expr, types: dict[str, str]) -> Func:
+    """product() or indicator() of a text (an EPC URI): refused here, with its position, otherwise."""
+    kind = _type_here(arg, types)
+    if kind not in (None, "string"):
+        raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type {kind}", node.pos)
+    return Func(node.name, (arg,))
 
 
 def _output_types(scope: _Scope) -> dict[str, str]:
@@ -633,12 +643,7 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
     if computed is not None:
         return Col(computed)
     if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-        arg = _bind_output(binder, scope, node.arg)
-        if _type_here(arg, _output_types(scope)) not in (None, "string"):
-            raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type "
-                       f"{_type_here(arg, _output_types(scope))}",
-                       node.pos)
-        return Func(node.name, (arg,))
+        return _text_function(node, _bind_output(binder, scope, node.arg), _output_types(scope))
     if isinstance(node, ast.Call):
         column = None
         if node.arg is not None:
@@ -670,16 +675,7 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
             raise _err(problem, node.pos)
         return made
     if isinstance(node, ast.Unary):
-        operand = _bind_output(binder, scope, node.operand)
-        if node.op == "NOT":
-            kind = _type_here(operand, _output_types(scope))
-            if kind not in (None, "boolean"):
-                raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
-            return Func("not", (operand,))
-        problem = _operand_problem(BinOp("-", Lit(0), operand), _output_types(scope))
-        if problem:
-            raise _err(problem.replace("long - ", "-", 1), node.pos)
-        return BinOp("-", Lit(0), operand)
+        return _unary(node, _bind_output(binder, scope, node.operand), _output_types(scope))
     if isinstance(node, ast.Literal):
         return Lit(node.value)
     return binder.scalar(node, scope.columns, scope.qualifiers)
@@ -745,7 +741,7 @@ def _condition(expr: Expr, columns: dict[str, str], clause: str, node: ast.Node)
     """A WHERE or HAVING is true or false for each row: refused here, with its position, when it is not."""
     kind = _type_here(expr, columns)
     if kind not in (None, "boolean"):
-        raise _err(f"{clause} needs a condition (true or false); this is of type {kind}", getattr(node, "pos", None))
+        raise _err(f"{clause} needs a condition (true or false); this is of type {kind}", node.pos)
 
 
 def _type_here(expr: Expr, columns: dict[str, str]) -> str | None:
