@@ -17,7 +17,7 @@ search of its own):
     one whose bound passed, then the earliest start) is the match; every other candidate is
     dropped and the next match starts after its end.
 
-A partition's state lives in the MatchOp of the node's shared runtime (dsp.engine, saved with every
+A partition's state lives in the MatchOp of the node's shared runtime (dsp.operators, saved with every
 other operator's after each micro-batch, with its fence), not in Spark's state store: the same
 pattern as a Spark query of its own (applyInPandasWithState, PySpark 4.3.0, pandas 2.3.3, 200 rows/s,
 1 s triggers, measured on the 2-core machine) took 0.84 cores and 0.49 s per trigger alone, and five

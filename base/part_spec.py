@@ -5,7 +5,7 @@ what the submission decides (readers, where the inputs start, the past it answer
 priority), sends each to its node as a `DeployRequest` (`to_proto`) and records it as the node's
 desired state in the MDR (`to_json`); the node deploys it from either (`from_proto`, `from_json`),
 from its topology's standing views, or from a dead node it adopts (`owner`); the runtime
-(dsp.shared) runs it. Pure: plain data and its encodings, no I/O.
+(dsp.runtime.shared) runs it. Pure: plain data and its encodings, no I/O.
 
 >>> from base.plan import Source, RAW_RFID_SOURCE_COLUMNS
 >>> plan = Source(("hifi.raw.door1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
@@ -57,7 +57,7 @@ class PartSpec:
     definition: str = ""       # the HiFi SQL that defines that view (a CREATE VIEW's last part)
     start_offsets: dict[str, int] = field(default_factory=dict)   # "topic:partition" -> first offset read
     history_from_ms: int | None = None   # a part over the past: first fed the node's archive from then on
-    priority: int = 0          # its lane on the node's constrained uplink (dsp.uplink): higher first
+    priority: int = 0          # its lane on the node's constrained uplink (dsp.runtime.uplink): higher first
     owner: str = ""            # the dead node it runs for (adopted: services.adoption), else ""
     reused: bool = False       # planner only: an equal part runs there already (not deployed again)
 

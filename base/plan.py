@@ -41,7 +41,7 @@ from wire.windows import Window, WindowError
 
 PLAN_FORMAT = "hifi-plan/1"
 
-# A progress marker's flag in a view reader's rows (dsp.kafka_source: the marker's time in the
+# A progress marker's flag in a view reader's rows (dsp.spark.kafka_source: the marker's time in the
 # event-time columns, every other column null).
 PROGRESS_COLUMN = "__progress"
 EVENT_TIME = "__ts"          # the event time carried by a selection's rows up the tree
@@ -285,7 +285,7 @@ class Aggregate:
     annotate: bool = False
 
 
-# The columns an annotated Aggregate adds (see dsp.engine, Data Triage).
+# The columns an annotated Aggregate adds (see dsp.operators, Data Triage).
 TRIAGED, ERROR_BOUND = "triaged", "error_bound"
 TRIAGE_COLUMNS: tuple[tuple[str, str], ...] = ((TRIAGED, "boolean"), (ERROR_BOUND, "double"))
 
@@ -611,7 +611,7 @@ def event_time_column(plan: Plan) -> str | None:
 
 
 def carries_markers(columns: Sequence[str]) -> bool:
-    """Whether a part's output goes out with progress markers (dsp.progress): rows a reader orders
+    """Whether a part's output goes out with progress markers (dsp.spark.progress): rows a reader orders
     by window_start, a selection's rows by their event time (an event pattern above waits for
     them), or a join's (a final part windows them)."""
     return "window_start" in columns or EVENT_TIME in columns or JOIN_OLDEST in columns

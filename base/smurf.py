@@ -1,7 +1,7 @@
 """Per-tag smoothing of RFID presence over epochs: an adaptive window after SMURF (Jeffery,
 Garofalakis, Franklin, VLDB 2006) and the fixed window it is measured against. Pure: the model of
 one (reader, tag) pair, `ReaderSmoother` for all tags of one reader, which the DSP's sink
-(dsp.smoothing), the reference evaluator and `hifi bench cleaning` run alike.
+(dsp.spark.smoothing), the reference evaluator and `hifi bench cleaning` run alike.
 
 An epoch is a few read cycles of a reader; the tag is read in it or not. As in SMURF, each tag gets
 its own window from its observed read rate, and a transition test shortens it when the tag has

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 import pyarrow as pa
 
 from base.plan import Plan, carries_markers, output_columns, sources
-from dsp.engine import Operator, build, rows_of, view_batch
+from dsp.operators.build import build, rows_of, view_batch
+from dsp.operators.core import Operator
 
 Pushes = Callable[[Operator, list[tuple[str, pa.Table]]], list[pa.Table | None]]
 

@@ -1,4 +1,4 @@
-"""The pace of a process's stream of lanes (dsp.process_stream): what each poll lets into a batch.
+"""The pace of a process's stream of lanes (dsp.runtime.process_stream): what each poll lets into a batch.
 
 The stream polls at a quarter of the node's trigger (250 ms by default). Readers write raw topics
 all the time, so their records are let in every other poll (`raw_every_ms`): a batch's fixed work in

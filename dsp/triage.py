@@ -11,12 +11,12 @@ range starts exact again: when the overload passes the node is exact again, with
 Decoding is what a record costs a node most (issue 15: a reading decoded into Python values and
 Arrow costs ~8 µs, fetching it ~1.3 µs), so a record left out costs only its fetch.
 
-Downstream (dsp.engine) counts and sums weigh each row by its weight (the Horvitz-Thompson
+Downstream (dsp.operators) counts and sums weigh each row by its weight (the Horvitz-Thompson
 estimate, unbiased), and an `approximate` query's windows say whether they were triaged and
 bound the error. What was left out is still in the raw topic: the archive's triage rows name
 each range sampled (weight 0, from `offset` to `triaged_to`), so the exact answer can be computed
 later: the archive's rows of weight 1 and every record of those ranges.
-Pure but for the clock (dsp.archive's exact_rows and sampled_ranges read an archived batch back;
+Pure but for the clock (dsp.runtime.archive's exact_rows and sampled_ranges read an archived batch back;
 this module stays light: every Python worker imports it).
 """
 

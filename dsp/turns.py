@@ -1,5 +1,5 @@
 """The lanes of a process's stream take turns: one runs at a time, and one that must wait for its
-node (a deploy or cancel goes first: dsp.control_first) steps aside meanwhile.
+node (a deploy or cancel goes first: dsp.runtime.control_first) steps aside meanwhile.
 
 A lane's Python work is many small pyarrow calls, and each gives the interpreter's lock up and
 takes it back; lanes running at once queue for it at every call and pay for the switching.
@@ -29,7 +29,7 @@ class Turns:
     @contextmanager
     def taking(self, when_aside: Callable[[], object] = lambda: None) -> Iterator[None]:
         """Run the block in a turn; `when_aside` is called when it steps aside (another thread may
-        serve the lanes waiting meanwhile: dsp.process_stream)."""
+        serve the lanes waiting meanwhile: dsp.runtime.process_stream)."""
         with self._slots:
             _held.turn = (self, when_aside)
             try:

@@ -37,8 +37,9 @@ from edge.motes import MoteReading
 from edge.outbox import DEFAULT_SPOOL_BYTES, PRODUCER_TIMEOUTS, Outbox
 from edge.scenario import Scenario
 from edge.supply_chain import AWAY, SupplyChainWorld
-from wire import bus, histogram
+from wire import histogram
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Histograms, Sample, encode_read_cycle, encode_sensor_batch
+from wire.kafka import admin, producers
 from wire.receptor_settings import wants
 from wire.spool import Spool, SpooledRecord
 from wire.topics import raw_topic
@@ -192,8 +193,8 @@ class ReceptorAgent:
             self._thread.join(timeout=10)
 
     def run(self, duration_s: float | None = None) -> AgentStats:
-        bus.ensure_topics(self.bootstrap, [raw_topic(n) for n in self.nodes()])
-        producer = bus.make_producer(self.bootstrap, **PRODUCER_TIMEOUTS)
+        admin.ensure_topics(self.bootstrap, [raw_topic(n) for n in self.nodes()])
+        producer = producers.make_producer(self.bootstrap, **PRODUCER_TIMEOUTS)
         outbox = Outbox(producer, Spool(self.spool_dir, self.spool_bytes))
         self.control = ControlFollower(self.bootstrap, self.nodes())
         rng = random.Random(self.scenario.seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from wire import bus
+from wire.kafka import admin, consumers
 from wire.receptor_settings import ALWAYS, ReceptorSettings, Rule
 from wire.topics import control_topic
 
@@ -21,10 +21,10 @@ CONTROL_FETCH_WAIT_MS = 50
 class ControlFollower:
     def __init__(self, bootstrap: str, nodes: Sequence[str]) -> None:
         self._node_of = {control_topic(node): node for node in nodes}
-        bus.ensure_topics(bootstrap, list(self._node_of))
+        admin.ensure_topics(bootstrap, list(self._node_of))
         # a fetch the broker holds open ends within one tick: new settings arrive at the next poll
-        self._consumer = bus.make_consumer(bootstrap, fetch_max_wait_ms=CONTROL_FETCH_WAIT_MS)
-        partitions = bus.partitions_of(self._consumer, list(self._node_of))
+        self._consumer = consumers.make_consumer(bootstrap, fetch_max_wait_ms=CONTROL_FETCH_WAIT_MS)
+        partitions = consumers.partitions_of(self._consumer, list(self._node_of))
         self._consumer.assign(partitions)
         self._consumer.seek_to_beginning(*partitions)
         self.settings: dict[str, ReceptorSettings] = {}

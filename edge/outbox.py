@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from wire import bus
+from wire.kafka import producers
 from wire.spool import Spool, SpooledRecord
 
 log = logging.getLogger("hifi.agent")
@@ -54,7 +54,7 @@ class Outbox:
         if self.spool.pending_bytes():
             self._spool(records)
             return
-        taken = bus.send_and_wait(self.producer, [(r.topic, r.key, r.value, r.headers, r.timestamp_ms)
+        taken = producers.send_and_wait(self.producer, [(r.topic, r.key, r.value, r.headers, r.timestamp_ms)
                                                   for r in records])
         failed = [r for r, ok in zip(records, taken, strict=True) if not ok]
         if failed:
@@ -65,7 +65,7 @@ class Outbox:
         """Send what the spool holds, oldest first, if the broker may be back."""
         while self.spool.pending_bytes() and time.monotonic() >= self._retry_at:
             records, ends = self.spool.head(FORWARD_RECORDS)
-            taken = bus.send_and_wait(self.producer, [(r.topic, r.key, r.value, r.headers, r.timestamp_ms)
+            taken = producers.send_and_wait(self.producer, [(r.topic, r.key, r.value, r.headers, r.timestamp_ms)
                                                       for r in records])
             done = next((n for n, ok in enumerate(taken) if not ok), len(taken))
             if done:

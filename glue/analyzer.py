@@ -807,7 +807,7 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
 
 
 def _check_approximate(scope: _Scope) -> None:
-    """`approximate` annotates windows of counts and sums (dsp.engine, Data Triage)."""
+    """`approximate` annotates windows of counts and sums (dsp.operators, Data Triage)."""
     clause = scope.select.source.window
     assert clause is not None and clause.approximate_pos is not None
     first = next(iter(scope.aggregates.values()), None)

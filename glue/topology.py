@@ -57,7 +57,7 @@ class NodeSpec:
     listen: str
     line: int
     metrics_port: int = 0    # where the node serves /metrics (0: any free port, recorded in the MDR)
-    uplink_bytes_per_s: int = 0   # its link to its parent, emulated (dsp.uplink); 0: unconstrained
+    uplink_bytes_per_s: int = 0   # its link to its parent, emulated (dsp.runtime.uplink); 0: unconstrained
     latency_target_ms: int = 0    # an edge over it triages its input (dsp.triage); 0: always exact
 
 
@@ -96,7 +96,7 @@ class ViewSpec:
     readers: tuple[str, ...]
     nodes: tuple[str, ...] = ()     # placed at these nodes (instead of every node of `tiers`)
     alert: str = ""                 # the dashboard shows its rows as events of this kind ("" for none)
-    priority: int = 0               # its lane on constrained uplinks: higher goes first (dsp.uplink)
+    priority: int = 0               # its lane on constrained uplinks: higher goes first (dsp.runtime.uplink)
 
 
 @dataclass

@@ -24,7 +24,7 @@ return 1
 """
 
 # A range is counted once, by its exact bounds: a reader's micro-batch is split into ranges the same
-# way each time it runs (dsp.kafka_source), and its tasks may finish in any order. The bounds are
+# way each time it runs (dsp.spark.kafka_source), and its tasks may finish in any order. The bounds are
 # kept an hour (a replay follows its failure within seconds).
 _RANGE_INCR = """
 local now = tonumber(redis.call('TIME')[1])

@@ -15,16 +15,16 @@ from typing import Protocol
 
 from base.part_spec import PartSpec
 from base.plan import PlanError, output_columns
-from dsp.bounds import OutputBounds, bounded_column
-from dsp.shared import SharedRuntime
+from dsp.runtime.bounds import OutputBounds, bounded_column
+from dsp.runtime.shared import SharedRuntime
 from glue.adoption import TailBatch, adopt_after_ms, adoptable_by, adopter, handback_at, resume_point
 from glue.operators import operator_parts
 from glue.standing import StandingView, standing_parts
 from glue.topology import Topology
 from mdr.repository import MDR, Adoption, now_ms
 from services.part_signing import PartVerifier, Refusals, signed_parts
-from wire import bus
 from wire.codec import datetime_ms, parse_row_batch
+from wire.kafka import consumers
 
 log = logging.getLogger("hifi.adoption")
 
@@ -59,12 +59,12 @@ def parts_of(node: AdoptingNode, owner: str) -> list[PartSpec]:
 
 def tail_of(bootstrap: str, topic: str, column: str) -> list[TailBatch]:
     """The last TAIL_MESSAGES RowBatches of `topic` as resume_point reads them."""
-    consumer = bus.make_consumer(bootstrap)
+    consumer = consumers.make_consumer(bootstrap)
     try:
         found = []
-        for tp in bus.partitions_of(consumer, [topic]):
-            end = bus.end_offsets(consumer, [tp])[tp]
-            for record in bus.read_range(consumer, tp, max(0, end - TAIL_MESSAGES), end):
+        for tp in consumers.partitions_of(consumer, [topic]):
+            end = consumers.end_offsets(consumer, [tp])[tp]
+            for record in consumers.poll_range(consumer, tp, max(0, end - TAIL_MESSAGES), end):
                 batch, _ = parse_row_batch(record.value)
                 if batch is None:
                     continue

@@ -211,7 +211,7 @@ def become_from_standby() -> None:
     started; then the node it becomes is read from stdin (one JSON line: {"env": {...}, "log":
     FILE}), its environment set, the output sent to its log. The caller parses the `hifi node`
     arguments again under that environment (services.cli.main)."""
-    from dsp import faults
+    from dsp.runtime import faults
     from dsp.spark.session import spark_session
 
     spark_session("hifi-standby")   # Spark and its Python workers up (dsp.spark.session.start_python_workers)
@@ -666,7 +666,7 @@ def cmd_kafka_setup(args: argparse.Namespace) -> int:
     """The topology's users (their passwords from the environment, as compose gives them) and ACLs."""
     from services.kafka_acls import ADMIN_USER, password_variable, users
     from services.kafka_setup import KafkaSetupError, apply
-    from wire.range_fetch import librdkafka_client
+    from wire.kafka.config import librdkafka_client
 
     topology = load_topology(args.topology)
     named = [user for user in users(topology) if user != ADMIN_USER]
@@ -718,7 +718,7 @@ def cmd_users(args: argparse.Namespace) -> int:
 
 
 def cmd_queries(args: argparse.Namespace) -> int:
-    from services.placement import query_states
+    from services.health import query_states
 
     mdr = _mdr()
     queries = mdr.queries()

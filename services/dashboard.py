@@ -73,13 +73,12 @@ from services.dashboard_http import (
     loopback,
     same_origin,
 )
-from services.health import CountsSample, RateWindow, moves, node_health, tier_series
+from services.health import CountsSample, RateWindow, moves, node_health, query_states, tier_series
 from services.metrics import ServiceMetrics
-from services.placement import query_states
 from services.quotas import StreamSlots, quota_of, streams_refusal
-from wire import bus
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
 from wire.identity import INTERNAL_READERS, Identity
+from wire.kafka import admin, consumers
 from wire.topics import dead_topic, view_topic
 from wire.windows import DurationError, time_at
 
@@ -144,8 +143,8 @@ class EventLog:
 
     def _read(self) -> None:
         # the dashboard may start before the nodes that write these topics (a container each)
-        bus.ensure_topics(self.bootstrap, list(self.kinds))
-        for record in bus.tail(self.bootstrap, list(self.kinds), self._stop):
+        admin.ensure_topics(self.bootstrap, list(self.kinds))
+        for record in consumers.tail(self.bootstrap, list(self.kinds), self._stop):
             kind = self.kinds[record.topic]
             if kind == "dead":
                 letter = decode_dead_letter(record.value)
@@ -365,7 +364,7 @@ class Dashboard:
         record = next((v for v in self.mdr.views(node) if v.name == view and v.topic), None)
         if record is None:
             raise KeyError(f"no materialized view {node_view!r}")
-        for _, batch in readable_batches(bus.tail(self.bootstrap, [record.topic], stop)):
+        for _, batch in readable_batches(consumers.tail(self.bootstrap, [record.topic], stop)):
             for values in batch.rows:
                 yield {"columns": list(batch.columns), "values": [_json_cell(v) for v in values],
                        "emitted_ms": batch.emitted_ms}

@@ -5,7 +5,7 @@ this process, live in a temporary directory, and are stopped (and their ports fr
 Redis runs in protected mode behind a password generated for the run (its URL carries it; shown
 redacted, `redacted_url`). The broker (services.kafka_broker) takes SASL_SSL clients with SCRAM
 users only; while it runs, this process's clients (and the processes it starts) are its admin
-through the HIFI_KAFKA_* variables (wire.bus.client_security), and every other user has the
+through the HIFI_KAFKA_* variables (wire.kafka.config.client_security), and every other user has the
 rights services.kafka_acls gives it.
 """
 
@@ -26,18 +26,13 @@ from urllib.parse import urlsplit
 
 from glue.topology import Topology
 from services import kafka_acls, kafka_broker, kafka_setup
-from wire import bus, range_fetch
+from services.ports import free_port
 from wire.errors import HiFiError
+from wire.kafka import clients, config
 
 
 class EmbeddedError(HiFiError, RuntimeError):
     """An embedded server could not be started; the message says what to install or check."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for_port(port: int, proc: subprocess.Popen, name: str, timeout_s: float = 20.0) -> None:
@@ -112,7 +107,7 @@ class EmbeddedServers:
         for user in kafka_acls.users(topology):
             if user != kafka_acls.ADMIN_USER:
                 self.kafka_passwords.setdefault(user, secrets.token_urlsafe(18))
-        kafka_setup.apply(range_fetch.librdkafka_client(self.bootstrap), topology, self.kafka_passwords)
+        kafka_setup.apply(config.librdkafka_client(self.bootstrap), topology, self.kafka_passwords)
         return dict(self.kafka_passwords)
 
     def _broker(self) -> subprocess.Popen:
@@ -130,8 +125,8 @@ class EmbeddedServers:
 
     def stop(self) -> None:
         if self.own_broker:   # ours to stop: this process's clients of it go first
-            bus.drop_clients(self.bootstrap)
-            range_fetch.drop_clients(self.bootstrap)
+            clients.drop_clients(self.bootstrap)
+            clients.drop_clients(self.bootstrap)
         for proc in reversed(self._procs):
             if self.broker is not None and proc is self.broker.proc:
                 kafka_broker.stop(proc)   # a controlled shutdown takes longer than _stop waits

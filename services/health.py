@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from mdr.repository import Adoption, NodeRecord
+from mdr.repository import MDR, Adoption, NodeRecord, QueryRecord
 
 LAGGING_S = 120.0        # a node whose newest processed event is older than this is lagging
 INPUT_LAGGING_S = 30.0   # ... as is one whose input waited this long for it (it falls behind)
@@ -32,8 +32,8 @@ class NodeHealth:
     late_rows: int
     queries: int
     views: tuple[str, ...] = ()
-    archive_bytes: int = 0          # written to its archive since it started (dsp.archive)
-    uplink_queued_bytes: int = 0    # waiting for its constrained uplink (dsp.uplink)
+    archive_bytes: int = 0          # written to its archive since it started (dsp.runtime.archive)
+    uplink_queued_bytes: int = 0    # waiting for its constrained uplink (dsp.runtime.uplink)
     triaged: int = 0                # records its raw reader left out undecoded (dsp.triage)
 
     def as_dict(self) -> dict:
@@ -176,3 +176,15 @@ def moves(adoptions: Mapping[str, Adoption], clock: Callable[[int], str]) -> dic
             if not adoption.drained_ms:
                 found[child] = (adoption.adopter, f"moved to {adoption.adopter} ({node} dead)")
     return found
+
+
+def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
+    """query id -> (status, cause): FAILED with the cause when a part of it failed on a node,
+    WAITING when a node it runs on is dead (query_health)."""
+    parts = mdr.part_states({node for q in queries for node in q.remote})
+    records = mdr.nodes()
+    alive = {n.id for n in records if n.alive}
+    # a dead node whose parts a live node adopted (services.adoption) holds nothing up
+    adopted = {node for node, found in mdr.adoptions().items() if found.adopter in alive and not found.drained_ms}
+    dead = {n.id for n in records if not n.alive} - adopted
+    return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}

@@ -41,15 +41,15 @@ from services.node import HiFiNode
 from services.placement import PlacementService, QueryPlacer, start_placement_service
 from services.redis_acls import rules_by_user
 from services.supervisor import Supervisor
-from wire import bus
 from wire.codec import readable_batches
+from wire.kafka import config, consumers
 from wire.topics import view_topic
 
 log = logging.getLogger("hifi.hierarchy")
 
 ADMIN_PRINCIPAL = "admin"   # whom the token `hifi up` writes to its run file belongs to
 ADMIN_TOKEN_S = 7 * 24 * 3600   # how long that token works: a run left going a week logs in anew
-STREAM_HOME = "hierarchy.stream"   # the one Spark stream of the nodes run in this process (dsp.process_stream)
+STREAM_HOME = "hierarchy.stream"   # the one Spark stream of the nodes run in this process (dsp.runtime.process_stream)
 
 
 def hifi_home() -> str:
@@ -252,7 +252,7 @@ class Hierarchy:
                        "dashboard": self.dashboard.url if self.dashboard else "",
                        # the broker's credentials of this process (the embedded one's admin), for the
                        # hifi commands that read topics (services.commands._bootstrap)
-                       "kafka": {name: os.environ[name] for name in bus.CLIENT_VARIABLES if os.environ.get(name)}},
+                       "kafka": {name: os.environ[name] for name in config.CLIENT_VARIABLES if os.environ.get(name)}},
                       fh)
 
 
@@ -264,7 +264,7 @@ def next_whole_second(now_ms: int) -> int:
 def follow_results(bootstrap: str, topics: list[str], stop: threading.Event,
                    emit: Callable[[str, dict], None]) -> None:
     """Call `emit(topic, row)` for every row of the topics' RowBatch messages until stopped."""
-    for record, batch in readable_batches(bus.tail(bootstrap, topics, stop)):
+    for record, batch in readable_batches(consumers.tail(bootstrap, topics, stop)):
         for values in batch.rows:
             row = dict(zip(batch.columns, values, strict=True))
             row["_emitted_ms"] = batch.emitted_ms

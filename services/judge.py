@@ -12,21 +12,21 @@ from edge.agent import JsonlLog
 from glue.analyzer import analyze
 from glue.reference import Reference
 from services.placement import load_catalog
-from wire import bus
 from wire.codec import readable_batches
+from wire.kafka import consumers
 
 
 def topic_records(bootstrap: str, topic: str) -> list:
     """Every record currently in `topic` (all partitions), in offset order per partition."""
     from kafka import TopicPartition
 
-    consumer = bus.make_consumer(bootstrap)
+    consumer = consumers.make_consumer(bootstrap)
     try:
-        tps = bus.partitions_of(consumer, [topic])
-        ends = bus.end_offsets(consumer, tps)
+        tps = consumers.partitions_of(consumer, [topic])
+        ends = consumers.end_offsets(consumer, tps)
         records = []
         for tp in tps:
-            records.extend(bus.read_range(consumer, TopicPartition(tp.topic, tp.partition), 0, ends[tp]))
+            records.extend(consumers.poll_range(consumer, TopicPartition(tp.topic, tp.partition), 0, ends[tp]))
         return records
     finally:
         consumer.close()

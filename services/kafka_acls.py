@@ -46,7 +46,7 @@ class Acl:
     resource: str = "topic"   # or "group": a consumer group (librdkafka's consumers look up theirs)
 
 
-PROJECT_GROUPS = "hifi-"   # the group ids of the project's own consumers (wire.range_fetch, wire.end_watch)
+PROJECT_GROUPS = "hifi-"   # the group ids of the project's own consumers (wire.kafka.ranges, wire.kafka.end_watch)
 
 
 def groups(user: str) -> list[Acl]:

@@ -64,7 +64,7 @@ class Broker:
     ca_file: str
 
     def client_environment(self) -> dict[str, str]:
-        """The HIFI_KAFKA_* settings that make this process's clients (wire.bus.client_security)
+        """The HIFI_KAFKA_* settings that make this process's clients (wire.kafka.config.client_security)
         its admin over SASL_SSL."""
         return {"HIFI_KAFKA_USERNAME": ADMIN_USER, "HIFI_KAFKA_PASSWORD": self.admin_password,
                 "HIFI_KAFKA_CA": self.ca_file}
@@ -221,7 +221,7 @@ def write_class_archive() -> None:
 
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from services.embedded import free_port  # imported here: embedded imports this module
+    from services.ports import free_port
 
     target = class_archive()
     with tempfile.TemporaryDirectory(prefix="hifi-kafka-archive-") as workdir:

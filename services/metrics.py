@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dsp.kafka_sink import BatchReport
+from dsp.status import BatchReport
 from mdr.repository import MDR
 from services.auth import non_blocking
 

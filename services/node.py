@@ -25,11 +25,11 @@ from pyspark.sql import SparkSession
 
 from base.part_spec import PartError, PartSpec
 from base.plan import output_columns, to_json, window_of
-from dsp.archive import DEFAULT_RETENTION_MS
-from dsp.bounds import OutputBounds
-from dsp.compiler import Ingest
-from dsp.manager import QueryExists
-from dsp.shared import SharedRuntime
+from dsp.runtime.archive import DEFAULT_RETENTION_MS
+from dsp.runtime.bounds import OutputBounds
+from dsp.runtime.shared import SharedRuntime
+from dsp.spark.compiler import Ingest
+from dsp.spark.manager import QueryExists
 from dsp.triage import read_budget_ms
 from glue.limits import check_name
 from glue.operators import operator_parts
@@ -45,9 +45,9 @@ from services.metrics import NodeMetrics
 from services.node_gauges import NodeGauges
 from services.part_signing import PartVerifier, Refusals, UnsignedPart, signed_parts
 from services.sensor_proxy import SensorProxy
-from wire import bus
 from wire.errors import HiFiError
 from wire.intake import DEFAULT_MAX_AHEAD_MS, DEFAULT_MAX_BEHIND_MS, IntakeRules
+from wire.kafka import admin
 from wire.topics import control_topic, dead_topic, part_id_problem, raw_topic, topic_problem
 from wire.windows import duration_ms
 
@@ -149,7 +149,7 @@ class HiFiNode:
                  metrics_port: int | None = None, security: Security | None = None, stream_home: str = "") -> None:
         """`listen`, `metrics_port`: override the topology's; `advertise_host`: the host other
         services reach this node at, when it listens on all interfaces (a container's name);
-        `stream_home`: the Spark stream it shares with the other nodes of its process (dsp.shared);
+        `stream_home`: the Spark stream it shares with the other nodes of its process (dsp.runtime.shared);
         `security`: its TLS material (default: HIFI_TLS_DIR's; its certificate is the node id's)."""
         if node_id not in topology.nodes:
             raise TopologyError(f"node {node_id!r} is not in topology {topology.name!r}")
@@ -211,9 +211,9 @@ class HiFiNode:
         self.mdr.heartbeat(self.id, HEARTBEAT_TTL_MS)
         self._heartbeat = self._every(HEARTBEAT_INTERVAL_S, self._beat, "heartbeat", f"hb-{self.id}")
         self._gauges = self._every(HEARTBEAT_INTERVAL_S, self.gauges.put, "gauges", f"gauges-{self.id}")
-        bus.ensure_topics(self.bootstrap, [dead_topic(self.id)])
+        admin.ensure_topics(self.bootstrap, [dead_topic(self.id)])
         if spec.tier == "edge":
-            bus.ensure_topics(self.bootstrap, [raw_topic(self.id), control_topic(self.id)])
+            admin.ensure_topics(self.bootstrap, [raw_topic(self.id), control_topic(self.id)])
         self.adoptions.returning()   # before any part: a node whose parts another ran takes them back bounded
         for part in [*standing_parts(self.standing, self.id), *operator_parts(self.topology, self.id)]:
             self.deploy(part)
@@ -373,7 +373,7 @@ class HiFiNode:
             check_name(part.export_as, "view")
         if not part.owner and (problem := topic_problem(self.id, part.query_id, part.export_as, part.topic)):
             raise PartError(problem)
-        bus.ensure_topics(self.bootstrap, [part.topic])
+        admin.ensure_topics(self.bootstrap, [part.topic])
         self.dsp.deploy(part, self.gauges.counting(part.query_id), bounds)
         if self.proxy is not None:
             self.proxy.forget(part.query_id)   # expected no more: it runs

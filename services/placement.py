@@ -32,14 +32,14 @@ from protos import hifi_pb2, hifi_pb2_grpc
 from services import tables
 from services.auth import Authenticator, Security, mint_token, open_channel
 from services.grpc_server import start_server
-from services.health import query_health
+from services.health import query_health, query_states
 from services.metrics import ServiceMetrics
 from services.part_signing import PartSigner
 from services.quotas import StreamSlots, over_queries, quota_of, streams_refusal
-from wire import bus
 from wire.codec import readable_batches, to_value
 from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS, SYSTEM, Identity, IdentityError, checked_priority, checked_readers
+from wire.kafka import clients, consumers, offsets
 from wire.windows import WindowError
 
 # A part over the past is fed the batches its node took in from this long before the query's
@@ -79,18 +79,6 @@ def load_catalog(mdr: MDR) -> Catalog:
                               info.get("kind", "rfid")) for rid, info in sorted(mdr.receptors().items())]
     return Catalog({name: tuple(cols) for name, cols in mdr.streams().items()}, views, relations, nodes, receptors,
                    mdr.parameters(), mdr.stream_readers(), mdr.histograms(), mdr.input_rates(sorted(nodes)))
-
-
-def query_states(mdr: MDR, queries: list[QueryRecord]) -> dict[str, tuple[str, str]]:
-    """query id -> (status, cause): FAILED with the cause when a part of it failed on a node,
-    WAITING when a node it runs on is dead (services.health.query_health)."""
-    parts = mdr.part_states({node for q in queries for node in q.remote})
-    records = mdr.nodes()
-    alive = {n.id for n in records if n.alive}
-    # a dead node whose parts a live node adopted (services.adoption) holds nothing up
-    adopted = {node for node, found in mdr.adoptions().items() if found.adopter in alive and not found.drained_ms}
-    dead = {n.id for n in records if not n.alive} - adopted
-    return {q.id: query_health(q.remote, parts, q.status, dead) for q in queries}
 
 
 PLACEMENT_PRINCIPAL = "placement"   # the service principal its calls to the nodes carry
@@ -165,9 +153,9 @@ class QueryPlacer:
         be partial). `replay` reads the sources from their beginning instead (a long-running
         hierarchy then catches up first): a part joining a reader its node runs already is fed
         the node's whole archive first. `since_ms`: it answers from then on, each part first
-        fed what its node archived since (dsp.archive), then the live stream; `until_ms`: only
+        fed what its node archived since (dsp.runtime.archive), then the live stream; `until_ms`: only
         windows (rows) starting before then. `priority`: its parts' lane on constrained uplinks
-        (dsp.uplink). `naive` deploys the lag benchmark's baseline plan.
+        (dsp.runtime.uplink). `naive` deploys the lag benchmark's baseline plan.
         A view it creates is readable by its principal, by operators and by `readers` (docs/security.md,
         "Users, tokens and roles"); by everyone when the principal is the anonymous "*"."""
         name = principal.principal if isinstance(principal, Identity) else principal
@@ -190,7 +178,7 @@ class QueryPlacer:
                 self._prepare_motes(plan)   # it goes on live
             elif not replay:
                 self._prepare_motes(plan)
-                start_offsets = bus.current_ends(self.bootstrap, plan.topics_read())
+                start_offsets = offsets.current_ends(self.bootstrap, plan.topics_read())
                 # planned again from its start, taken only now that the ends are read (the plan
                 # names the topics whose ends these are): anything stamped from here on is after them
                 plan = self._planned(bound, plan.query_id, naive, until_ms=until_ms, start_ms=now_ms())
@@ -248,7 +236,7 @@ class QueryPlacer:
 
     def _archive_gaps(self, plan: DistributedPlan, since_ms: int, until_ms: int | None) -> dict[str, tuple[int, int]]:
         """The nodes that run parts of `plan` and could not archive batches of events within
-        [since, until): the first and last of those events' times (dsp.archive.ArchiveUsage.failed)."""
+        [since, until): the first and last of those events' times (dsp.runtime.archive.ArchiveUsage.failed)."""
         found = {}
         for node in {t.node for t in plan.tasks if not t.reused}:
             stats = self.mdr.stats(node)
@@ -332,7 +320,7 @@ class QueryPlacer:
             in_use = {q.result_topic for q in self.mdr.queries()} | {view.topic for view in self.mdr.views()}
             in_use |= {PartSpec.from_json(task, text, node.id).topic for node in self.mdr.nodes()
                        for task, text in self.mdr.desired(node.id).items()}
-            gone = bus.delete_topics(self.bootstrap, [t for t in due if t not in in_use])
+            gone = clients.delete_topics(self.bootstrap, [t for t in due if t not in in_use])
             self.mdr.forget_retired(due)
             return gone
 
@@ -359,7 +347,7 @@ class QueryPlacer:
         watcher = threading.Thread(target=self._watch_failures, args=(record, stop, failure), daemon=True,
                                    name=f"watch-{query_id}")
         watcher.start()
-        for _, batch in readable_batches(bus.tail(self.bootstrap, [record.result_topic], stop)):
+        for _, batch in readable_batches(consumers.tail(self.bootstrap, [record.result_topic], stop)):
             for row in batch.rows:
                 yield batch.columns, row, batch.emitted_ms
         if failure:

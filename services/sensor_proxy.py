@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from base.plan import Plan
 from glue.proxy import mote_fields, mote_rules
 from mdr.repository import MDR, now_ms
-from wire import bus
+from wire.kafka import clients, producers
 from wire.receptor_settings import ReceptorSettings, Rule, describe
 from wire.topics import control_topic
 
@@ -75,8 +75,8 @@ class SensorProxy:
             self.version = max(now_ms(), self.version + 1)   # a restarted node's settings are newer still
             settings = ReceptorSettings(self.node_id, self.version, now_ms(), rules, fields)
             key, value = settings.encode()
-            producer = bus.shared_producer(self.bootstrap)
-            bus.deliver(producer, [producer.send(control_topic(self.node_id), key=key, value=value)])
+            producer = clients.shared_producer(self.bootstrap)
+            producers.deliver(producer, [producer.send(control_topic(self.node_id), key=key, value=value)])
             self._told = (rules, fields)
             self.mdr.put_told(self.node_id, {mote: {"rule": describe(rule), "fields": list(fields[mote]),
                                                     "version": self.version} for mote, rule in rules.items()})

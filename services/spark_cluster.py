@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from services.embedded import free_port
+from services.ports import free_port
 
 
 def spark_home() -> str:

@@ -47,7 +47,7 @@ def status_tables(mdr, rates: RateWindow | None = None, caller: Identity | None 
     "queries" (those `caller` may touch when one is given), and a line for each node not well.
     With `rates` (kept across redraws), each receptor's reads/s and read-cycle time since the
     earlier ones."""
-    from services.placement import query_states
+    from services.health import query_states
 
     now = now_ms()
     views = mdr.views()

@@ -27,7 +27,7 @@ def spark(servers):
 
     session = spark_session("hifi-tests")
     yield session
-    from dsp.progress import detach_markers
+    from dsp.spark.progress import detach_markers
 
     for query in session.streams.active:
         query.stop()
@@ -176,7 +176,7 @@ def topic_names(bootstrap: str) -> set[str]:
     """The topics the broker has now (asked afresh: no client's cached metadata)."""
     from kafka import KafkaAdminClient
 
-    from wire.bus import client_security
+    from wire.kafka.config import client_security
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, **client_security())
     try:

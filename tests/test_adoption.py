@@ -1,5 +1,5 @@
 """The rules of re-parenting (glue.adoption), the output bounds that split a topic between two
-writers (dsp.bounds), and how a move is shown (services.health.moves): pure."""
+writers (dsp.runtime.bounds), and how a move is shown (services.health.moves): pure."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from base.part_spec import PartSpec
 from base.plan import to_json
-from dsp.bounds import OutputBounds, bounded_column
+from dsp.runtime.bounds import OutputBounds, bounded_column
 from glue.adoption import HANDBACK_SLACK_MS, TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.standing import standing_views
 from glue.topology import load_topology, parse_topology

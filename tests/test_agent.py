@@ -177,7 +177,7 @@ def test_the_motes_obey_their_proxys_newest_settings_within_two_cycles_and_refus
     import threading
     import time
 
-    from wire import bus
+    from wire.kafka import producers
     from wire.receptor_settings import ALWAYS, NEVER, ReceptorSettings
     from wire.topics import control_topic
 
@@ -192,12 +192,12 @@ def test_the_motes_obey_their_proxys_newest_settings_within_two_cycles_and_refus
     told = ReceptorSettings(node, 5, int(time.time() * 1000), {
         f"t{run}-m1": ((("temperature", ">", 1000.0),),), f"t{run}-m2": NEVER, f"t{run}-m3": ALWAYS},
         {f"t{run}-m3": ("humidity",)})
-    producer = bus.make_producer(servers.bootstrap)
+    producer = producers.make_producer(servers.bootstrap)
     topic = control_topic(node)
     sent = [producer.send(topic, key=b"x", value=b"\xff\xff not settings"),                         # refused
             producer.send(topic, *reversed(ReceptorSettings("other", 9, 0, {}).encode())),       # not its node's
             producer.send(topic, key=told.encode()[0], value=told.encode()[1])]
-    bus.deliver(producer, sent)
+    producers.deliver(producer, sent)
     published_ms = int(time.time() * 1000)
     producer.close()
     running.join()

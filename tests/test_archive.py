@@ -1,11 +1,11 @@
-"""The node's archive (dsp.archive) on a real file system: batches back in the order taken,
+"""The node's archive (dsp.runtime.archive) on a real file system: batches back in the order taken,
 from a time on, each once; hours past the retention deleted."""
 
 import datetime as dt
 
 import pyarrow as pa
 
-from dsp.archive import Archive, hour_of
+from dsp.runtime.archive import Archive, hour_of
 
 HOUR = 3_600_000
 T0 = int(dt.datetime(2026, 11, 25, 10, tzinfo=dt.UTC).timestamp() * 1000)
@@ -62,10 +62,11 @@ def test_hours_past_the_retention_are_deleted_as_a_new_hour_begins(tmp_path):
 
 
 def test_a_row_too_late_for_its_window_live_is_in_it_when_the_archive_is_replayed():
-    """What the shared runtime does for a part over the past (dsp.history_feed.HistoryFeed.feed): the
+    """What the shared runtime does for a part over the past (dsp.runtime.history_feed.HistoryFeed.feed): the
     raw sources wait as long as the archive's latest row came late, then the plan's lateness."""
     from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
-    from dsp.engine import build, lateness_seen, raw_sources, rows_of
+    from dsp.operators.build import build, lateness_seen, rows_of
+    from dsp.operators.tree import raw_sources
     from tests.test_engine import raw_batch
 
     plan = Aggregate(Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000), ("receptor_id",),
@@ -90,8 +91,8 @@ def test_a_batch_the_archive_cannot_take_is_counted_and_a_query_over_then_says_s
     a query over the past that reaches into them names the node and the span."""
     from types import SimpleNamespace
 
-    from dsp.form_batches import FormBatches
-    from dsp.node_inputs import Reader
+    from dsp.runtime.form_batches import FormBatches
+    from dsp.runtime.inputs import Reader
     from services.placement import QueryPlacer
 
     archive = Archive(str(tmp_path))

@@ -7,7 +7,7 @@ import pytest
 
 from services.embedded import start_broker
 from tests.conftest import topic_names
-from wire import bus
+from wire.kafka import admin, clients, consumers, producers
 
 
 def stop(proc) -> None:
@@ -30,29 +30,29 @@ def own_broker(tmp_path, monkeypatch):
 def test_deliver_raises_for_messages_the_broker_never_took(own_broker):
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
     try:
-        bus.ensure_topics(bootstrap, ["t"])
-        producer = bus.make_producer(bootstrap, request_timeout_ms=1000, delivery_timeout_ms=2000, retries=1)
-        bus.deliver(producer, [producer.send("t", b"taken")])       # a live broker takes it: no error
+        admin.ensure_topics(bootstrap, ["t"])
+        producer = producers.make_producer(bootstrap, request_timeout_ms=1000, delivery_timeout_ms=2000, retries=1)
+        producers.deliver(producer, [producer.send("t", b"taken")])       # a live broker takes it: no error
     finally:
         stop(proc)
     futures = [producer.send("t", b"lost 1"), producer.send("t", b"lost 2")]
-    with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
-        bus.deliver(producer, futures)
+    with pytest.raises(producers.DeliveryError, match="2 of 2 messages not delivered"):
+        producers.deliver(producer, futures)
     producer.close(timeout=1)
 
 
 def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the_broker_never_took(own_broker):
-    """wire.rd_producer behind bus.deliver: its futures read as kafka-python's do."""
-    from wire.range_fetch import read_range
-    from wire.rd_producer import RdProducer
+    """wire.kafka.rd_producer behind producers.deliver: its futures read as kafka-python's do."""
+    from wire.kafka.ranges import read_range
+    from wire.kafka.rd_producer import RdProducer
 
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
     producer = RdProducer(bootstrap, **{"message.timeout.ms": 2000})
     try:
-        bus.ensure_topics(bootstrap, ["t"])
+        admin.ensure_topics(bootstrap, ["t"])
         sent = [producer.send("t", f"m{i}".encode(), key=b"k", headers=[("h", b"1")], timestamp_ms=1_000 + i)
                 for i in range(5)]
-        bus.deliver(producer, sent)
+        producers.deliver(producer, sent)
         assert all(f.is_done and f.succeeded() and not f.failed() for f in sent)
         records = list(read_range(bootstrap, "t", 0, 0, 5))
         assert [(r.value, r.key, r.timestamp, r.headers) for r in records] == [
@@ -60,8 +60,8 @@ def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the
     finally:
         stop(proc)
     futures = [producer.send("t", b"lost 1"), producer.send("t", b"lost 2")]
-    with pytest.raises(bus.DeliveryError, match="2 of 2 messages not delivered"):
-        bus.deliver(producer, futures)
+    with pytest.raises(producers.DeliveryError, match="2 of 2 messages not delivered"):
+        producers.deliver(producer, futures)
     assert producer.closed and all(f.failed() for f in futures)
     with pytest.raises(Exception, match="closed"):
         producer.send("t", b"after")
@@ -70,18 +70,18 @@ def test_the_nodes_librdkafka_producer_delivers_in_order_and_raises_for_what_the
 def test_the_librdkafka_producer_does_not_make_a_deleted_topic_again_and_makes_it_at_its_next_send(own_broker):
     """librdkafka asks about every topic it wrote at each refresh; the embedded broker makes a topic
     it is asked about. A deleted part's topic stays deleted; a part that writes it again has it."""
-    from wire.rd_producer import RdProducer
+    from wire.kafka.rd_producer import RdProducer
 
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
     producer = RdProducer(bootstrap, **{"topic.metadata.refresh.interval.ms": 500})
     try:
-        bus.ensure_topics(bootstrap, ["kept", "gone"])
-        bus.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
-        bus.forget_topics(producer, ["gone"])
-        assert bus.delete_topics(bootstrap, ["gone"]) == ["gone"]
+        admin.ensure_topics(bootstrap, ["kept", "gone"])
+        producers.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
+        producers.forget_topics(producer, ["gone"])
+        assert clients.delete_topics(bootstrap, ["gone"]) == ["gone"]
         time.sleep(2)   # refreshes come and go
         assert "gone" not in topic_names(bootstrap)
-        bus.deliver(producer, [producer.send("gone", b"3"), producer.send("kept", b"4")])
+        producers.deliver(producer, [producer.send("gone", b"3"), producer.send("kept", b"4")])
         assert "gone" in topic_names(bootstrap)
     finally:
         producer.close(timeout=1)
@@ -93,17 +93,17 @@ def test_a_producer_that_forgot_a_deleted_topic_does_not_ask_the_broker_about_it
     topic deleted: a cancelled query's), asks for metadata every 100 ms for ever (a full core in the
     suite). A node forgets its part's topic at the cancel; the deletion comes a minute later."""
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
-    bus.ensure_topics(bootstrap, ["kept", "gone"])   # before the producer: it learns them among all topics
-    producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)   # the refresh that finds it gone, soon
+    admin.ensure_topics(bootstrap, ["kept", "gone"])   # before the producer: it learns them among all topics
+    producer = producers.make_producer(bootstrap, metadata_max_age_ms=500)   # the refresh that finds it gone, soon
     try:
-        bus.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
+        producers.deliver(producer, [producer.send("kept", b"1"), producer.send("gone", b"2")])
         assert {tp.topic for tp in producer._accumulator._batches} == {"kept", "gone"}
-        bus.forget_topics(producer, ["gone"])
+        producers.forget_topics(producer, ["gone"])
         assert {tp.topic for tp in producer._accumulator._batches} == {"kept"}   # a live topic's entry stays
-        assert bus.delete_topics(bootstrap, ["gone"]) == ["gone"]
+        assert clients.delete_topics(bootstrap, ["gone"]) == ["gone"]
         time.sleep(2)   # refreshes come and go
         assert not producer._metadata._need_update and "gone" not in {tp.topic for tp in producer._accumulator._batches}
-        bus.deliver(producer, [producer.send("kept", b"3")])   # the others are written as before
+        producers.deliver(producer, [producer.send("kept", b"3")])   # the others are written as before
     finally:
         producer.close(timeout=1)
         stop(proc)
@@ -115,16 +115,16 @@ def test_a_producer_keeps_asking_about_a_topic_it_wrote_while_it_knew_every_topi
     from kafka import TopicPartition
 
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
-    bus.ensure_topics(bootstrap, ["early"])
-    producer = bus.make_producer(bootstrap, metadata_max_age_ms=500)
+    admin.ensure_topics(bootstrap, ["early"])
+    producer = producers.make_producer(bootstrap, metadata_max_age_ms=500)
     try:
         deadline = time.monotonic() + 10
         while producer._metadata.partitions_for_topic("early") is None and time.monotonic() < deadline:
             producer._metadata.request_update()   # the producer's first metadata: every topic
             time.sleep(0.05)
-        bus.deliver(producer, [producer.send("early", b"1")])
-        bus.ensure_topics(bootstrap, ["later"])   # unknown to that metadata: tracked from its first send
-        bus.deliver(producer, [producer.send("later", b"2")])
+        producers.deliver(producer, [producer.send("early", b"1")])
+        admin.ensure_topics(bootstrap, ["later"])   # unknown to that metadata: tracked from its first send
+        producers.deliver(producer, [producer.send("later", b"2")])
         time.sleep(2)   # refreshes of the topics it tracks come and go
         assert producer._metadata.leader_for_partition(TopicPartition("early", 0)) not in (None, -1)
         assert not producer._metadata._need_update
@@ -139,16 +139,16 @@ def test_a_producer_keeps_a_partition_a_send_is_appending_to():
     (it waits unsent, then expires). No broker: the accumulator alone."""
     from kafka import TopicPartition
 
-    producer = bus.make_producer("127.0.0.1:9", api_version=(2, 5))   # nothing listens: nothing is sent
+    producer = producers.make_producer("127.0.0.1:9", api_version=(2, 5))   # nothing listens: nothing is sent
     try:
         accumulator = producer._accumulator
         gone, live = TopicPartition("gone", 0), TopicPartition("live", 0)
         accumulator._batches[gone], accumulator._batches[live] = deque(), deque()
         accumulator._appends_in_progress.increment()   # a send between taking the queue and adding to it
-        bus.forget_topics(producer, ["gone"])
+        producers.forget_topics(producer, ["gone"])
         assert {gone, live} <= set(accumulator._batches)   # nothing dropped while a send appends
         accumulator._appends_in_progress.decrement()
-        bus.forget_topics(producer, ["gone"])
+        producers.forget_topics(producer, ["gone"])
         assert gone not in accumulator._batches and live in accumulator._batches   # only the topic named
     finally:
         producer.close(timeout=0)
@@ -161,37 +161,38 @@ def test_stopping_an_embedded_broker_closes_this_processs_clients_of_it(own_brok
     from services.embedded import EmbeddedServers
 
     bootstrap, proc = own_broker.bootstrap, own_broker.proc
-    bus.ensure_topics(bootstrap, ["t"])
-    producer, consumer = bus.shared_producer(bootstrap), bus.shared_consumer(bootstrap)
-    bus.deliver(producer, [producer.send("t", b"x")])
-    assert bus.end_offsets(consumer, bus.partitions_of(consumer, ["t"]))
+    admin.ensure_topics(bootstrap, ["t"])
+    producer, consumer = clients.shared_producer(bootstrap), clients.shared_consumer(bootstrap)
+    producers.deliver(producer, [producer.send("t", b"x")])
+    assert consumers.end_offsets(consumer, consumers.partitions_of(consumer, ["t"]))
     EmbeddedServers(bootstrap=bootstrap, broker=own_broker, _procs=[proc]).stop()
-    assert bootstrap not in bus._producers and bootstrap not in bus._consumers
+    assert bootstrap not in clients._producers and bootstrap not in clients._consumers
     assert producer.closed
 
 
 def test_an_end_watch_follows_the_ends_of_the_partitions_it_is_asked_about(servers):
-    """wire.end_watch against the broker: the ends it reports are every partition's true end (the
+    """wire.kafka.end_watch against the broker: the ends it reports are every partition's true end (the
     next offset: a reader's range stops there), as records are appended in batches of several
     (where the embedded broker's ListOffsets answers otherwise); a partition no longer asked about
     is dropped, and one asked about again is asked of the broker afresh."""
-    from wire.end_watch import EndWatch
+    from wire.kafka.end_watch import EndWatch
 
     topics = [f"watch.t{i}.{time.time_ns()}" for i in range(3)]
-    bus.ensure_topics(servers.bootstrap, topics)
-    producer, consumer = bus.make_producer(servers.bootstrap), bus.make_consumer(servers.bootstrap)
-    bus.deliver(producer, [producer.send(topics[0], b"before") for _ in range(3)])   # before it watches
-    tps = bus.partitions_of(consumer, topics)
+    admin.ensure_topics(servers.bootstrap, topics)
+    producer, consumer = producers.make_producer(servers.bootstrap), consumers.make_consumer(servers.bootstrap)
+    producers.deliver(producer, [producer.send(topics[0], b"before") for _ in range(3)])   # before it watches
+    tps = consumers.partitions_of(consumer, topics)
     watch = EndWatch(servers.bootstrap)
     try:
         assert watch.ends(tps) == {tps[0]: 3, tps[1]: 0, tps[2]: 0}
-        bus.deliver(producer, [producer.send(topics[0], b"a") for _ in range(4)] + [producer.send(topics[2], b"b")])
+        sends = [producer.send(topics[0], b"a") for _ in range(4)] + [producer.send(topics[2], b"b")]
+        producers.deliver(producer, sends)
         deadline = time.monotonic() + 10
         while watch.ends(tps) != {tps[0]: 7, tps[1]: 0, tps[2]: 1} and time.monotonic() < deadline:
             time.sleep(0.05)
         assert watch.ends(tps) == {tps[0]: 7, tps[1]: 0, tps[2]: 1}
         assert watch.ends(tps[1:]) == {tps[1]: 0, tps[2]: 1}   # the first no longer followed
-        bus.deliver(producer, [producer.send(topics[0], b"c")])
+        producers.deliver(producer, [producer.send(topics[0], b"c")])
         assert watch.ends(tps) == {tps[0]: 8, tps[1]: 0, tps[2]: 1}   # asked afresh: its end now
     finally:
         watch.close()
@@ -205,14 +206,16 @@ def test_a_tail_reads_a_topic_made_after_it_began(servers):
     import threading
 
     early, late = f"tail.early.{time.time_ns()}", f"tail.late.{time.time_ns()}"
-    bus.ensure_topics(servers.bootstrap, [early])
+    admin.ensure_topics(servers.bootstrap, [early])
     stop, got = threading.Event(), []
-    follower = threading.Thread(target=lambda: got.extend(r.value for r in bus.tail(servers.bootstrap, [early, late],
-                                                                                       stop)), daemon=True)
+    def follow() -> None:
+        got.extend(r.value for r in consumers.tail(servers.bootstrap, [early, late], stop))
+
+    follower = threading.Thread(target=follow, daemon=True)
     follower.start()
     time.sleep(1.5)   # the tail runs with `late` not made yet
-    producer = bus.make_producer(servers.bootstrap)
-    bus.deliver(producer, [producer.send(late, b"made later"), producer.send(early, b"there before")])
+    producer = producers.make_producer(servers.bootstrap)
+    producers.deliver(producer, [producer.send(late, b"made later"), producer.send(early, b"there before")])
     deadline = time.monotonic() + 15
     while len(got) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -28,14 +28,14 @@ def test_a_read_committed_consumer_reads_every_record_as_it_stands(servers):
     import time
 
     from services.bench.chaos import committed_rows
-    from wire import bus
     from wire.codec import encode_row_batch
+    from wire.kafka import producers
 
     topic = f"hifi.results.chaos-judge.{time.time_ns()}"
     start = dt.datetime(2026, 12, 2, tzinfo=dt.UTC)
     batch = encode_row_batch("agg", "q", ["window_start", "receptor_id", "reads"], [(start, "r1", 7)], 1, 5)
-    producer = bus.make_producer(servers.bootstrap)
-    bus.deliver(producer, [producer.send(topic, key=b"agg:1:0", value=value)
+    producer = producers.make_producer(servers.bootstrap)
+    producers.deliver(producer, [producer.send(topic, key=b"agg:1:0", value=value)
                            for value in (batch, batch, encode_row_batch("agg", "q", [], [], 2, 6, watermark_ms=9))])
     producer.close()
     assert committed_rows(servers.bootstrap, topic) == [(int(start.timestamp() * 1000), "r1", 7, 5)] * 2

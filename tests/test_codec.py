@@ -142,7 +142,7 @@ def test_a_batch_sent_again_is_read_once_and_a_new_run_is_new():
 
 
 def test_a_batch_in_several_messages_is_cut_alike_whatever_order_its_rows_came_in():
-    from dsp.kafka_sink import ROWS_PER_MESSAGE, send_rows
+    from dsp.spark.kafka_sink import ROWS_PER_MESSAGE, send_rows
 
     class Producer:
         def __init__(self) -> None:

@@ -313,7 +313,7 @@ def test_a_services_redis_user_runs_the_mdr_on_its_own_keys_and_nothing_else(tmp
 
     from mdr.repository import MDR, ViewRecord, now_ms
     from services.compose import redis_acl_lines
-    from services.embedded import free_port
+    from services.ports import free_port
     from wire.identity import TokenRecord
 
     port = free_port()

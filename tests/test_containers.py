@@ -12,7 +12,7 @@ import time
 import pytest
 
 from services.compose import KAFKA_IMAGE, REDIS_IMAGE, compose_model
-from services.embedded import free_port
+from services.ports import free_port
 
 
 def _engine_problem() -> str | None:
@@ -87,13 +87,13 @@ def test_the_mdr_works_on_redis_behind_a_password(redis_url):
 
 
 def test_read_cycles_round_trip_through_apache_kafka(kafka_bootstrap):
-    from wire import bus
     from wire.codec import TagObservation, decode_read_cycle, encode_read_cycle
+    from wire.kafka import admin, consumers, producers
     from wire.topics import raw_topic
 
     topic = raw_topic("door1")
-    bus.ensure_topics(kafka_bootstrap, [topic])
-    producer = bus.make_producer(kafka_bootstrap)
+    admin.ensure_topics(kafka_bootstrap, [topic])
+    producer = producers.make_producer(kafka_bootstrap)
     now = int(time.time() * 1000)
     for cycle in range(20):
         key, value = encode_read_cycle("door1-r1", cycle, now + cycle, [TagObservation(f"tag{cycle}", 1, 0.5)])
@@ -101,7 +101,7 @@ def test_read_cycles_round_trip_through_apache_kafka(kafka_bootstrap):
     producer.flush()
     stop = threading.Event()
     seen = []
-    for record in bus.tail(kafka_bootstrap, [topic], stop):
+    for record in consumers.tail(kafka_bootstrap, [topic], stop):
         seen.extend(decode_read_cycle(record.value, record.partition, record.offset, now))
         if len(seen) >= 20:
             stop.set()

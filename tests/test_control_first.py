@@ -1,9 +1,9 @@
-"""dsp.control_first: a control operation takes the runtime's lock before the next batch."""
+"""dsp.runtime.control_first: a control operation takes the runtime's lock before the next batch."""
 
 import threading
 import time
 
-from dsp.control_first import ControlFirstLock
+from dsp.runtime.control_first import ControlFirstLock
 
 
 def _batches(locks: ControlFirstLock, stop: threading.Event, held: list[float]) -> None:

@@ -20,7 +20,7 @@ from glue.topology import load_topology
 from protos import hifi_pb2
 from services.paths import SMALL_TOPOLOGY
 from tests.conftest import chromium, metric, running_hierarchy, scrape_metrics, topic_rows, wait_for
-from wire import bus
+from wire.kafka import producers
 from wire.topics import raw_topic, view_topic
 
 ARTIFACTS = os.environ.get("HIFI_TEST_ARTIFACTS",
@@ -273,7 +273,7 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     endpoints = hierarchy.mdr.endpoints()
     node_metrics = endpoints[f"node:{node}"]["metrics"]
     # two records dock-a must reject, among the good ones
-    producer = bus.make_producer(hierarchy.bootstrap)
+    producer = producers.make_producer(hierarchy.bootstrap)
     producer.send(raw_topic(node), key=b"bad:1", value=b"\xff not a read cycle")
     _, negative = encode_read_cycle("dock-a-r1", 10**9, int(time.time() * 1000), [])   # no cycle the agent sent
     cycle = hifi_pb2.RfidReadCycle.FromString(negative)

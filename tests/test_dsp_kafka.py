@@ -10,18 +10,19 @@ import pytest
 
 from base.part_spec import PartSpec
 from base.plan import RAW_RFID_SOURCE_COLUMNS, BinOp, Col, Lit, Project, Source
-from dsp.compiler import Ingest
-from dsp.manager import DSPManager
+from dsp.spark.compiler import Ingest
+from dsp.spark.manager import DSPManager
 from protos import hifi_pb2
 from tests.conftest import topic_records, topic_rows, wait_for
-from wire import bus
 from wire.codec import TagObservation, decode_dead_letter, encode_read_cycle
+from wire.kafka import admin, clients, consumers, producers
+from wire.kafka.ranges import LIBRDKAFKA_FROM, read_range, read_short_ranges
 from wire.topics import dead_topic
 
 
 def _publish_cycles(bootstrap, topic, first_cycle, cycles, reads_per_cycle=3, now=None):
     """Cycles first_cycle.. of receptor r1, stamped `now` (default the clock) - 10 s + cycle ms."""
-    producer = bus.make_producer(bootstrap)
+    producer = producers.make_producer(bootstrap)
     now = now or int(time.time() * 1000)
     for cycle in range(first_cycle, first_cycle + cycles):
         reads = [TagObservation(f"tag-{cycle}-{i}", 1, 0.5) for i in range(reads_per_cycle)]
@@ -38,7 +39,7 @@ def _copy_plan(raw):
 
 def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, tmp_path):
     raw, out = "hifi.raw.eo", "hifi.rqs.copy.eo"
-    bus.ensure_topics(servers.bootstrap, [raw, out])
+    admin.ensure_topics(servers.bootstrap, [raw, out])
     _publish_cycles(servers.bootstrap, raw, 0, 200)
     manager = DSPManager(spark, "eo", servers.bootstrap, str(tmp_path), trigger_ms=500)
     manager.deploy(PartSpec("copy", _copy_plan(raw), out))
@@ -64,7 +65,7 @@ def test_every_record_is_consumed_exactly_once_across_restarts(servers, spark, t
 
 def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(servers, spark, mdr, tmp_path):
     node, raw, out = "dl", "hifi.raw.dl", "hifi.rqs.copy.dl"
-    bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
+    admin.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
     manager = DSPManager(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
                          ingest=Ingest(node, raw, servers.redis_url))
     manager.deploy(PartSpec("copy", _copy_plan(raw), out))
@@ -86,7 +87,7 @@ def test_malformed_records_are_dead_lettered_and_counted_while_good_ones_flow(se
             "missing tag_id",
     }
     _publish_cycles(servers.bootstrap, raw, 0, 50, now=now)
-    producer = bus.make_producer(servers.bootstrap)
+    producer = producers.make_producer(servers.bootstrap)
     for payload in bad:
         producer.send(raw, key=b"bad", value=payload)
     producer.send(raw, key=b"tombstone", value=None)
@@ -112,7 +113,7 @@ def test_a_query_that_dies_is_restarted_from_its_checkpoint_without_duplicates(s
     """What a Python worker too slow to connect back does to a query on a saturated machine: it
     dies with an error. The manager restarts it; the replayed micro-batch is not written twice."""
     raw, out = "hifi.raw.rs", "hifi.rqs.copy.rs"
-    bus.ensure_topics(servers.bootstrap, [raw, out])
+    admin.ensure_topics(servers.bootstrap, [raw, out])
     _publish_cycles(servers.bootstrap, raw, 0, 50)
     failed: list[int] = []
 
@@ -137,7 +138,7 @@ def test_a_query_that_dies_is_restarted_from_its_checkpoint_without_duplicates(s
 
 
 def test_the_cause_of_a_failed_query_is_the_python_exception_not_its_wrapper():
-    from dsp.manager import failure_cause
+    from dsp.spark.manager import failure_cause
 
     wrapped = ("An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):\n"
                "  File \"x.py\", line 3, in call\n    raise RuntimeError('disk full')\n"
@@ -156,13 +157,13 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     from kafka import TopicPartition
 
     from base.plan import Aggregate, AggSpec, Window
-    from dsp.archive import exact_rows, sampled_ranges
-    from dsp.engine import BOUND_Z
-    from dsp.node_inputs import READER_PREFIX
-    from dsp.shared import SharedRuntime
+    from dsp.operators.aggregate import BOUND_Z
+    from dsp.runtime.archive import exact_rows, sampled_ranges
+    from dsp.runtime.inputs import READER_PREFIX
+    from dsp.runtime.shared import SharedRuntime
 
     node, raw, out = "tri", "hifi.raw.tri", "hifi.rqs.count.tri"
-    bus.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
+    admin.ensure_topics(servers.bootstrap, [raw, out, dead_topic(node)])
     now = int(time.time() * 1000)
     _publish_cycles(servers.bootstrap, raw, 0, 6000, reads_per_cycle=5, now=now)   # 30 000 readings, 6 s
     runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500,
@@ -181,10 +182,10 @@ def test_an_edge_over_its_latency_target_samples_and_every_reading_stays_account
     assert all(w["triaged"] for w in windows) and stats["triaged"] > 0
     exact = sum(exact_rows(t).num_rows for _, t in archive)
     named = [found for _, t in archive for found in sampled_ranges(t)]
-    consumer = bus.make_consumer(servers.bootstrap)
+    consumer = consumers.make_consumer(servers.bootstrap)
     cycle = hifi_pb2.RfidReadCycle()
     for partition, start, end in named:
-        for record in bus.read_range(consumer, TopicPartition(raw, partition), start, end):
+        for record in consumers.poll_range(consumer, TopicPartition(raw, partition), start, end):
             cycle.ParseFromString(record.value)
             exact += len(cycle.reads)
     consumer.close()
@@ -200,12 +201,12 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
     import pyarrow as pa
     from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-    from dsp.kafka_source import HANDOFF_COLUMN, KafkaStreamReader, OffsetRange, take_handoff
+    from dsp.spark.kafka_source import HANDOFF_COLUMN, KafkaStreamReader, OffsetRange, take_handoff
     from wire.codec import encode_row_batch
 
     topic = "hifi.view.handoff-test.counts"
-    bus.ensure_topics(servers.bootstrap, [topic])
-    producer = bus.make_producer(servers.bootstrap)
+    admin.ensure_topics(servers.bootstrap, [topic])
+    producer = producers.make_producer(servers.bootstrap)
     for batch_id in range(3):
         producer.send(topic, value=encode_row_batch("child", "counts", ["tag_id", "reads"],
                                                     [(f"t{batch_id}", batch_id), ("u", 7)], batch_id, 0))
@@ -229,33 +230,32 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
 def test_a_long_range_read_with_librdkafka_is_the_range_kafka_python_reads(servers):
     from kafka import TopicPartition
 
-    from wire import range_fetch
 
     topic = "hifi.raw.range-fetch-test"
-    bus.ensure_topics(servers.bootstrap, [topic])
-    producer = bus.make_producer(servers.bootstrap)
-    for cycle in range(range_fetch.LIBRDKAFKA_FROM + 500):
+    admin.ensure_topics(servers.bootstrap, [topic])
+    producer = producers.make_producer(servers.bootstrap)
+    for cycle in range(LIBRDKAFKA_FROM + 500):
         producer.send(topic, key=b"r1", value=encode_read_cycle("r1", cycle, 1_800_000_000_000,
                                                                 [TagObservation("t", 1, 0.5)])[1],
                       headers=[("hifi-type", b"x")] if cycle % 7 == 0 else None)
     producer.flush()
-    start, end = 100, range_fetch.LIBRDKAFKA_FROM + 400   # inside the log: both ends cut a fetch
+    start, end = 100, LIBRDKAFKA_FROM + 400   # inside the log: both ends cut a fetch
     ours = [(r.offset, r.value, r.headers or None, r.timestamp)
-            for r in range_fetch.read_range(servers.bootstrap, topic, 0, start, end)]
+            for r in read_range(servers.bootstrap, topic, 0, start, end)]
+    consumer = consumers.make_consumer(servers.bootstrap)
     theirs = [(r.offset, r.value, r.headers or None, r.timestamp)
-              for r in bus.read_range(bus.make_consumer(servers.bootstrap), TopicPartition(topic, 0), start, end)]
+              for r in consumers.poll_range(consumer, TopicPartition(topic, 0), start, end)]
     assert ours == theirs and [o for o, *_ in ours] == list(range(start, end))
 
 
 def test_an_owners_consumer_reads_its_topics_in_turn_keeping_them_assigned_and_is_released(servers):
     """A lane's reads go through a consumer of its own that keeps every partition it read assigned
-    (the others paused, wire.bus.fetch_only): each range is exactly its records, whatever was read
+    (the others paused, wire.kafka.consumers.fetch_only): each range is exactly its records, whatever was read
     before, alone or several at once; releasing the lane closes its consumer."""
-    from wire import range_fetch
 
     topics = [f"hifi.view.owner{n}-{int(time.time() * 1000)}.v" for n in range(3)]
-    bus.ensure_topics(servers.bootstrap, topics)
-    producer = bus.make_producer(servers.bootstrap)
+    admin.ensure_topics(servers.bootstrap, topics)
+    producer = producers.make_producer(servers.bootstrap)
     for n, topic in enumerate(topics):
         for offset in range(20):
             producer.send(topic, value=f"{n}:{offset}".encode())
@@ -263,17 +263,17 @@ def test_an_owners_consumer_reads_its_topics_in_turn_keeping_them_assigned_and_i
     owner = "test-node/stream"
     for start in (0, 5, 10):   # one topic after another, then all three in one fetch
         for topic in topics:
-            got = [r.value for r in range_fetch.read_range(servers.bootstrap, topic, 0, start, start + 3, owner=owner)]
+            got = [r.value for r in read_range(servers.bootstrap, topic, 0, start, start + 3, owner=owner)]
             assert got == [f"{topics.index(topic)}:{o}".encode() for o in range(start, start + 3)]
         ranges = [(t, 0, start + 3, start + 5) for t in topics]
-        together = range_fetch.read_short_ranges(servers.bootstrap, ranges, owner)
+        together = read_short_ranges(servers.bootstrap, ranges, owner)
         assert {t: [r.value for r in together[(t, 0, start + 3)]] for t in topics} == {
             t: [f"{n}:{o}".encode() for o in (start + 3, start + 4)] for n, t in enumerate(topics)}
-    (key,) = [k for k in range_fetch._consumers if k[3] == owner]
-    consumer = range_fetch._consumers[key]
+    (key,) = [k for k in clients._owned if k[3] == owner]
+    consumer = clients._owned[key]
     assert {tp.topic for tp in consumer.assignment()} == set(topics)
-    range_fetch.release(owner)
-    assert key not in range_fetch._consumers
+    clients.release(owner)
+    assert key not in clients._owned
 
 
 def _publish_views(bootstrap, topics, first, count):
@@ -281,9 +281,9 @@ def _publish_views(bootstrap, topics, first, count):
     that is no row batch (refused by both paths)."""
     import datetime as dt
 
-    from dsp.kafka_sink import new_run, send_marker, send_rows
+    from dsp.spark.kafka_sink import new_run, send_marker, send_rows
 
-    producer, run, now = bus.make_producer(bootstrap), new_run(), int(time.time() * 1000)
+    producer, run, now = producers.make_producer(bootstrap), new_run(), int(time.time() * 1000)
     futures = []
     for n in range(first, first + count):
         for i, topic in enumerate(topics):
@@ -292,27 +292,27 @@ def _publish_views(bootstrap, topics, first, count):
             futures += send_rows(producer, topic, f"child{i}", "v", ["ts", "reads"], rows, 2 * n + 1, run)
             futures.append(send_marker(producer, topic, f"child{i}", "v", 2 * n + 2, now - 20_000 + n * 100, run))
     futures.append(producer.send(topics[-1], value=b"not a row batch"))
-    bus.deliver(producer, futures)
+    producers.deliver(producer, futures)
     producer.close()
 
 
 def _raw_reader(spark, servers, tmp_path):
-    from dsp.compiler import CompileContext, reader_options
+    from dsp.spark.compiler import CompileContext, reader_options
     from wire.intake import IntakeRules
 
     raw = "hifi.raw.driver-read"
-    bus.ensure_topics(servers.bootstrap, [raw])
+    admin.ensure_topics(servers.bootstrap, [raw])
     options = reader_options(CompileContext(spark, servers.bootstrap, intake=IntakeRules(),
                                             handoff_dir=str(tmp_path / "handoff")), (raw,), "rfid")
     return options, lambda first: _publish_cycles(servers.bootstrap, raw, first, 20), 3 * 20
 
 
 def _views_reader(spark, servers, tmp_path):
-    from dsp.compiler import CompileContext, reader_options
+    from dsp.spark.compiler import CompileContext, reader_options
     from wire.intake import IntakeRules
 
     topics = tuple(f"hifi.view.child{i}.v" for i in range(3))
-    bus.ensure_topics(servers.bootstrap, list(topics))
+    admin.ensure_topics(servers.bootstrap, list(topics))
     options = reader_options(CompileContext(spark, servers.bootstrap, intake=IntakeRules(),
                                             handoff_dir=str(tmp_path / "handoff")), topics, "rows",
                              [("ts", "timestamp"), ("reads", "long")], markers=True, event_time="ts")
@@ -322,12 +322,12 @@ def _views_reader(spark, servers, tmp_path):
 
 @pytest.mark.parametrize("reader", [_raw_reader, _views_reader], ids=["raw", "children's views"])
 def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spark, tmp_path, reader):
-    """dsp.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
-    Spark logged for it (dsp.offset_log): the same rows, of the same types, as Spark's tasks read —
+    """dsp.runtime.shared reads a small micro-batch itself (KafkaStreamReader.read_here), from the bounds
+    Spark logged for it (dsp.spark.offset_log): the same rows, of the same types, as Spark's tasks read —
     a raw topic's, and several children's views at once, each row with its topic."""
-    from dsp.compiler import kafka_stream
-    from dsp.kafka_source import local_reader, take_handoff
-    from dsp.offset_log import batch_bounds
+    from dsp.spark.compiler import kafka_stream
+    from dsp.spark.kafka_source import local_reader, take_handoff
+    from dsp.spark.offset_log import batch_bounds
 
     options, publish, rows_each = reader(spark, servers, tmp_path)
     publish(0)
@@ -361,12 +361,12 @@ def test_large_batches_computed_by_spark_count_and_archive_every_reading(servers
     count is computed there and a selection beside it needs the rows (the driver's path for that
     part, in the same batch): both count every reading once, and Spark's tasks archive the batches."""
     from base.plan import Aggregate, AggSpec, Filter, Window
-    from dsp.node_inputs import READER_PREFIX
-    from dsp.shared import SharedRuntime
+    from dsp.runtime.inputs import READER_PREFIX
+    from dsp.runtime.shared import SharedRuntime
 
     monkeypatch.setenv("HIFI_SPARK_BATCH_RECORDS", "500")
     node, raw, counts, picked = "sp", "hifi.raw.sp", "hifi.rqs.count.sp", "hifi.rqs.pick.sp"
-    bus.ensure_topics(servers.bootstrap, [raw, counts, picked, dead_topic(node)])
+    admin.ensure_topics(servers.bootstrap, [raw, counts, picked, dead_topic(node)])
     now = int(time.time() * 1000)
     _publish_cycles(servers.bootstrap, raw, 0, 2000, reads_per_cycle=4, now=now)   # 8 000 readings over 2 s
     runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
@@ -399,15 +399,15 @@ def test_a_query_over_the_past_computed_by_spark_equals_the_drivers(servers, spa
     groups, then the files) and from the closed hour's start (its compacted file whole), deployed
     by the driver's path and by Spark's: the same windows, each reading counted once."""
     from base.plan import Aggregate, AggSpec, Window
-    from dsp.archive import HOUR_MS, hour_of
-    from dsp.node_inputs import READER_PREFIX
-    from dsp.shared import SharedRuntime
+    from dsp.runtime.archive import HOUR_MS, hour_of
+    from dsp.runtime.inputs import READER_PREFIX
+    from dsp.runtime.shared import SharedRuntime
     from dsp.spark.partials import SparkBatches
     from services.bench.past import BATCH_MS, hour_batch
 
     node, raw = "pa", "hifi.raw.pa"
     outs = {name: f"hifi.rqs.{name}.pa" for name in ("live", "driver-in", "spark-in", "driver-whole", "spark-whole")}
-    bus.ensure_topics(servers.bootstrap, [raw, *outs.values(), dead_topic(node)])
+    admin.ensure_topics(servers.bootstrap, [raw, *outs.values(), dead_topic(node)])
     runtime = SharedRuntime(spark, node, servers.bootstrap, str(tmp_path), trigger_ms=500)
     plan = Aggregate(Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0), ("receptor_id",),
                      (AggSpec("n", "count"),), None, Window(10_000, 10_000))
@@ -448,8 +448,8 @@ def test_spark_reads_the_past_of_whole_batch_files_and_of_a_topics_own_files(spa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dsp.operators.topic_batch import TOPIC_COLUMN
     from dsp.spark.past import archived_frame
-    from dsp.topic_batch import TOPIC_COLUMN
 
     whole = str(tmp_path / "whole.parquet")
     pq.write_table(pa.table({"n": [1, 2, 3], TOPIC_COLUMN: ["a", "b", "c"]}), whole)

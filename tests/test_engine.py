@@ -1,4 +1,4 @@
-"""The shared runtime's plan evaluator (dsp.engine), pure: windows, late rows, markers, and the
+"""The shared runtime's plan evaluator (dsp.operators), pure: windows, late rows, markers, and the
 default topology's standing CSAVA chain run bottom-up against the central reference."""
 
 import datetime as dt
@@ -16,9 +16,11 @@ from base.plan import (
     Source,
     Window,
 )
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import SILENT_CHILD_GRACE_MS, build, first_window_open, rows_of, run_batches
-from dsp.engine import view_batch as engine_view_batch
+from dsp.operators.build import build, rows_of, run_batches
+from dsp.operators.build import view_batch as engine_view_batch
+from dsp.operators.core import first_window_open
+from dsp.operators.expressions import arrow_schema
+from dsp.operators.source import SILENT_CHILD_GRACE_MS
 
 RAW = Source(("raw",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)
 

@@ -2,7 +2,7 @@
 
 Each generated HiFi SQL query is planned as a user's query is (glue.analyzer, then
 glue.rewrite.distribute over the supply-chain catalog); its node tasks run bottom-up in the shared
-runtime's evaluator (dsp.engine) over generated readings, each task's rows and progress markers
+runtime's evaluator (dsp.operators) over generated readings, each task's rows and progress markers
 handed to the tasks reading its topic after every micro-batch, as the runtime does; and the
 root's windows must equal what the reference evaluator (glue.reference) computes centrally over
 all the readings. The live tests prove the same on Redis, the broker and Spark for a few queries.
@@ -24,9 +24,12 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, sources
-from dsp.arrow_exprs import arrow_schema
 from dsp.bottom_up import BottomUp, Pushes, pushed
-from dsp.engine import AggregateOp, Operator, SourceOp, UnionOp
+from dsp.operators.aggregate import AggregateOp
+from dsp.operators.core import Operator
+from dsp.operators.expressions import arrow_schema
+from dsp.operators.rowwise import UnionOp
+from dsp.operators.source import SourceOp
 from glue.analyzer import analyze
 from glue.catalog import ReceptorInfo, Relation, exported_view
 from glue.planner import plan_query

@@ -1,6 +1,6 @@
-"""A node's Spark queries do not grow with its children nor with its forms of input (dsp.shared):
+"""A node's Spark queries do not grow with its children nor with its forms of input (dsp.runtime.shared):
 every topic it reads is read by its one stream, a lane of its process's one streaming query
-(dsp.process_stream), each part handed the rows of the topics it reads; a child added is a topic
+(dsp.runtime.process_stream), each part handed the rows of the topics it reads; a child added is a topic
 added to that running query, one taken away shrinks it; nothing is lost or doubled across the
 change, and a node restarted on its state resumes where it stopped."""
 
@@ -14,12 +14,12 @@ import pytest
 
 from base.part_spec import PartSpec
 from base.plan import BinOp, Col, Filter, Lit, Source
-from dsp.node_inputs import READER_PREFIX, Reader, stream_key
-from dsp.process_stream import QUERY_ID, ProcessStream
-from dsp.shared import SharedRuntime
+from dsp.runtime.inputs import READER_PREFIX, Reader, stream_key
+from dsp.runtime.process_stream import QUERY_ID, ProcessStream
+from dsp.runtime.shared import SharedRuntime
 from tests.conftest import topic_rows, wait_for
-from wire import bus
 from wire.codec import encode_row_batch
+from wire.kafka import admin, clients, producers
 
 COLUMNS = (("window_start", "timestamp"), ("tag_id", "string"), ("reads", "long"))
 OTHER_SHAPE = (("window_start", "timestamp"), ("tag_id", "string"), ("seen", "long"))
@@ -31,12 +31,12 @@ def _plan(topics: list[str], columns: tuple = COLUMNS) -> Filter:
 
 
 def _send(bootstrap: str, topic: str, first: int, count: int, columns: tuple = COLUMNS) -> None:
-    producer = bus.shared_producer(bootstrap)
+    producer = clients.shared_producer(bootstrap)
     child = topic.rsplit(".", 2)[-2]
     names = [name for name, _ in columns]
-    bus.deliver(producer, [producer.send(topic, value=encode_row_batch(child, "v", names, [(NOW, f"{child}-{n}", n)],
-                                                                     n, 0, run="r"))
-                           for n in range(first, first + count)])
+    values = [encode_row_batch(child, "v", names, [(NOW, f"{child}-{n}", n)], n, 0, run="r")
+              for n in range(first, first + count)]
+    producers.deliver(producer, [producer.send(topic, value=value) for value in values])
 
 
 def _readers(runtime: SharedRuntime) -> list[str]:
@@ -53,7 +53,7 @@ def test_many_children_are_one_query_and_a_child_added_or_taken_away_loses_nothi
     children = [f"hifi.view.fan{n}.v" for n in range(6)]
     other, other_out = "hifi.view.fan-other.v", "hifi.rqs.fan-other.parent"
     first_out, second_out = "hifi.rqs.fan-first.parent", "hifi.rqs.fan-second.parent"
-    bus.ensure_topics(servers.bootstrap, [*children, other, first_out, second_out, other_out])
+    admin.ensure_topics(servers.bootstrap, [*children, other, first_out, second_out, other_out])
     for topic in children:
         _send(servers.bootstrap, topic, 0, 3)
     _send(servers.bootstrap, other, 0, 3, OTHER_SHAPE)
@@ -117,7 +117,7 @@ def test_a_lane_detached_while_its_part_of_a_batch_runs_lets_go_once_that_part_i
     """A node stopped and started again in one process (a supervisor's restart, `hifi up`): the new
     node loads what the old one saved, so the old one's batch must be over before the stop returns."""
     topic = f"hifi.view.detach{int(time.time() * 1000)}.v"
-    bus.ensure_topics(servers.bootstrap, [topic])
+    admin.ensure_topics(servers.bootstrap, [topic])
     stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
     entered, release, done = threading.Event(), threading.Event(), threading.Event()
 
@@ -149,13 +149,13 @@ def test_a_batchs_lanes_start_in_their_order_the_parents_first_with_their_ranges
     """A parent reads what its children sent in the batch before: its lane goes first in each
     batch (a node's order is its depth, services.node), whatever order the lanes were attached in.
     The ranges the lanes say they read are fetched for them in one go before they run
-    (dsp.lane_fetch): each lane is handed its records, a partition two lanes read to the first."""
+    (dsp.runtime.lane_fetch): each lane is handed its records, a partition two lanes read to the first."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dsp.kafka_source import OffsetRange, _split_key
+    from dsp.spark.kafka_source import OffsetRange, _split_key
 
     topic, other = (f"hifi.view.order{name}{int(time.time() * 1000)}.v" for name in ("a", "b"))
-    bus.ensure_topics(servers.bootstrap, [topic, other])
+    admin.ensure_topics(servers.bootstrap, [topic, other])
     stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
     stream._pool = ThreadPoolExecutor(1)   # one lane at a time: the order they start in is the order they run in
     started: list[tuple[int, str]] = []   # (batch id, lane) as the lanes start
@@ -194,11 +194,11 @@ def test_a_batchs_lanes_start_in_their_order_the_parents_first_with_their_ranges
 
 def test_lanes_take_turns_and_one_waiting_for_its_node_steps_aside_for_the_others(servers, spark, tmp_path):
     """A batch's lanes run one at a time (dsp.turns); a lane whose node runs a control operation
-    (a deploy goes first: dsp.control_first) waits without holding the lanes after it."""
-    from dsp.control_first import ControlFirstLock
+    (a deploy goes first: dsp.runtime.control_first) waits without holding the lanes after it."""
+    from dsp.runtime.control_first import ControlFirstLock
 
     topic = f"hifi.view.turns{int(time.time() * 1000)}.v"
-    bus.ensure_topics(servers.bootstrap, [topic])
+    admin.ensure_topics(servers.bootstrap, [topic])
     stream = ProcessStream(spark, str(tmp_path / "home"), servers.bootstrap, trigger_ms=500)
     node_lock = ControlFirstLock()
     at_once, most, ran = [0], [0], []
@@ -236,7 +236,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
     node's one stream) or per node (before the process's one stream) left a fence per query and
     their offset logs: the node's stream starts each topic where that query's fenced batch ended."""
     topic, out = f"hifi.view.old-layout{len(layout)}.v", f"hifi.rqs.old-layout{len(layout)}.parent"
-    bus.ensure_topics(servers.bootstrap, [topic, out])
+    admin.ensure_topics(servers.bootstrap, [topic, out])
     _send(servers.bootstrap, topic, 0, 5)
     runtime = SharedRuntime(spark, "old-layout", servers.bootstrap, str(tmp_path), trigger_ms=500)
     old_key = (f"{READER_PREFIX}rows:{topic}" if layout.endswith("topic") else stream_key() if layout.endswith("node")
@@ -261,7 +261,7 @@ def test_a_node_of_an_older_layout_resumes_each_topic_where_its_own_reader_saved
 def test_a_batch_of_several_topics_splits_by_topic_in_the_readers_order():
     import pyarrow as pa
 
-    from dsp.topic_batch import TOPIC_COLUMN, by_topic
+    from dsp.operators.topic_batch import TOPIC_COLUMN, by_topic
 
     table = pa.table({"n": [1, 2, 3, 4], TOPIC_COLUMN: ["b", "a", "b", "c"]})
     split = by_topic(table, ["a", "b"])   # "c" is no longer read
@@ -280,11 +280,11 @@ def test_a_parents_batch_is_archived_whole_and_a_part_over_the_past_reads_it_and
     import pyarrow as pa
 
     from base.plan import PROGRESS_COLUMN
-    from dsp.topic_batch import TOPIC_COLUMN
+    from dsp.operators.topic_batch import TOPIC_COLUMN
 
     children = [f"hifi.view.arch{n}.v" for n in range(3)]
     live_out, past_out = "hifi.rqs.arch-live.parent", "hifi.rqs.arch-past.parent"
-    bus.ensure_topics(servers.bootstrap, [*children, live_out, past_out])
+    admin.ensure_topics(servers.bootstrap, [*children, live_out, past_out])
     for topic in children:
         _send(servers.bootstrap, topic, 0, 3)
     runtime = SharedRuntime(spark, "arch-parent", servers.bootstrap, str(tmp_path), trigger_ms=500)

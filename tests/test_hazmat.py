@@ -9,7 +9,7 @@ import datetime as dt
 import pyarrow as pa
 
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES
-from dsp.arrow_exprs import arrow_schema
+from dsp.operators.expressions import arrow_schema
 from edge.agent import ReceptorAgent
 from glue.standing import standing_views
 from glue.topology import load_topology

@@ -28,8 +28,8 @@ from glue.topology import parse_topology
 from protos import hifi_pb2
 from tests.conftest import running_hierarchy, topic_records, wait_for
 from tests.judge import assert_equal_to_reference
-from wire import bus
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_row_batch, encode_sensor_batch
+from wire.kafka import offsets
 from wire.topics import dead_topic, raw_topic
 
 # Node ids of its own: the suite's broker keeps every topic, and these get garbage.
@@ -210,7 +210,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     plan = hierarchy.placement.submit(QUERY)
     producers = [t for t in plan.tasks if t.role == "producer"]
     assert plan.placement.root == "hx-core" and len(producers) == 2, plan.explain()
-    producer = bus.make_producer(bootstrap)
+    producer = producers.make_producer(bootstrap)
     refused = {edge: 0 for edge in EDGES}
     duplicates = {edge: 0 for edge in EDGES}
     now = int(time.time() * 1000)
@@ -270,7 +270,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     readings = read_jsonl(hierarchy.readings_path)
     for edge, receptors in EDGES.items():
         cycles = [c for c in readings if c.get("receptor") in receptors and "reads" in c]
-        published = bus.current_ends(bootstrap, [raw_topic(edge)])[bus.offset_key(raw_topic(edge), 0)]
+        published = offsets.current_ends(bootstrap, [raw_topic(edge)])[offsets.offset_key(raw_topic(edge), 0)]
         assert published == len(cycles) + refused[edge] + duplicates[edge]
         stats = wait_for(lambda e=edge, p=published: (s := hierarchy.mdr.stats(e)) and
                          s.get("cycles_in", 0) + s.get("dead", 0) + s.get("duplicates", 0) == p and s, 90,

@@ -1,7 +1,7 @@
-"""dsp.node_inputs.RecentInput: the node's input rate, rows its readers took per second lately,
+"""dsp.runtime.inputs.RecentInput: the node's input rate, rows its readers took per second lately,
 and how long its input waited for it."""
 
-from dsp.node_inputs import RecentInput
+from dsp.runtime.inputs import RecentInput
 
 
 def test_the_rate_counts_the_rows_of_the_last_span_only():

@@ -43,7 +43,7 @@ def test_duplicate_decisions_depend_only_on_the_log_not_on_who_reads_which_range
     assert 0 < sum(e is not None for e in expected) < len(log)
 
     def read(recent: RecentCycles, start: int, end: int) -> list:
-        if not recent.serves(start):   # what dsp.kafka_source does: start over, or fill the gap
+        if not recent.serves(start):   # what dsp.spark.kafka_source does: start over, or fill the gap
             recent = RecentCycles(max(0, start - 50), lookback=50)
         if start > recent.hi:
             for offset in range(recent.hi, start):
@@ -110,7 +110,7 @@ def test_names_that_cannot_be_topics_are_refused():
 
 
 def test_the_ingest_tally_counts_readings_cycles_weak_reads_and_refusals_per_receptor():
-    from dsp.kafka_source import IngestTally, OffsetRange
+    from dsp.spark.kafka_source import IngestTally, OffsetRange
     from wire.codec import TagObservation, encode_read_cycle
     from wire.cycle_columns import RawCycle, decode_cycles
     from wire.intake import RecentCycles

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from glue.topology import parse_topology
 from services.kafka_acls import users
 from services.paths import DEFAULT_TOPOLOGY
-from wire import bus
+from wire.kafka import admin, producers
 from wire.topics import control_topic, raw_topic, results_topic, rqs_topic, view_topic
 
 pytestmark = pytest.mark.integration
@@ -83,9 +83,9 @@ def principals(servers):
               view_topic("region", "location_counts"), view_topic("region", "stock_alerts"),
               view_topic("door1", "smoothed_rfid_stream"), view_topic("door2", "smoothed_rfid_stream"),
               rqs_topic("q-acl", "door2"), results_topic("q-acl", "region")]
-    bus.ensure_topics(servers.bootstrap, topics)
-    producer = bus.make_producer(servers.bootstrap)   # this process is the broker's admin
-    bus.deliver(producer, [producer.send(topic, b"row") for topic in topics])
+    admin.ensure_topics(servers.bootstrap, topics)
+    producer = producers.make_producer(servers.bootstrap)   # this process is the broker's admin
+    producers.deliver(producer, [producer.send(topic, b"row") for topic in topics])
     producer.close()
     return lambda user: Principal(servers.bootstrap, user, passwords[user])
 

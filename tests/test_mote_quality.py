@@ -8,8 +8,8 @@ import pyarrow as pa
 
 from base.mote_quality import MoteQuality
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, LookupJoin, Qualify, Source
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import build, rows_of
+from dsp.operators.build import build, rows_of
+from dsp.operators.expressions import arrow_schema
 from glue.reference import mote_quality_rows
 from services.bench.cleaning import mote_detection
 from wire.codec import ms_to_datetime

@@ -1,6 +1,6 @@
-"""dsp.offset_log: a micro-batch's bounds from Spark's offset log, and nothing when it cannot tell."""
+"""dsp.spark.offset_log: a micro-batch's bounds from Spark's offset log, and nothing when it cannot tell."""
 
-from dsp.offset_log import batch_bounds, parse_offsets
+from dsp.spark.offset_log import batch_bounds, parse_offsets
 
 METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1795679160764,"conf":{"spark.sql.shuffle.partitions":"1"}}'
 

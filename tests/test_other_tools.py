@@ -14,8 +14,8 @@ import pytest
 from base.jar_sets import jar_dir
 from services.kafka_client_files import write_client_files
 from tests.test_kafka_acls import _topology
-from wire import bus
 from wire.codec import encode_row_batch
+from wire.kafka import producers
 from wire.topics import view_topic
 
 pytestmark = pytest.mark.integration
@@ -31,12 +31,12 @@ def analyst(servers, tmp_path_factory):
     passwords = servers.authorize(_topology())
     directory = str(tmp_path_factory.mktemp("kafka-clients"))
     write_client_files(directory, servers.bootstrap, servers.broker.ca_file, {"analyst": passwords["analyst"]})
-    producer = bus.make_producer(servers.bootstrap)
+    producer = producers.make_producer(servers.bootstrap)
     rows = {topic: encode_row_batch("region", topic.rsplit(".", 1)[1], ["location", "tags"], [("dock-7", 42)],
                                     batch_id=1, emitted_ms=1) for topic in (READABLE, REFUSED)}
-    bus.deliver(producer, [producer.send(topic, b"an earlier hierarchy's record") for topic in rows])
+    producers.deliver(producer, [producer.send(topic, b"an earlier hierarchy's record") for topic in rows])
     sent = {topic: producer.send(topic, value) for topic, value in rows.items()}
-    bus.deliver(producer, list(sent.values()))
+    producers.deliver(producer, list(sent.values()))
     producer.close()
     return servers.bootstrap, directory, {topic: future.get().offset for topic, future in sent.items()}
 

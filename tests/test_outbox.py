@@ -11,7 +11,7 @@ import pytest
 
 from edge.outbox import PRODUCER_TIMEOUTS, Outbox
 from tests.conftest import topic_records, wait_for
-from wire import bus
+from wire.kafka import admin, producers
 from wire.spool import Spool, SpooledRecord
 
 
@@ -39,8 +39,8 @@ def test_records_sent_while_the_broker_is_unreachable_arrive_in_order_once_it_is
     if not servers.workdir:
         pytest.skip("an external broker is not ours to freeze")
     topic = f"hifi.test.outbox.{int(time.time() * 1000)}"
-    bus.ensure_topics(servers.bootstrap, [topic])
-    producer = bus.make_producer(servers.bootstrap, **PRODUCER_TIMEOUTS)
+    admin.ensure_topics(servers.bootstrap, [topic])
+    producer = producers.make_producer(servers.bootstrap, **PRODUCER_TIMEOUTS)
     outbox = Outbox(producer, Spool(str(tmp_path), 1 << 20))
     sent: list[SpooledRecord] = []
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, sources
-from dsp.arrow_exprs import arrow_schema
+from dsp.operators.expressions import arrow_schema
 from edge.agent import ReceptorAgent
 from glue.analyzer import analyze
 from glue.reference import Reference

@@ -26,8 +26,8 @@ from services.auth import Security, open_channel
 from services.certs import client_context
 from services.compose import BUNDLES_DIR, CA_DIR, TLS_DIR, compose_model
 from services.deploy_names import node_service
-from services.embedded import free_port
 from services.paths import SMALL_TOPOLOGY
+from services.ports import free_port
 from tests.conftest import topic_rows, wait_for
 from wire.codec import datetime_ms
 

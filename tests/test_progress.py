@@ -1,7 +1,7 @@
 """Progress markers (pure parts): when a query publishes one, what a watermark promises."""
 
 from base.plan import Window
-from dsp.progress import marker_due, next_window_start, parse_watermark
+from dsp.spark.progress import marker_due, next_window_start, parse_watermark
 
 
 def test_a_marker_goes_out_on_each_move_and_once_more_after_it():

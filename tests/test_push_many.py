@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 
 from base.plan import output_columns, sources
 from dsp.bottom_up import pushed
-from dsp.engine import AggregateOp, Operator, build, takes_whole
-from dsp.topic_batch import TOPIC_COLUMN, TopicBatch
+from dsp.operators.aggregate import AggregateOp
+from dsp.operators.build import build
+from dsp.operators.core import Operator
+from dsp.operators.topic_batch import TOPIC_COLUMN, TopicBatch
+from dsp.operators.tree import takes_whole
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError

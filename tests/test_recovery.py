@@ -14,11 +14,11 @@ from collections import Counter
 
 import pytest
 
-from dsp import faults
+from dsp.runtime import faults
 from glue.topology import load_topology
+from services.health import query_states
 from services.judge import as_ms
 from services.paths import SMALL_TOPOLOGY
-from services.placement import query_states
 from tests.conftest import (
     metric,
     restart_node,
@@ -84,7 +84,7 @@ def test_a_batch_sent_again_after_a_failure_between_flush_and_fence_counts_once(
     # an edge fails right after sending a micro-batch's rows, before recording it, twice
     faults.arm(faults.AFTER_FLUSH, times=2, where="dock-a")
     wait_for(lambda: not faults.armed(faults.AFTER_FLUSH), 30, "the faults to strike")
-    # the failed batches ran again and sent only what their topics did not hold (dsp.unrepeated) ...
+    # the failed batches ran again and sent only what their topics did not hold (dsp.runtime.unrepeated) ...
     wait_for(lambda: [r for r in caplog.records if "were not sent twice" in r.getMessage()], 60,
              "a failed batch to run again over messages it had sent")
     # ... so each identity stands once in the edges' topics (for a reader that drops no repeats) ...

@@ -13,8 +13,7 @@ import pytest
 
 from glue.topology import parse_topology
 from services.bench.chaos import AGG, CHAOS, QUERY
-from services.health import moves
-from services.placement import query_states
+from services.health import moves, query_states
 from tests.conftest import restart_node, running_hierarchy, wait_for, windows_after
 from tests.judge import assert_equal_to_reference
 

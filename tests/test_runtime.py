@@ -1,12 +1,12 @@
-"""dsp.runtime.Runtime: both runtimes of a node offer it, method by method, parameter by parameter."""
+"""dsp.status.Runtime: both runtimes of a node offer it, method by method, parameter by parameter."""
 
 import inspect
 
 import pytest
 
-from dsp.manager import DSPManager
-from dsp.runtime import Runtime
-from dsp.shared import SharedRuntime
+from dsp.runtime.shared import SharedRuntime
+from dsp.spark.manager import DSPManager
+from dsp.status import Runtime
 
 MEMBERS = [name for name, member in vars(Runtime).items() if callable(member) and not name.startswith("_")]
 

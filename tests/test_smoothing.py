@@ -1,4 +1,4 @@
-"""The sink half of adaptive smoothing (dsp.smoothing) against the reference evaluator's: fed the
+"""The sink half of adaptive smoothing (dsp.spark.smoothing) against the reference evaluator's: fed the
 micro-batches Spark would hand it, it reports what the central evaluation reports, and a replayed
 or restarted micro-batch continues exactly."""
 
@@ -7,7 +7,7 @@ import random
 from collections import Counter
 
 from base.plan import RAW_RFID_SOURCE_COLUMNS, Smooth, Source
-from dsp.smoothing import SmoothingState
+from dsp.spark.smoothing import SmoothingState
 from glue.reference import adaptive_smoothed
 from wire.codec import ms_to_datetime
 

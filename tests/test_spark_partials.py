@@ -1,4 +1,4 @@
-"""Spark's path of a part's per-batch work equals the driver's (dsp.spark.partials against dsp.engine).
+"""Spark's path of a part's per-batch work equals the driver's (dsp.spark.partials against dsp.operators).
 
 Every part of generated plans (the grammar of tests/test_equivalence.py: filters, lookup joins,
 windows tumbling and sliding, keys, every aggregate, HAVING, queries over the smoothed view, the
@@ -26,10 +26,13 @@ from pyspark.sql import functions as F
 
 from base.plan import to_json
 from dsp.bottom_up import pushed
-from dsp.engine import AggregateOp, Operator, build, sources_under
+from dsp.operators.aggregate import AggregateOp
+from dsp.operators.build import build
+from dsp.operators.core import Operator
+from dsp.operators.topic_batch import TOPIC_COLUMN
+from dsp.operators.tree import sources_under
 from dsp.spark.partials import BatchOnSpark, collect, computable, push
 from dsp.spark.partials import plan as plan_on_spark
-from dsp.topic_batch import TOPIC_COLUMN
 from glue.analyzer import analyze
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError

@@ -210,7 +210,7 @@ def test_product_decodes_an_epc_and_a_computed_key_can_be_grouped_by(catalog):
 def test_indicator_is_an_sgtins_packaging_level_alike_in_the_runtime_and_the_reference():
     import pyarrow as pa
 
-    from dsp.arrow_exprs import evaluate
+    from dsp.operators.expressions import evaluate
     from edge.epc import Sgtin
     from glue.reference import evaluate_expr
 

@@ -14,8 +14,9 @@ import pytest
 
 from base.plan import EVENT_TIME, JoinBound, Source, WindowJoin, from_json, output_columns, to_json
 from base.window_join import Buffers
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import WindowJoinOp, build, rows_of, view_batch
+from dsp.operators.build import build, rows_of, view_batch
+from dsp.operators.expressions import arrow_schema
+from dsp.operators.window_join import WindowJoinOp
 from glue.analyzer import analyze
 from glue.catalog import exported_view
 from glue.planner import plan_query

@@ -70,7 +70,7 @@ def test_a_standby_node_process_becomes_the_node_its_supervisor_names(spark, mon
     import io
     import json
 
-    from dsp import faults
+    from dsp.runtime import faults
     from services.cli import standby_args
 
     monkeypatch.setenv("HIFI_NODE_ID", "")

@@ -11,8 +11,9 @@ import pyarrow as pa
 import pytest
 
 from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import BOUND_Z, build, rows_of
+from dsp.operators.aggregate import BOUND_Z
+from dsp.operators.build import build, rows_of
+from dsp.operators.expressions import arrow_schema
 from dsp.triage import MIN_SAMPLE, Triage, read_budget_ms, sampled
 from glue.analyzer import analyze
 from glue.planner import plan_query

@@ -32,8 +32,8 @@ from services.node import RECONCILE_INTERVAL_S
 from services.part_signing import PartSigner
 from services.placement import TOPIC_GRACE_MS
 from tests.conftest import running_hierarchy, topic_names, wait_for
-from wire import bus
 from wire.codec import from_value
+from wire.kafka import consumers
 from wire.topics import raw_topic, view_topic
 
 TOPOLOGY = """
@@ -187,7 +187,7 @@ def test_every_grpc_method_refuses_a_caller_without_the_right_and_changes_nothin
     assert hierarchy.mdr.retired_topics(cancelled + TOPIC_GRACE_MS + 1) == []
     # their records are gone (a reader still asking about one may have the embedded broker make it
     # again, empty), the standing views' topics are not
-    assert all(bus.topic_bytes(hierarchy.bootstrap, [t]) == 0 for t in ended & topic_names(hierarchy.bootstrap))
+    assert all(consumers.topic_bytes(hierarchy.bootstrap, [t]) == 0 for t in ended & topic_names(hierarchy.bootstrap))
     assert view_topic("tr-a", "door_reads") in topic_names(hierarchy.bootstrap)
     # what the cancel ended leaves no metric series and no delivery fence behind
     series = [m for node in hierarchy.nodes.values() for m in node.metrics.registry.collect()

@@ -1,20 +1,20 @@
-"""A node's constrained uplink (dsp.uplink) on the real broker: a message of a higher priority
+"""A node's constrained uplink (dsp.runtime.uplink) on the real broker: a message of a higher priority
 overtakes a flood of lower ones, the link's rate holds, and what waits survives a restart."""
 
 from __future__ import annotations
 
 import time
 
-from dsp.uplink import BURST_S, Uplink
+from dsp.runtime.uplink import BURST_S, Uplink
 from tests.conftest import topic_records, wait_for
-from wire import bus
+from wire.kafka import admin
 
 RATE = 20_000   # bytes/s
 
 
 def test_a_higher_priority_overtakes_a_flood_at_the_links_rate_and_what_waits_survives_a_restart(servers, tmp_path):
     link = f"hifi.test.uplink.{int(time.time() * 1000)}"
-    bus.ensure_topics(servers.bootstrap, [link])   # one partition: its order is the order things went
+    admin.ensure_topics(servers.bootstrap, [link])   # one partition: its order is the order things went
     uplink = Uplink(str(tmp_path / "uplink"), RATE, servers.bootstrap)
     started = time.monotonic()
     for n in range(100):   # 100 KB: five seconds of the link

@@ -2,7 +2,7 @@
 
 Raw RFID read cycles and sensor batches are validated here against wire.intake's rules; a
 record that fails carries the reason, which the node's ingest dead-letters to `hifi.dead.<node>`
-(see dsp.kafka_source). Nothing here raises on a record's content: a reader must go on past it.
+(see dsp.spark.kafka_source). Nothing here raises on a record's content: a reader must go on past it.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def decode_cycles(records: Sequence[RawCycle], partition: int, heartbeat: bool =
 def rows_table(rows: list[tuple], weights: list[int], triaged_to: int | None = None) -> pa.Table:
     """Row tuples (RAW_RFID_COLUMNS) with each row's weight; `triaged_to`: the last row names the
     range sampled, up to there."""
-    decoded = pa.array(rows, type=_DECODED)   # in C++ (see dsp.kafka_source._to_arrow)
+    decoded = pa.array(rows, type=_DECODED)   # in C++ (see dsp.spark.kafka_source._to_arrow)
     until: list[int | None] = [None] * len(rows)
     if triaged_to is not None:
         until[-1] = triaged_to

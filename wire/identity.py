@@ -163,7 +163,7 @@ def named_readers(readers: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     return checked_readers(readers)
 
 
-# A query's lane on constrained uplinks (dsp.uplink: a lane, and its spool, per priority): operators
+# A query's lane on constrained uplinks (dsp.runtime.uplink: a lane, and its spool, per priority): operators
 # may put a query ahead of the topology's views (alerts run at up to a few); a user only behind them.
 OPERATOR_PRIORITIES = range(-100, 101)
 USER_PRIORITIES = range(-100, 1)

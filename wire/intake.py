@@ -1,6 +1,6 @@
 """What a node accepts from its input topics: the checks every record passes or fails. Pure.
 
-Every reader of an input topic (dsp.kafka_source) applies these same rules, and each rule depends
+Every reader of an input topic (dsp.spark.kafka_source) applies these same rules, and each rule depends
 only on the record and the log before it, so every query reading a topic, and every replay of a
 micro-batch, decides alike:
 - a reading's receptor must be registered, and owned by the edge node that reads it;
@@ -92,7 +92,7 @@ class RecentCycles:
     """The read cycles a partition carried over a span [lo, hi) of its offsets, shared by every
     query reading it in one process. A cycle at offset o is a duplicate exactly when the same
     (receptor, cycle, time) stands at an offset in [o - lookback, o): a decision that depends on the
-    log alone, so each reader, and each replay, decides alike (dsp.kafka_source keeps the span
+    log alone, so each reader, and each replay, decides alike (dsp.spark.kafka_source keeps the span
     covering [start - lookback, start) of every range it reads: a range another worker read is a
     short gap to fill, not the whole look-back)."""
 

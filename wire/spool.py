@@ -1,6 +1,6 @@
 """A bounded first-in first-out store of Kafka records on local disk: what a receptor agent keeps
 while its broker is unreachable (edge.outbox forwards it, in order, once the broker is back), and
-what a node's parts wait in for its constrained uplink (dsp.uplink, a spool per priority).
+what a node's parts wait in for its constrained uplink (dsp.runtime.uplink, a spool per priority).
 
 One append-only file of records and a small file holding the position of the first record not
 yet forwarded; both go once everything is forwarded. A spool left by an agent that stopped is

@@ -2,7 +2,7 @@
 
 Spark's Kafka connector (`spark-sql-kafka-0-10`, fetched by set-up: deploy/jvm/spark) reads the
 records of the batch's offset ranges in the JVM; each task's Python worker decodes its records
-(`mapInArrow`) with the form's decoder (dsp.kafka_source.RangeDecoder: the intake checks, dead
+(`mapInArrow`) with the form's decoder (dsp.spark.kafka_source.RangeDecoder: the intake checks, dead
 letters and ingest counts of every other read), so a batch is a DataFrame of the form's rows that
 Spark's operators compute on (dsp.spark.partials). The protobuf is decoded in Python rather than
 by `from_protobuf` in the JVM: Maven Central serves no `spark-protobuf` to this project's machines.
@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
-from dsp.kafka_source import KafkaDataSource, KafkaStreamReader, OffsetRange
-from dsp.topic_batch import TOPIC_COLUMN
-from wire import bus
-from wire.range_fetch import Record
+from dsp.operators.topic_batch import TOPIC_COLUMN
+from dsp.spark.kafka_source import KafkaDataSource, KafkaStreamReader, OffsetRange
+from wire.kafka import config
+from wire.kafka.ranges import Record
 
 Offsets = Mapping[str, int]   # "topic:partition" -> offset
 RECORDS_PER_TASK = KafkaStreamReader.RECORDS_PER_TASK   # a partition's batch: tasks of at least this many records
@@ -38,7 +38,7 @@ GROUP_PREFIX = "hifi-spark"   # the consumers' group ids begin so (the broker's 
 
 
 def java_client_options(bootstrap: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The Kafka source's client settings: the process's broker and credentials (wire.bus.
+    """The Kafka source's client settings: the process's broker and credentials (wire.kafka.
     client_security), as the Java client spells them.
 
     >>> options = java_client_options("b:9092", {"HIFI_KAFKA_USERNAME": "node-d1", "HIFI_KAFKA_PASSWORD": 'p"q',
@@ -50,7 +50,7 @@ def java_client_options(bootstrap: str, environ: Mapping[str, str] | None = None
     >>> java_client_options("b:9092", {})
     {'kafka.bootstrap.servers': 'b:9092'}
     """
-    security = bus.client_security(environ)
+    security = config.client_security(environ)
     options = {"kafka.bootstrap.servers": bootstrap}
     if not security:
         return options
@@ -109,7 +109,7 @@ def group_id(node_id: str, form: str) -> str:
 
 def read_form(spark: SparkSession, options: Mapping[str, str], start: Offsets, end: Offsets,
               archive_to: str = "", group: str = "") -> DataFrame:
-    """Form `options`' (a `hifi_kafka` source's options: dsp.kafka_source) records from `start` to
+    """Form `options`' (a `hifi_kafka` source's options: dsp.spark.kafka_source) records from `start` to
     `end` as a DataFrame of its rows, read and decoded by Spark's tasks; `archive_to`: a folder
     where the tasks also write the rows they decode (`archived`), for the node's archive; `group`:
     the consumers' group (`group_id`; by default a new one a read)."""
@@ -148,7 +148,7 @@ class Decode:
 
 def archived(folder: str) -> dict[str, str]:
     """The topics whose rows the tasks wrote under `folder` (read_form's `archive_to`), and each
-    one's folder of Parquet files (dsp.archive.Archive.adopt takes them)."""
+    one's folder of Parquet files (dsp.runtime.archive.Archive.adopt takes them)."""
     prefix = f"{TOPIC_COLUMN}="
     names = os.listdir(folder) if os.path.isdir(folder) else []
     return {urllib.parse.unquote(name[len(prefix):]): os.path.join(folder, name)

@@ -1,4 +1,4 @@
-"""A part's per-batch work computed by Spark: the twin of dsp.engine's driver path for large batches.
+"""A part's per-batch work computed by Spark: the twin of dsp.operators's driver path for large batches.
 
 A part whose root is an Aggregate over sources, filters, projections, lookup joins and unions
 (`computable`) need not see its batch's rows: Spark computes the stateless prefix and the
@@ -39,27 +39,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from base.plan import PROGRESS_COLUMN, LookupJoin
-from dsp.compiler import compile_expr, compiles, spark_type
-from dsp.engine import (
-    ROW_BY_ROW,
-    WEIGHT,
-    WINDOW_COLUMN,
-    AggregateOp,
-    ChangesOp,
-    FilterOp,
-    LookupJoinOp,
-    Operator,
-    Partial,
-    ProjectOp,
-    QualifyOp,
-    SourceOp,
-    SourceProgress,
-    UnionOp,
-    advance_topics,
-    group_rows,
-)
+from dsp.operators.aggregate import ROW_BY_ROW, WINDOW_COLUMN, AggregateOp, Partial, advance_topics, group_rows
+from dsp.operators.changes import ChangesOp
+from dsp.operators.core import WEIGHT, Operator
+from dsp.operators.quality import QualifyOp
+from dsp.operators.rowwise import FilterOp, LookupJoinOp, ProjectOp, UnionOp
+from dsp.operators.source import SourceOp, SourceProgress
+from dsp.operators.topic_batch import TOPIC_COLUMN
 from dsp.spark import rounds
-from dsp.topic_batch import TOPIC_COLUMN
+from dsp.spark.compiler import compile_expr, compiles, spark_type
 
 LATE = "__late"
 
@@ -439,7 +427,7 @@ def _by_is(largest: SparkColumn):
 
 def write_by_topic(frame: DataFrame, topics: Sequence[str], folder: str) -> dict[str, str]:
     """The batch's rows written by Spark's tasks under `folder`, a Parquet folder per topic (the
-    topic column dropped); topic -> its folder (dsp.archive.Archive.adopt takes them)."""
+    topic column dropped); topic -> its folder (dsp.runtime.archive.Archive.adopt takes them)."""
     if TOPIC_COLUMN in frame.columns:
         frame.write.partitionBy(TOPIC_COLUMN).parquet(folder)
     elif len(topics) == 1:
@@ -459,7 +447,7 @@ class SparkBatches:
     of `min_records` records or more if HIFI_SPARK_BATCH_RECORDS sets it, else none (see
     docs/architecture.md for the measurement: on this 2-core machine the driver's path is faster
     at every size, Spark's jobs competing with it for the same cores). A local node whose large
-    batches go to Spark reads them without handing rows over in files (dsp.kafka_source). A part's
+    batches go to Spark reads them without handing rows over in files (dsp.spark.kafka_source). A part's
     past (dsp.spark.past): on a cluster always, locally a past of `past_minutes` or more
     (HIFI_SPARK_PAST_MINUTES, default 30; 0: never). Measured with `hifi bench past` (an hour of
     archive, one run): at 200 readings/s the driver took 21.4 s, Spark 17.9 s; at 2 000/s 96.4 s

@@ -1,8 +1,8 @@
-"""The past on Spark: a part's archived batches (dsp.archive) read by Spark as one batch.
+"""The past on Spark: a part's archived batches (dsp.runtime.archive) read by Spark as one batch.
 
 A part deployed over the past (`hifi query --since`, a replay) is first fed what the readers it
-joins archived from then on (dsp.history_feed). The driver's path reads the archive batch by
-batch and pushes each (dsp.engine). When Spark computes the part (`spark_partials.computable`,
+joins archived from then on (dsp.runtime.history_feed). The driver's path reads the archive batch by
+batch and pushes each (dsp.operators). When Spark computes the part (`spark_partials.computable`,
 and `SparkBatches.past`), Spark reads the archive's Parquet files themselves — each batch's file
 or folder, a closed hour's compacted file whole — as one DataFrame with each row's topic, and the
 part takes it as one batch (`spark_partials.push(..., together=True)`): the partials are computed
@@ -12,7 +12,7 @@ stream at the next batch as on the driver's path.
 Late rows: as one batch, no row of the past is late against another: every archived row is in
 its window, and every row is judged against the bound the part had before its past (none, for a
 new part). The driver's path keeps the rows that came up to the latest lateness the archive shows
-(capped at 10 minutes: dsp.history_feed's HISTORY_LATENESS_CAP_MS), so the two differ only for a row
+(capped at 10 minutes: dsp.runtime.history_feed's HISTORY_LATENESS_CAP_MS), so the two differ only for a row
 that came over 10 minutes late, which the intake refuses by default (its max_behind).
 """
 
@@ -25,12 +25,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from dsp.topic_batch import TOPIC_COLUMN
+from dsp.operators.topic_batch import TOPIC_COLUMN
 
 
 def archived_frame(spark: SparkSession, stored: Sequence[tuple[str, str | pa.Table]],
                    topics_of: Mapping[str, Sequence[str]]) -> DataFrame | None:
-    """One DataFrame of the archived batches `stored` names (dsp.archive.Archive.stored: paths
+    """One DataFrame of the archived batches `stored` names (dsp.runtime.archive.Archive.stored: paths
     Spark reads, tables of a compacted hour's row groups), each row with its topic in the topic
     column: a whole batch's file has it (only `topics_of` its key's rows are kept), a topic's
     file is its key's one topic's; None when there is none."""

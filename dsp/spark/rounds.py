@@ -1,4 +1,4 @@
-"""A micro-batch's Spark jobs, shared by the lanes of the process's stream (dsp.process_stream).
+"""A micro-batch's Spark jobs, shared by the lanes of the process's stream (dsp.runtime.process_stream).
 
 Each lane (a node's stream) asks Spark for the rows of some DataFrames — its forms' statistics,
 its parts' partials — at the same points of its batch. Rather than a job per ask, the asks of

@@ -19,9 +19,9 @@ from pyspark.core import context as pyspark_context
 from pyspark.sql import SparkSession
 
 from base.jar_sets import jars_of
-from dsp.kafka_source import KafkaDataSource
-from wire import bus
+from dsp.spark.kafka_source import KafkaDataSource
 from wire.errors import HiFiError
+from wire.kafka import config
 
 _lock = threading.Lock()
 
@@ -99,14 +99,14 @@ def cluster_share(master: str, environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def executor_kafka_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The driver's Kafka credentials (wire.bus.client_security) for its executors' Python
+    """The driver's Kafka credentials (wire.kafka.config.client_security) for its executors' Python
     workers, which read the topics: a cluster's executors do not inherit the driver's environment.
     Spark's UI and logs redact the password (its name matches spark.redaction.regex).
 
     >>> executor_kafka_environment({"HIFI_KAFKA_USERNAME": "node-door1", "PATH": "/bin"})
     {'spark.executorEnv.HIFI_KAFKA_USERNAME': 'node-door1'}
     """
-    return {f"spark.executorEnv.{name}": environ[name] for name in bus.CLIENT_VARIABLES if environ.get(name)}
+    return {f"spark.executorEnv.{name}": environ[name] for name in config.CLIENT_VARIABLES if environ.get(name)}
 
 
 def event_log(environ: Mapping[str, str]) -> dict[str, str]:
@@ -231,7 +231,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
 def stop_session() -> None:
     """Stop the process's Spark session, if one runs (its markers' listener detached first: a
     Python listener still attached can hang the context's stop)."""
-    from dsp.progress import detach_markers
+    from dsp.spark.progress import detach_markers
 
     session = SparkSession.getActiveSession()
     if session is not None:
@@ -287,7 +287,7 @@ def write_class_archive() -> None:
 
 
 def _archive_child(writing: str) -> None:
-    from dsp.compiler import CompileContext, topic_reader
+    from dsp.spark.compiler import CompileContext, topic_reader
     from wire.intake import IntakeRules
 
     spark = spark_session("hifi-class-archive", archive_at_exit=writing)

@@ -25,10 +25,10 @@ import importlib.machinery
 import sys
 import zipimport
 
-# what a reader's task imports (dsp.kafka_source, and through it wire, protos and both Kafka
+# what a reader's task imports (dsp.spark.kafka_source, and through it wire, protos and both Kafka
 # clients), and what it imports late: the pyarrow.compute of its hot path and the MDR client of its
 # ingest statistics
-WORKER_MODULES = ("dsp.kafka_source", "pyarrow.compute", "mdr.repository")
+WORKER_MODULES = ("dsp.spark.kafka_source", "pyarrow.compute", "mdr.repository")
 
 
 def preload() -> None:

@@ -3,7 +3,7 @@ selective first, each estimated from its motes' own histograms of recent values 
 in the catalog from the MDR). Pure.
 
 The shared runtime evaluates a filter term by term on the rows the earlier terms kept
-(dsp.engine.FilterOp), so the most selective first does the least work; the answer is the same
+(dsp.operators.rowwise.FilterOp), so the most selective first does the least work; the answer is the same
 in any order. A term the histograms cannot estimate keeps its written place after the estimated ones.
 """
 

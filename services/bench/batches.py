@@ -3,7 +3,7 @@
 For each backlog size (`--backlogs`, readings), one node's shared runtime in this process drains a
 raw topic holding that many readings (the supply-chain mix, capacity.mixed_cycles) with a windowed
 count of readings per receptor, twice: the **driver's path** (the readers hand their rows over in
-files and the driver's Arrow engine computes, dsp.engine) and **Spark's** (HIFI_SPARK_BATCH_RECORDS=1:
+files and the driver's Arrow engine computes, dsp.operators) and **Spark's** (HIFI_SPARK_BATCH_RECORDS=1:
 Spark computes the part's partials over the batch's DataFrame and its tasks archive it,
 dsp.spark.partials). Printed per size and path: seconds from the deploy to the last window's count
 and the CPU-seconds of this process tree meanwhile (driver, JVM, Python workers), and whether the
@@ -54,12 +54,12 @@ def _publish(bootstrap: str, topic: str, backlog: int, start_ms: int, first: int
     """About `backlog` readings of the supply-chain mix, stamped 50 read cycles a millisecond from
     `start_ms`, numbered from `first` (intake drops a cycle number it has seen); how many."""
     from services.bench.capacity import mixed_cycles
-    from wire import bus
     from wire.codec import encode_read_cycle
+    from wire.kafka import producers
 
     total, n = 0, first
     pool = mixed_cycles(list(RECEPTORS), 4_000)
-    producer = bus.make_producer(bootstrap)
+    producer = producers.make_producer(bootstrap)
     while total < backlog:
         receptor, reads = pool[n % len(pool)]
         key, value = encode_read_cycle(receptor, n, start_ms + (n - first) // 50, reads)
@@ -73,14 +73,14 @@ def _publish(bootstrap: str, topic: str, backlog: int, start_ms: int, first: int
 def _drain(spark, bootstrap: str, backlog: int, path: str) -> Drain:
     from base.part_spec import PartSpec
     from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
-    from dsp.shared import SharedRuntime
+    from dsp.runtime.shared import SharedRuntime
     from services.bench.runtime import tree_cpu_s
     from services.judge import topic_rows
-    from wire import bus
+    from wire.kafka import admin
 
     node = f"bb{backlog}{path[0]}"
     raw, out = f"hifi.raw.{node}", f"hifi.rqs.count.{node}"
-    bus.ensure_topics(bootstrap, [raw, out, f"hifi.dead.{node}"])
+    admin.ensure_topics(bootstrap, [raw, out, f"hifi.dead.{node}"])
     start_ms = int(time.time() * 1000) - 120_000   # inside the intake's 10 minutes behind
     published = _publish(bootstrap, raw, backlog, start_ms)
     _publish(bootstrap, raw, 1, start_ms + 60_000, first=10**9)   # a minute on: closes every window before it

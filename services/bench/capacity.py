@@ -10,8 +10,8 @@ the lag over the step's second half never exceeds two trigger intervals (flat: t
 the steps stop at the first rate not held, and the headline is the highest rate held.
 
 Beside it, measured in the same run over the same topic (the last FLOOR_RECORDS records the steps
-published) in one process: librdkafka fetching the topic (the client the node's readers use, wire.range_fetch), and
-librdkafka fetching plus the node's own decode (dsp.kafka_source's reader, intake checks
+published) in one process: librdkafka fetching the topic (the client the node's readers use, wire.kafka.ranges), and
+librdkafka fetching plus the node's own decode (dsp.spark.kafka_source's reader, intake checks
 included). The node runs its reads in two Spark tasks; the floors are one process each.
 The hierarchy's cores during each step are read from /proc (the publisher, broker and Redis left out).
 
@@ -189,17 +189,17 @@ class _ReaderWatch:
     """How far the edge's stream is behind its raw topic's end, in records."""
 
     def __init__(self, hierarchy, edge: str, topic: str, bootstrap: str) -> None:
-        from dsp.node_inputs import stream_key
+        from dsp.runtime.inputs import stream_key
 
         self.runtime = hierarchy.nodes[edge].dsp
         self.reader = stream_key()
         self.topic, self.bootstrap = topic, bootstrap
 
     def behind(self) -> int:
-        from wire import bus
+        from wire.kafka import offsets
 
         read = dict(self.runtime.checkpoint.positions.get(self.reader, {}))   # where its last batch ended
-        ends = bus.current_ends(self.bootstrap, [self.topic])
+        ends = offsets.current_ends(self.bootstrap, [self.topic])
         return sum(max(0, end - int(read.get(key, 0))) for key, end in ends.items())
 
 
@@ -236,18 +236,19 @@ def floors(bootstrap: str, topic: str) -> tuple[int, float, float]:
     the node's reader), each one timed pass over the topic's last FLOOR_RECORDS records in this
     process, after an untimed pass that counts the readings (and warms the broker's cache for both
     alike)."""
-    from dsp.kafka_source import OffsetRange, local_reader
+    from dsp.spark.kafka_source import OffsetRange, local_reader
     from protos import hifi_pb2
-    from wire import bus, range_fetch
+    from wire.kafka import offsets
+    from wire.kafka.ranges import read_range
 
-    ends = bus.current_ends(bootstrap, [topic])
+    ends = offsets.current_ends(bootstrap, [topic])
     ranges = [(int(key.rpartition(":")[2]), max(0, end - FLOOR_RECORDS // len(ends)), end) for key, end in ends.items()]
     readings = sum(len(hifi_pb2.RfidReadCycle.FromString(record.value).reads)
                    for partition, start, end in ranges
-                   for record in range_fetch.read_range(bootstrap, topic, partition, start, end) if record.value)
+                   for record in read_range(bootstrap, topic, partition, start, end) if record.value)
     started = time.monotonic()
     for partition, start, end in ranges:
-        for _ in range_fetch.read_range(bootstrap, topic, partition, start, end):
+        for _ in read_range(bootstrap, topic, partition, start, end):
             pass
     fetch_s, started = time.monotonic() - started, time.monotonic()
     reader = local_reader({"bootstrap": bootstrap, "topics": topic, "format": "rfid"})

@@ -8,7 +8,7 @@ runs throughout, and the faults come one after another, each followed by `settle
 
   kill -9 of an edge           SIGKILL of edge-a
   kill -9 of an aggregation    SIGKILL of agg, the query's root
-  crash between flush and fence  edge-b started with HIFI_FAULT=after-flush@<t> (dsp.faults): it
+  crash between flush and fence  edge-b started with HIFI_FAULT=after-flush@<t> (dsp.runtime.faults): it
                                dies right after a micro-batch's rows went out, before recording it
   broker unreachable 30 s      the embedded broker frozen (SIGSTOP) for BROKER_DOWN_S, then let
                                go: the agents spool what it does not take (edge.outbox) and
@@ -118,7 +118,7 @@ def committed_rows(bootstrap: str, topic: str, timeout_s: float = 60.0) -> list[
     from confluent_kafka import Consumer, TopicPartition
 
     from protos import hifi_pb2
-    from wire.range_fetch import librdkafka_client
+    from wire.kafka.config import librdkafka_client
 
     consumer = Consumer({**librdkafka_client(bootstrap), "group.id": "hifi-chaos-judge", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "enable.partition.eof": True})

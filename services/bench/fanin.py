@@ -14,7 +14,7 @@ the warehouse, its partials pushed down). After `settle` seconds, for `duration`
   lateness and the readers' cycle before it; and what the warehouse added (its emit after the last
   door's emit of the same window end, p50 / max): how far it is behind its inputs, window by window;
 - the warehouse's two lag gauges, sampled every half second: its input lag (how long its input
-  waited for it: dsp.node_inputs.RecentInput), which says whether it keeps up, and its event-time
+  waited for it: dsp.runtime.inputs.RecentInput), which says whether it keeps up, and its event-time
   lag (services.node_gauges: now - the newest window end it emitted), which saws by a window (2 s)
   above the doors' own delay, so it says how fresh the warehouse's answers are;
 - the Spark streaming queries the warehouse ran to read its children.
@@ -173,7 +173,7 @@ def window_closes(doors: Sequence[Mapping[int, int]]) -> dict[int, int]:
 def sampling_lag(node) -> Iterator[dict[str, list[float]]]:
     """The node's lag gauges (services.node_gauges), read from the MDR every half second while the
     block runs: `lag_ms` (now - the newest event time it emitted) and `input_lag_ms` (how long its
-    input waited for it: dsp.node_inputs.RecentInput)."""
+    input waited for it: dsp.runtime.inputs.RecentInput)."""
     found: dict[str, list[float]] = {"lag_ms": [], "input_lag_ms": []}
     done = threading.Event()
 
@@ -231,10 +231,10 @@ def emulate_children(bootstrap: str, children: list[tuple[str, str, str]], colum
     of its own). The rows sent."""
     import datetime as dt
 
-    from dsp.kafka_sink import new_run, send_marker, send_rows
-    from wire import bus
+    from dsp.spark.kafka_sink import new_run, send_marker, send_rows
+    from wire.kafka import producers
 
-    producer, run, sent = bus.make_producer(bootstrap, linger_ms=5), new_run(), 0
+    producer, run, sent = producers.make_producer(bootstrap, linger_ms=5), new_run(), 0
     share = max(1, TAGS_PER_WINDOW // len(children))
     batch, started = 0, time.time()
     window = int(started * 1000) // WINDOW_MS * WINDOW_MS + WINDOW_MS   # the first whole window's start
@@ -250,7 +250,7 @@ def emulate_children(bootstrap: str, children: list[tuple[str, str, str]], colum
             futures += send_rows(producer, topic, node, stream, columns, [row], 2 * batch + 1, run)
             futures.append(send_marker(producer, topic, node, stream, 2 * batch + 2, end, run))
             sent += 1
-        bus.deliver(producer, futures)
+        producers.deliver(producer, futures)
         window, batch = end, batch + 1
     producer.close()
     return sent

@@ -65,7 +65,7 @@ def run_lag_bench(topology: Topology, slides_s: list[float], duration_s: float,
                   progress: Callable[[str], None]) -> list[LagFigures]:
     from services.embedded import embedded_or_external
     from services.hierarchy import Hierarchy
-    from wire import bus
+    from wire.kafka import consumers
 
     results = []
     with embedded_or_external() as servers:
@@ -82,13 +82,13 @@ def run_lag_bench(topology: Topology, slides_s: list[float], duration_s: float,
                     since = plan.start_ms or 0  # the query answers windows from its start on
                     progress(f"{mode}, slide {slide:g} s: running {duration_s:.0f} s ({plan.placement.root} root)")
                     time.sleep(duration_s)
-                    consumer = bus.make_consumer(servers.bootstrap)
+                    consumer = consumers.make_consumer(servers.bootstrap)
                     by_role: dict[str, list[dict[int, int]]] = defaultdict(list)
                     try:
                         for task in plan.tasks:
-                            tps = bus.partitions_of(consumer, [task.topic])
-                            ends = bus.end_offsets(consumer, tps)
-                            records = [r for tp in tps for r in bus.read_range(consumer, tp, 0, ends[tp])]
+                            tps = consumers.partitions_of(consumer, [task.topic])
+                            ends = consumers.end_offsets(consumer, tps)
+                            records = [r for tp in tps for r in consumers.poll_range(consumer, tp, 0, ends[tp])]
                             by_role[task.role].append(first_emits(records))
                     finally:
                         consumer.close()

@@ -3,9 +3,9 @@
 For each rate (`--rates`, readings a second), one node's shared runtime in this process, with a
 live count over its raw topic (so its raw reader runs), is given a synthetic closed hour of
 archive: a batch every half second (a reader's trigger) of that rate's readings, 4 receptors,
-compacted as a node compacts an hour once it has passed (dsp.archive). Then a query over the past
+compacted as a node compacts an hour once it has passed (dsp.runtime.archive). Then a query over the past
 (a windowed count of readings per receptor from the hour's start) is deployed twice, by the
-driver's path (the archive read batch by batch and pushed through dsp.engine) and by Spark's
+driver's path (the archive read batch by batch and pushed through dsp.operators) and by Spark's
 (dsp.spark.past: Spark reads the Parquet files as one batch and computes the partials). Printed per
 rate and path: seconds of the deploy (the whole past fed), this process tree's CPU-seconds
 meanwhile, the windows and readings its answer counted, and whether the two answers are the same
@@ -77,17 +77,17 @@ def hour_batch(rate: int, batch: int, start_ms: int) -> pa.Table:
 def _both_paths(spark, bootstrap: str, rate: int, progress: Callable[[str], None]) -> list[PastRun]:
     from base.part_spec import PartSpec
     from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, Source, Window
-    from dsp.archive import hour_of
-    from dsp.shared import SharedRuntime
+    from dsp.runtime.archive import hour_of
+    from dsp.runtime.shared import SharedRuntime
     from dsp.spark.partials import SparkBatches
     from services.bench.runtime import tree_cpu_s
     from services.judge import topic_rows
-    from wire import bus
+    from wire.kafka import admin
 
     node = f"bp{rate}"
     raw = f"hifi.raw.{node}"
     outs = {path: f"hifi.rqs.past{path}.{node}" for path in ("driver", "spark", "live")}
-    bus.ensure_topics(bootstrap, [raw, *outs.values(), f"hifi.dead.{node}"])
+    admin.ensure_topics(bootstrap, [raw, *outs.values(), f"hifi.dead.{node}"])
     runtime = SharedRuntime(spark, node, bootstrap, tempfile.mkdtemp(prefix="hifi-bench-past-"), trigger_ms=1000)
     source = Source((raw,), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 0)
     plan = Aggregate(source, ("receptor_id",), (AggSpec("n", "count"),), None, Window(WINDOW_MS, WINDOW_MS))

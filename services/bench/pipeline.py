@@ -30,7 +30,7 @@ from edge.truth import CountMiss, count_misses, covered_windows, read_cycles, re
 from glue.standing import crossing_topics, standing_views
 from glue.topology import Topology
 from services.bench.report import figures_table, percentile
-from wire import bus
+from wire.kafka import consumers
 from wire.topics import raw_topic, view_topic
 from wire.windows import duration_ms
 
@@ -141,7 +141,7 @@ def run_pipeline_bench(topology: Topology, duration_s: float, progress: Callable
             consumed = sum(int(hierarchy.mdr.stats(n).get("rows_in", 0)) for n in edge_nodes)
             run_s = max((agent.stats.stopped_ms - agent.stats.started_ms) / 1000, 1e-9)
             truth = read_jsonl(hierarchy.readings_path)
-            bytes_per_s = {flow: bus.topic_bytes(servers.bootstrap, topics) / run_s
+            bytes_per_s = {flow: consumers.topic_bytes(servers.bootstrap, topics) / run_s
                            for flow, topics in tier_topics(topology).items()}
             archive = archive_per_tier(topology, {n: hierarchy.mdr.stats(n) for n in topology.nodes}, run_s)
         finally:
@@ -185,7 +185,7 @@ def level_views(topology: Topology) -> dict[str, list[str]]:
 
 def archive_per_tier(topology: Topology, stats: dict[str, dict[str, float]], run_s: float
                      ) -> dict[str, tuple[float, float]]:
-    """Per tier: bytes/s its nodes archived (dsp.archive) and the mean time a batch's archiving took."""
+    """Per tier: bytes/s its nodes archived (dsp.runtime.archive) and the mean time a batch's archiving took."""
     found = {}
     for tier in ("edge", "aggregation", "core"):
         nodes = [stats.get(n, {}) for n, spec in topology.nodes.items() if spec.tier == tier]

@@ -1,5 +1,5 @@
 """`hifi bench priority`: alert latency over a constrained link, alone, beside a flood of detail
-with priorities, and beside it without (dsp.uplink).
+with priorities, and beside it without (dsp.runtime.uplink).
 
 The small topology (two dock doors under a core) with each door's uplink limited to a byte rate
 below what the flood needs. An alert (strong reads, a few a second) and a flood (every reading)

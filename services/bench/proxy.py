@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, RAW_STREAMS, Filter, Source
-from dsp.arrow_exprs import arrow_schema
-from dsp.engine import build
+from dsp.operators.build import build
+from dsp.operators.expressions import arrow_schema
 from edge.agent import ReceptorAgent, replay_receptor
 from edge.intel_lab import load_intel_lab
 from edge.scenario import load_scenario

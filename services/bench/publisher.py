@@ -37,7 +37,7 @@ def publish(bootstrap: str, topic: str, pool: Sequence[Cycle], rate: float, seco
     from confluent_kafka import Producer
 
     from wire.codec import encode_read_cycle
-    from wire.range_fetch import librdkafka_client
+    from wire.kafka.config import librdkafka_client
 
     producer = Producer({**librdkafka_client(bootstrap), "linger.ms": 20,
                          "queue.buffering.max.messages": 1_000_000})

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from base.part_spec import PartSpec
 from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, Source
-from dsp.arrow_exprs import arrow_schema, timestamps
 from dsp.bottom_up import BottomUp
+from dsp.operators.expressions import arrow_schema, timestamps
 from glue.analyzer import analyze
 from glue.catalog import Catalog, exported_view
 from glue.planner import plan_query
