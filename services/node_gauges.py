@@ -40,7 +40,7 @@ class NodeGauges:
         queries = self.dsp.queries()
         failed = {q.query_id: {"status": q.status, "error": q.error, "restarts": q.restarts}
                   for q in queries if q.status == "failed"}
-        gauges = {**self.dsp.spark.progress(), "lag_ms": now_ms() - newest if newest else 0,
+        gauges = {**self.dsp.progress(), "lag_ms": now_ms() - newest if newest else 0,
                   "running_queries": len(queries), "failed_parts": len(failed),
                   **self._archive_gauges(), **self._uplink_gauges()}
         triaged = int(stats.get("triaged", 0))   # records its raw reader left out (dsp.triage)
@@ -51,14 +51,14 @@ class NodeGauges:
         self.mdr.put_round(self.node_id, failed, gauges, {key: now.get(key, 0.0) for key in HISTORY_FIELDS})
 
     def _archive_gauges(self) -> dict[str, float]:
-        archived = self.dsp.runtime.archive.usage
+        archived = self.dsp.archive.usage
         return {"archive_bytes": archived.bytes, "archive_batches": archived.batches,
                 "archive_ms_per_batch": round(archived.ms_per_batch, 3),
-                "archive_oldest_ms": self.dsp.runtime.archive.oldest_ms() or 0, "archive_failures": archived.failures,
+                "archive_oldest_ms": self.dsp.archive.oldest_ms() or 0, "archive_failures": archived.failures,
                 "archive_failed_from_ms": archived.failed_from_ms, "archive_failed_to_ms": archived.failed_to_ms}
 
     def _uplink_gauges(self) -> dict[str, float]:
-        uplink = self.dsp.runtime.uplink
+        uplink = self.dsp.uplink
         if uplink is None:
             return {}
         return {"uplink_queued_bytes": sum(uplink.queued_bytes().values()),
