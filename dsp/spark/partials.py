@@ -38,8 +38,8 @@ from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from base.plan import PROGRESS_COLUMN, LookupJoin
-from dsp.operators.aggregate import ROW_BY_ROW, WINDOW_COLUMN, AggregateOp, Partial, advance_topics, group_rows
+from base.plan import PROGRESS_COLUMN, AggSpec, LookupJoin, Source
+from dsp.operators.aggregate import ROW_BY_ROW, WINDOW_COLUMN, AggregateOp, advance_topics, group_rows
 from dsp.operators.changes import ChangesOp
 from dsp.operators.core import WEIGHT, Operator
 from dsp.operators.quality import QualifyOp
@@ -47,7 +47,9 @@ from dsp.operators.rowwise import FilterOp, LookupJoinOp, ProjectOp, UnionOp
 from dsp.operators.source import SourceOp, SourceProgress
 from dsp.operators.topic_batch import TOPIC_COLUMN
 from dsp.spark import rounds
+from dsp.spark.columns import cached
 from dsp.spark.compiler import compile_expr, compiles, spark_type
+from dsp.spark.rounds import quoted
 
 LATE = "__late"
 
@@ -83,7 +85,7 @@ def _prefix_computable(op: Operator) -> bool:
 
 
 def _ms(column: str) -> SparkColumn:
-    return F.unix_millis(F.col(column))
+    return cached(("ms", column), lambda: F.unix_millis(F.col(column)))
 
 
 @dataclass
@@ -103,10 +105,7 @@ class BatchOnSpark:
         names = frame.columns
         shapes = sorted({(s.plan.format, s.plan.event_time) for s in sources
                          if any(s.reads(topic, names) for topic in reader_topics)})
-        aggregates = [F.count(F.lit(1)).alias("rows")]
-        for fmt, event_time in shapes:
-            stats = _shape_stats(fmt, event_time, names)
-            aggregates += [agg.alias(f"{fmt}|{event_time}|{what}") for what, agg in stats]
+        aggregates = _stats_aggregates(tuple(shapes), tuple(names))
         tagged = TOPIC_COLUMN in names
         table = _rows_of(frame.groupBy(TOPIC_COLUMN).agg(*aggregates) if tagged else frame.agg(*aggregates))
         if tagged:
@@ -144,17 +143,36 @@ def _rows_of(frame: DataFrame) -> pa.Table:
 
 def _marker(names: Sequence[str]) -> SparkColumn:
     """Whether a row of a batch with columns `names` is a progress marker (SourceOp.push)."""
-    return F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)) if PROGRESS_COLUMN in names else F.lit(False)
+    marked = PROGRESS_COLUMN in names
+    return cached(("marker", marked),
+                  lambda: F.coalesce(F.col(PROGRESS_COLUMN), F.lit(False)) if marked else F.lit(False))
 
 
 def _valid_reading(names: Sequence[str]) -> SparkColumn:
     """Whether a raw RFID row is a reading a source keeps: no error, a tag (not a cycle's heartbeat)."""
-    valid = F.lit(True)
-    if "error" in names:
-        valid = valid & F.col("error").isNull()
-    if "tag_id" in names:
-        valid = valid & F.col("tag_id").isNotNull()
-    return valid
+    errors, tags = "error" in names, "tag_id" in names
+
+    def build() -> SparkColumn:
+        valid = F.lit(True)
+        if errors:
+            valid = valid & F.col("error").isNull()
+        if tags:
+            valid = valid & F.col("tag_id").isNotNull()
+        return valid
+
+    return cached(("valid", errors, tags), build)
+
+
+def _stats_aggregates(shapes: tuple[tuple[str, str], ...], names: tuple[str, ...]) -> list[SparkColumn]:
+    """The progress job's aggregates: the rows, and each source shape's (format, event time) statistics."""
+    def build() -> list[SparkColumn]:
+        aggregates = [F.count(F.lit(1)).alias("rows")]
+        for fmt, event_time in shapes:
+            stats = _shape_stats(fmt, event_time, names)
+            aggregates += [agg.alias(f"{fmt}|{event_time}|{what}") for what, agg in stats]
+        return aggregates
+
+    return cached(("stats", shapes, names), build)
 
 
 def _shape_stats(fmt: str, event_time: str, names: Sequence[str]) -> list[tuple[str, SparkColumn]]:
@@ -252,12 +270,10 @@ def _rows(op: Operator, batch: BatchOnSpark, topics: set[str], weighted: bool) -
     carried = [TOPIC_COLUMN, WEIGHT] if weighted else [TOPIC_COLUMN]
     if isinstance(op, FilterOp):
         for term in op.terms:   # in the plan's order, as the driver's path (NULL is not true)
-            rows = rows.where(compile_expr(term))
+            rows = rows.where(cached(("term", term), functools.partial(compile_expr, term)))
         return rows
     if isinstance(op, ProjectOp):
-        outputs = zip(op.plan.outputs, op.columns, strict=True)
-        return rows.select(*[compile_expr(expr).cast(spark_type(kind)).alias(name)
-                             for (name, expr), (_, kind) in outputs], *carried)
+        return rows.select(*_projected(op.plan.outputs, tuple(op.columns), tuple(carried)))
     assert isinstance(op, LookupJoinOp)
     key_type = spark_type(dict(op.child.columns)[op.plan.on])
     found = _lookup(op.plan, key_type, tuple(tuple(row) for row in op.rows))
@@ -270,6 +286,15 @@ def _rows(op: Operator, batch: BatchOnSpark, topics: set[str], weighted: bool) -
         taken = {name: F.col(name) for name, _ in op.child.columns}
         taken |= {name: F.col("__match")[name] for name, _ in op.plan.columns}
     return rows.select(*[taken[name].cast(spark_type(kind)).alias(name) for name, kind in op.columns], *carried)
+
+
+def _projected(outputs: tuple, columns: tuple[tuple[str, str], ...], carried: tuple[str, ...]) -> list[SparkColumn]:
+    """A projection's Columns (each output cast to its type), then the carried columns."""
+    def build() -> list[SparkColumn]:
+        return [*[compile_expr(expr).cast(spark_type(kind)).alias(name)
+                  for (name, expr), (_, kind) in zip(outputs, columns, strict=True)], *map(F.col, carried)]
+
+    return cached(("project", outputs, columns, carried), build)
 
 
 LOOKUP_LITERAL_ROWS = 10_000   # a relation this small is a map in the plan: no join, no broadcast job
@@ -292,26 +317,35 @@ def _lookup(join: LookupJoin, key_type: str, rows: tuple[tuple, ...]) -> SparkCo
 
 def _source_rows(source: SourceOp, batch: BatchOnSpark, topics: set[str], weighted: bool) -> DataFrame | None:
     frame, names = batch.frame, batch.names
-    mine = sorted(t for t in topics if source.reads(t, names))
+    mine = tuple(sorted(t for t in topics if source.reads(t, names)))
     if not mine:
         return None
     if TOPIC_COLUMN in names:
-        rows = frame.where(F.col(TOPIC_COLUMN).isin(mine))
+        rows = frame.where(cached(("topics", mine), lambda: F.col(TOPIC_COLUMN).isin(list(mine))))
     else:
-        rows = frame.withColumn(TOPIC_COLUMN, F.lit(mine[0]))
-    rows = rows.where(~_marker(names))
-    plan = source.plan
-    if plan.format == "rfid":
-        rows = rows.where(_valid_reading(names))
-    if plan.format == "samples":
-        rows = rows.where(F.col("receptor_id").isNotNull())
-        if plan.sample_ms:
-            rows = rows.where(_ms(plan.event_time) % plan.sample_ms == 0)
-    carried = [F.col(TOPIC_COLUMN)]
-    if weighted:
-        weight = F.coalesce(F.col("weight"), F.lit(1)) if plan.format == "rfid" and "weight" in names else F.lit(1)
-        carried.append(weight.cast("bigint").alias(WEIGHT))
-    return rows.select(*[F.col(name).cast(spark_type(kind)).alias(name) for name, kind in plan.columns], *carried)
+        rows = frame.withColumn(TOPIC_COLUMN, cached(("topic", mine[0]), lambda: F.lit(mine[0])))
+    kept, taken = _source_columns(source.plan, tuple(names), weighted)
+    return rows.where(kept).select(*taken)
+
+
+def _source_columns(plan: Source, names: tuple[str, ...], weighted: bool) -> tuple[SparkColumn, list[SparkColumn]]:
+    """A source's test of the rows it keeps (no marker; a reading, or a mote's sample on its
+    period) and its columns (cast to the plan's types, the topic and, `weighted`, the weight carried)."""
+    def build() -> tuple[SparkColumn, list[SparkColumn]]:
+        kept = ~_marker(names)
+        if plan.format == "rfid":
+            kept = kept & _valid_reading(names)
+        if plan.format == "samples":
+            kept = kept & F.col("receptor_id").isNotNull()
+            if plan.sample_ms:
+                kept = kept & (_ms(plan.event_time) % plan.sample_ms == 0)
+        carried = [F.col(TOPIC_COLUMN)]
+        if weighted:
+            weight = F.coalesce(F.col("weight"), F.lit(1)) if plan.format == "rfid" and "weight" in names else F.lit(1)
+            carried.append(weight.cast("bigint").alias(WEIGHT))
+        return kept, [*[F.col(name).cast(spark_type(kind)).alias(name) for name, kind in plan.columns], *carried]
+
+    return cached(("source", plan, names, weighted), build)
 
 
 # ---------------------------------------------------------------- the partial aggregation
@@ -321,26 +355,45 @@ def _grouped(root: AggregateOp, rows: DataFrame, befores: Mapping[str, int | Non
     """The partials' DataFrame: rows late against their topic's bound marked (a group of their
     own, to be counted and dropped), the rest windowed and grouped, in one pass on Spark; with the
     grouping columns and the row-by-row partials' columns."""
-    time_column = root.time_column
-    bounds = [item for topic, before in befores.items() if before is not None for item in (F.lit(topic), F.lit(before))]
-    late = F.lit(False)
-    if time_column is not None and bounds:
-        before = F.try_element_at(F.create_map(*bounds), F.col(TOPIC_COLUMN))
-        late = F.coalesce(_ms(time_column) < before, F.lit(False))
-    types = {name: spark_type(kind) for name, kind in root.child.columns}
-    rows = rows.withColumn(LATE, late)
+    rows = rows.withColumn(LATE, _late(root.time_column, befores))
     if root.plan.window is not None:
-        rows = _windowed(rows, time_column, root.plan.window.range_ms, root.plan.window.slide_ms)
+        rows = _windowed(rows, root.time_column, root.plan.window.range_ms, root.plan.window.slide_ms)
     keys = ([WINDOW_COLUMN] if root.plan.window is not None else []) + list(root.plan.keys)
-    aggregates, row_by_row = [F.count(F.lit(1)).alias("__rows")], {}
-    for i, partial in enumerate(root.partials):
-        if partial.spec.fn in ROW_BY_ROW:
-            row_by_row[i] = f"__best{i}"
-            aggregates += _row_by_row(partial, row_by_row[i])
-        else:
-            twins = _arrow_twins(partial, weighted, types)   # avg: two (its sum and count)
-            aggregates += [agg.alias(f"__p{len(aggregates) + n}") for n, agg in enumerate(twins)]
-    return _finish_row_by_row(rows.groupBy(LATE, *keys).agg(*aggregates), root.partials, row_by_row), keys, row_by_row
+    specs = tuple(partial.spec for partial in root.partials)
+    aggregates, row_by_row = _aggregates(specs, weighted, tuple(root.child.columns))
+    grouped = rows.groupBy(LATE, *keys).agg(*aggregates)
+    for name, column in _best_of(specs, row_by_row):
+        grouped = grouped.withColumn(name, column)
+    return grouped, keys, dict(row_by_row)
+
+
+def _late(time_column: str | None, befores: Mapping[str, int | None]) -> SparkColumn:
+    """Whether a row is late against the bound its topic's rows had before the batch: the batch's
+    own bounds, so built with the batch, in one call (a SQL expression)."""
+    bounds = [(topic, before) for topic, before in befores.items() if before is not None]
+    if time_column is None or not bounds:
+        return cached(("late", None), lambda: F.lit(False))
+    entries = ", ".join(f"'{topic.replace(chr(39), chr(39) * 2)}', {int(before)}L" for topic, before in bounds)
+    return F.expr(f"coalesce(unix_millis({quoted(time_column)}) < "
+                  f"try_element_at(map({entries}), {quoted(TOPIC_COLUMN)}), false)")
+
+
+def _aggregates(specs: tuple, weighted: bool, columns: tuple[tuple[str, str], ...]
+                ) -> tuple[list[SparkColumn], tuple[tuple[int, str], ...]]:
+    """The Aggregate's Spark aggregates (a row count first), and where its row-by-row partials go."""
+    def build() -> tuple[list[SparkColumn], tuple[tuple[int, str], ...]]:
+        types = {name: spark_type(kind) for name, kind in columns}
+        aggregates, row_by_row = [F.count(F.lit(1)).alias("__rows")], []
+        for i, spec in enumerate(specs):
+            if spec.fn in ROW_BY_ROW:
+                row_by_row.append((i, f"__best{i}"))
+                aggregates += _row_by_row(spec, f"__best{i}")
+            else:
+                twins = _arrow_twins(spec, weighted, types)   # avg: two (its sum and count)
+                aggregates += [agg.alias(f"__p{len(aggregates) + n}") for n, agg in enumerate(twins)]
+        return aggregates, tuple(row_by_row)
+
+    return cached(("aggregates", specs, weighted, columns), build)
 
 
 def _take_grouped(root: AggregateOp, table: pa.Table, keys: list[str], row_by_row: Mapping[int, str],
@@ -369,20 +422,32 @@ def _windowed(rows: DataFrame, time_column: str | None, range_ms: int, slide_ms:
     """Each row once per window containing it, with that window's start (ms): AggregateOp._windowed
     (a late row once, in no window: it is only counted)."""
     assert time_column is not None
-    ms = _ms(time_column)
-    every = F.array(*[F.lit(i) for i in range(math.ceil(range_ms / slide_ms))])
-    out = rows.withColumn("__copy", F.explode(F.when(F.col(LATE), F.array(F.lit(0))).otherwise(every)))
-    start = ms - ms % slide_ms - F.col("__copy") * slide_ms   # event times are positive
-    out = out.withColumn(WINDOW_COLUMN, F.when(~F.col(LATE), start))
-    if range_ms % slide_ms:
-        out = out.where(F.col(LATE) | (F.col(WINDOW_COLUMN) + range_ms > ms))
+    copies, start, within = _window_columns(time_column, range_ms, slide_ms)
+    out = rows.withColumn("__copy", copies).withColumn(WINDOW_COLUMN, start)
+    if within is not None:
+        out = out.where(within)
     return out.drop("__copy")
 
 
-def _arrow_twins(partial: Partial, weighted: bool, types: Mapping[str, str]) -> list[SparkColumn]:
-    """Spark aggregates equal to `partial.arrow(weighted)`'s pyarrow ones, in the same order
+def _window_columns(time_column: str, range_ms: int, slide_ms: int
+                    ) -> tuple[SparkColumn, SparkColumn, SparkColumn | None]:
+    """A row's copies (one per window it is in), each copy's window start, and (windows that
+    do not tile the slide) the test that the copy's window holds the row."""
+    def build() -> tuple[SparkColumn, SparkColumn, SparkColumn | None]:
+        ms = _ms(time_column)
+        every = F.array(*[F.lit(i) for i in range(math.ceil(range_ms / slide_ms))])
+        copies = F.explode(F.when(F.col(LATE), F.array(F.lit(0))).otherwise(every))
+        start = F.when(~F.col(LATE), ms - ms % slide_ms - F.col("__copy") * slide_ms)   # event times are positive
+        within = F.col(LATE) | (F.col(WINDOW_COLUMN) + range_ms > ms) if range_ms % slide_ms else None
+        return copies, start, within
+
+    return cached(("windows", time_column, range_ms, slide_ms), build)
+
+
+def _arrow_twins(spec: AggSpec, weighted: bool, types: Mapping[str, str]) -> list[SparkColumn]:
+    """Spark aggregates equal to `Partial(spec).arrow(weighted)`'s pyarrow ones, in the same order
     (`types`: the input's Spark column types)."""
-    fn, name = partial.spec.fn, partial.spec.column
+    fn, name = spec.fn, spec.column
     col = F.col(name) if name else None
     if weighted and fn in ("count", "sum", "avg"):
         weight = F.col(WEIGHT)
@@ -401,8 +466,7 @@ def _arrow_twins(partial: Partial, weighted: bool, types: Mapping[str, str]) -> 
     return [getattr(F, fn)(col)]
 
 
-def _row_by_row(partial: Partial, name: str) -> list[SparkColumn]:
-    spec = partial.spec
+def _row_by_row(spec: AggSpec, name: str) -> list[SparkColumn]:
     if spec.fn == "union_sets":
         return [F.flatten(F.collect_list(F.col(spec.column))).alias(name)]
     # argmax: every (by, value) of the group; the largest by and its smallest value are picked after
@@ -410,14 +474,20 @@ def _row_by_row(partial: Partial, name: str) -> list[SparkColumn]:
             F.max(spec.by).alias(f"{name}_by")]
 
 
-def _finish_row_by_row(grouped: DataFrame, partials: Sequence[Partial], row_by_row: Mapping[int, str]) -> DataFrame:
-    for i, name in row_by_row.items():
-        if partials[i].spec.fn == "union_sets":
-            grouped = grouped.withColumn(name, F.array_distinct(F.filter(F.col(name), lambda item: item.isNotNull())))
-        else:
-            best = F.filter(F.col(name), _by_is(F.col(f"{name}_by")))
-            grouped = grouped.withColumn(name, F.array_min(F.transform(best, lambda pair: pair["value"])))
-    return grouped
+def _best_of(specs: tuple, row_by_row: tuple[tuple[int, str], ...]) -> list[tuple[str, SparkColumn]]:
+    """Each row-by-row partial's column over its group's collected values: a set's distinct
+    items; argmax's smallest value among those of the largest by."""
+    def build() -> list[tuple[str, SparkColumn]]:
+        found = []
+        for i, name in row_by_row:
+            if specs[i].fn == "union_sets":
+                found.append((name, F.array_distinct(F.filter(F.col(name), lambda item: item.isNotNull()))))
+            else:
+                best = F.filter(F.col(name), _by_is(F.col(f"{name}_by")))
+                found.append((name, F.array_min(F.transform(best, lambda pair: pair["value"]))))
+        return found
+
+    return cached(("best", specs, row_by_row), build)
 
 
 def _by_is(largest: SparkColumn):

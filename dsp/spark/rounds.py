@@ -118,7 +118,7 @@ def collect_frames(frames: Sequence[DataFrame]) -> list[pa.Table | Exception]:
     union, placed = slots([[field.dataType.simpleString() for field in schema.fields] for schema in schemas])
     tagged = []
     for i, (frame, schema, mine) in enumerate(zip(frames, schemas, placed, strict=True)):   # one JVM call a frame
-        by_slot = {slot: _quoted(field.name) for field, slot in zip(schema.fields, mine, strict=True)}
+        by_slot = {slot: quoted(field.name) for field, slot in zip(schema.fields, mine, strict=True)}
         tagged.append(frame.selectExpr(f"{i} AS {PART}", *[f"{by_slot.get(slot, f'CAST(NULL AS {kind})')} AS {slot}"
                                                           for slot, kind in union]))
     try:
@@ -132,7 +132,7 @@ def collect_frames(frames: Sequence[DataFrame]) -> list[pa.Table | Exception]:
     return found
 
 
-def _quoted(name: str) -> str:
+def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 

@@ -190,6 +190,10 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             # re-planning buys nothing on a batch's few rows
             .config("spark.sql.adaptive.enabled", os.environ.get("HIFI_SPARK_ADAPTIVE", "false"))
             .config("spark.sql.streaming.stateStore.stateSchemaCheck", "false")
+            # PySpark's call-site capture for error messages costs four py4j round trips per DataFrame
+            # and function call (the active session, its setting, the origin set); the parts' plans
+            # are built anew every batch, and their errors name the part, not a Python line
+            .config("spark.python.sql.dataFrameDebugging.enabled", "false")
             # A micro-batch's plans carry its bounds as literals, so their code is generated and
             # compiled anew each batch: `false` interprets them instead (docs/sql.md)
             .config("spark.sql.codegen.wholeStage", str(codegen).lower())
