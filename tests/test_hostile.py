@@ -29,7 +29,7 @@ from protos import hifi_pb2
 from tests.conftest import running_hierarchy, topic_records, wait_for
 from tests.judge import assert_equal_to_reference
 from wire.codec import RECORD_TYPE_HEADER, SENSOR_BATCH, Sample, encode_row_batch, encode_sensor_batch
-from wire.kafka import offsets
+from wire.kafka import offsets, producers
 from wire.topics import dead_topic, raw_topic
 
 # Node ids of its own: the suite's broker keeps every topic, and these get garbage.
@@ -208,8 +208,8 @@ def test_a_failing_part_shows_as_failed_everywhere_and_ends_its_results_stream(h
 def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
     bootstrap = servers.bootstrap
     plan = hierarchy.placement.submit(QUERY)
-    producers = [t for t in plan.tasks if t.role == "producer"]
-    assert plan.placement.root == "hx-core" and len(producers) == 2, plan.explain()
+    producer_parts = [t for t in plan.tasks if t.role == "producer"]
+    assert plan.placement.root == "hx-core" and len(producer_parts) == 2, plan.explain()
     producer = producers.make_producer(bootstrap)
     refused = {edge: 0 for edge in EDGES}
     duplicates = {edge: 0 for edge in EDGES}
@@ -224,7 +224,7 @@ def test_hostile_input_is_refused_counted_and_harmless(hierarchy, servers):
         refused[edge] += _send(producer, raw_topic(edge), [(v, h) for v, h, _ in cases])
     # children's view topics (the producers' pane partials, markers among them) and a dead-letter topic
     view_refusals = 0
-    for task in producers:
+    for task in producer_parts:
         view_refusals += _send(producer, task.topic, [(v, None) for v in _bad_view_records(
             list(output_columns(task.plan)), now)])
     _send(producer, dead_topic("hx-a"), [(b"\xff not a dead letter", None), (None, None)])

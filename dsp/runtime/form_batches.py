@@ -72,18 +72,19 @@ class FormBatches:
     def on_cluster(self, reader: Reader, batch_id: int, frame: DataFrame, producer, sent: list,
                    reports: Reports, archived_in: str = "") -> int:
         """The batch on Spark (dsp.spark.partials): the parts Spark can compute take its partials,
-        the others its rows, here, in the same job; archived by Spark's tasks (`archived_in`: where
-        they wrote the rows as they read them, dsp.spark.kafka_read). How many rows it had."""
+        the others its rows, here, in the same job (a batch of one topic: with its statistics too);
+        archived by Spark's tasks once they have read it (`archived_in`: where they wrote the rows
+        as they read them, dsp.spark.kafka_read). How many rows it had."""
         reading = {id(p): p for topic in reader.topics for p in self.parts.reading(reader, topic)}
         on_spark = [p for p in reading.values() if spark_partials.computable(p.root)]
         batch = spark_partials.BatchOnSpark.progress(frame, reader.topics,
-                                                     [s for p in on_spark for s in sources_under(p.root)])
-        if not reader.owner:
-            self._archive_on_spark(reader, batch_id, frame, archived_in)
+                                                     [s for p in on_spark for s in sources_under(p.root)], defer=True)
         planned = {id(part): _planned(part, batch) for part in on_spark}
         ready = [p for p in planned.values() if isinstance(p, spark_partials.Planned)]
-        rows_too = len(on_spark) < len(reading)   # the rest need the rows (already archived)
-        found = spark_partials.collect(ready, [frame] if rows_too else [])   # one job for all
+        rows_too = len(on_spark) < len(reading)   # the rest need the rows
+        found = spark_partials.collect_batch(batch, ready, [frame] if rows_too else [])   # one job for all
+        if not reader.owner:
+            self._archive_on_spark(reader, batch_id, frame, archived_in)
         partials = dict(zip(map(id, ready), found, strict=False))
         for part in on_spark:
             self.parts.feed(part, functools.partial(_finish, planned[id(part)], partials), producer, sent, reports)

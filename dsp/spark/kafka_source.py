@@ -131,7 +131,7 @@ from wire.intake import (
 from wire.kafka import clients, consumers, producers
 from wire.kafka.end_watch import EndWatch
 from wire.kafka.offsets import beginnings, offset_key
-from wire.kafka.ranges import read_range
+from wire.kafka.ranges import read_range, read_short_ranges
 from wire.topics import dead_topic
 
 if TYPE_CHECKING:
@@ -547,7 +547,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             missing = [r for r in ranges if r.key not in fetched]
             if len(missing) > 1 and len({(r.topic, r.partition) for r in missing}) == len(missing):
                 # several partitions in one fetch (one range each: a batch this small is not split)
-                fetched.update(ranges.read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
+                fetched.update(read_short_ranges(self.bootstrap, [(r.topic, r.partition, r.start, r.end)
                                                                               for r in missing], owner))
             else:
                 fetched.update({r.key: list(read_range(self.bootstrap, r.topic, r.partition, r.start,

@@ -46,6 +46,7 @@ from dsp.operators.quality import QualifyOp
 from dsp.operators.rowwise import FilterOp, LookupJoinOp, ProjectOp, UnionOp
 from dsp.operators.source import SourceOp, SourceProgress
 from dsp.operators.topic_batch import TOPIC_COLUMN
+from dsp.operators.tree import sources_under
 from dsp.spark import rounds
 from dsp.spark.columns import cached
 from dsp.spark.compiler import compile_expr, compiles, spark_type
@@ -91,30 +92,53 @@ def _ms(column: str) -> SparkColumn:
 @dataclass
 class BatchOnSpark:
     """One micro-batch as Spark holds it: its DataFrame (in the reader's shape), the topics it
-    has rows of in the reader's order, and per topic what its rows tell the sources (`progress`)."""
+    has rows of in the reader's order, and per topic what its rows tell the sources (`progress`).
+
+    A batch of one topic may be `deferred`: its statistics computed in the job that computes its
+    parts' partials (`collect_batch`), not in a job before. The rows of one topic are late against
+    one bound, the bound before the batch, known before any job; the sources are advanced once
+    the statistics are in. A batch of many topics needs them first: a topic's rows are late
+    against the bound the topics before it left."""
 
     frame: DataFrame
     names: list[str]            # its columns
     topics: list[str]
     stats: dict[str, dict]      # topic -> the progress job's row
     rows: int                   # how many rows the batch has
+    pending: DataFrame | None = None   # a deferred batch's statistics, to compute (`collect_batch`)
 
     @classmethod
-    def progress(cls, frame: DataFrame, reader_topics: Sequence[str], sources: Sequence[SourceOp]) -> BatchOnSpark:
-        """The batch with one job's statistics for the sources of every part reading it."""
+    def progress(cls, frame: DataFrame, reader_topics: Sequence[str], sources: Sequence[SourceOp],
+                 defer: bool = False) -> BatchOnSpark:
+        """The batch with one job's statistics for the sources of every part reading it; `defer`:
+        a batch of one topic (no topic column) left for the partials' job to compute them."""
         names = frame.columns
         shapes = sorted({(s.plan.format, s.plan.event_time) for s in sources
                          if any(s.reads(topic, names) for topic in reader_topics)})
         aggregates = _stats_aggregates(tuple(shapes), tuple(names))
         tagged = TOPIC_COLUMN in names
-        table = _rows_of(frame.groupBy(TOPIC_COLUMN).agg(*aggregates) if tagged else frame.agg(*aggregates))
-        if tagged:
+        stats_frame = frame.groupBy(TOPIC_COLUMN).agg(*aggregates) if tagged else frame.agg(*aggregates)
+        batch = cls(frame, names, list(reader_topics), {}, 0)
+        if defer and not tagged and len(reader_topics) == 1:
+            batch.pending = stats_frame
+        else:
+            batch.take_stats(_rows_of(stats_frame), list(reader_topics))
+        return batch
+
+    @property
+    def deferred(self) -> bool:
+        return self.pending is not None
+
+    def take_stats(self, table: pa.Table, reader_topics: list[str]) -> None:
+        """The statistics job's rows taken in: the topics with rows, their rows counted."""
+        if TOPIC_COLUMN in self.names:
             stats = {row.pop(TOPIC_COLUMN): row for row in table.to_pylist()}
         else:
             stats = {reader_topics[0]: table.to_pylist()[0]} if len(reader_topics) == 1 else {}
-        stats = {topic: row for topic, row in stats.items() if row["rows"]}
-        present = [t for t in reader_topics if t in stats]
-        return cls(frame, names, present, stats, sum(row["rows"] for row in stats.values()))
+        self.stats = {topic: row for topic, row in stats.items() if row["rows"]}
+        self.topics = [t for t in reader_topics if t in self.stats]
+        self.rows = sum(row["rows"] for row in self.stats.values())
+        self.pending = None
 
     def progress_of(self, source: SourceOp, topic: str) -> SourceProgress:
         """What this batch's rows of `topic` tell `source` (as SourceOp.push works it out)."""
@@ -192,7 +216,7 @@ def push(root: Operator, batch: BatchOnSpark, together: bool = False) -> pa.Tabl
     judged against the bound before the whole batch (the past as one batch, dsp.spark.past: a
     topic's hours of rows must not make another's late)."""
     planned = plan(root, batch, together)
-    return None if planned is None else planned.finish(collect([planned])[0])
+    return None if planned is None else planned.finish(collect_batch(batch, [planned])[0])
 
 
 @dataclass
@@ -207,12 +231,15 @@ class Planned:
     grouped: DataFrame | None
     keys: list[str]
     row_by_row: dict[int, str]
+    batch: BatchOnSpark | None = None   # a deferred batch's: its sources advanced at `finish`
 
     def finish(self, grouped: pa.Table | Exception | None) -> pa.Table | None:
         """The part's output once its partials (`grouped`, as `collect` brings them) are folded in
         (raised: why they could not be computed)."""
         if isinstance(grouped, Exception):
             raise grouped
+        if self.batch is not None:   # deferred: its statistics came with the partials
+            self.weighted = _advance(self.aggregate, self.batch)
         if grouped is not None:
             _take_grouped(self.aggregate, grouped, self.keys, self.row_by_row, self.weighted)
         out = self.aggregate.emit()
@@ -226,6 +253,8 @@ def plan(root: Operator, batch: BatchOnSpark, together: bool = False) -> Planned
     None when the part reads none of the batch's topics."""
     above, aggregate = _split(root)
     assert aggregate is not None
+    if batch.deferred:
+        return _plan_deferred(root, above, aggregate, batch)
     weighted = False
 
     def progress(source: SourceOp, topic: str) -> SourceProgress:
@@ -242,6 +271,52 @@ def plan(root: Operator, batch: BatchOnSpark, together: bool = False) -> Planned
         return Planned(root, above, aggregate, weighted, None, [], {})
     grouped, keys, row_by_row = _grouped(aggregate, rows, befores, weighted)
     return Planned(root, above, aggregate, weighted, grouped, keys, row_by_row)
+
+
+def _plan_deferred(root: Operator, above: list[Operator], aggregate: AggregateOp, batch: BatchOnSpark
+                   ) -> Planned | None:
+    """`plan` of a deferred batch (one topic): its rows late against the bound before it, the
+    sources advanced at `finish`. Weighted partials whenever the rows carry weights: with every
+    weight 1 (a batch not triaged) they are the plain ones, so the fold, told then whether the
+    batch was triaged, takes them either way."""
+    topic = batch.topics[0]
+    readers = [s for s in sources_under(aggregate) if s.reads(topic, batch.names)]
+    if not readers:
+        return None
+    weighted = "weight" in batch.names and any(s.plan.format == "rfid" for s in readers)
+    rows = _rows(aggregate.child, batch, {topic}, weighted)
+    if rows is None:
+        return Planned(root, above, aggregate, weighted, None, [], {}, batch)
+    grouped, keys, row_by_row = _grouped(aggregate, rows, {topic: aggregate.child.bound()}, weighted)
+    return Planned(root, above, aggregate, weighted, grouped, keys, row_by_row, batch)
+
+
+def _advance(aggregate: AggregateOp, batch: BatchOnSpark) -> bool:
+    """The sources under `aggregate` advanced over the batch (its statistics in); whether it was triaged."""
+    weighted = False
+
+    def progress(source: SourceOp, topic: str) -> SourceProgress:
+        nonlocal weighted
+        found = batch.progress_of(source, topic)
+        weighted = weighted or found.triaged_span is not None
+        return found
+
+    advance_topics(aggregate, batch.topics, batch.names, progress)
+    return weighted
+
+
+def collect_batch(batch: BatchOnSpark, planned: Sequence[Planned], extra: Sequence[DataFrame] = ()
+                  ) -> list[pa.Table | Exception | None]:
+    """`collect` of the batch's planned parts and `extra` frames, a deferred batch's statistics
+    computed in the same job (and taken in before any part finishes)."""
+    if not batch.deferred:
+        return collect(planned, extra)
+    found = collect(planned, [*extra, batch.pending])
+    stats = found.pop()
+    if isinstance(stats, Exception):
+        raise stats
+    batch.take_stats(stats, batch.topics)
+    return found
 
 
 def collect(planned: Sequence[Planned], extra: Sequence[DataFrame] = ()) -> list[pa.Table | Exception | None]:
