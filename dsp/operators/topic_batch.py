@@ -88,7 +88,7 @@ class TopicBatch:
 
     def times(self, event_time: str) -> dict[str, tuple[int | None, int | None]]:
         """Per topic, the newest event time (ms) of its rows and of its progress markers: what its
-        rows tell a source of children's views (engine.SourceProgress), in one group-by."""
+        rows tell a source of children's views (dsp.operators.source.SourceProgress), in one group-by."""
         found = self.whole._times
         if event_time not in found:
             found[event_time] = self.whole._newest_by_topic(event_time)

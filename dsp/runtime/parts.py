@@ -106,7 +106,7 @@ class Parts:
 
     def topics_by_part(self, reader: Reader, topics: list[str]) -> list[tuple[Part, set[str]]]:
         """Each part reading some of a batch's `topics`, with those it reads: a part takes a
-        batch of many children's views in one push (engine.push_tagged)."""
+        batch of many children's views in one push (dsp.runtime.parts.push_tagged)."""
         found: dict[str, tuple[Part, set[str]]] = {}
         for topic in topics:
             for part in self.reading(reader, topic):

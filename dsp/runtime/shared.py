@@ -61,7 +61,7 @@ over the past: the topic's beginning). dsp.runtime.history_feed feeds it.
 
 Adaptive smoothing, whose state lives in its sink, still runs as a Spark query of its own
 (dsp.spark.manager), which also restarts streams that die; mote quality is a part like the others
-(engine.QualifyOp).
+(dsp.operators.quality.QualifyOp).
 """
 
 from __future__ import annotations

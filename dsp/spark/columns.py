@@ -30,7 +30,7 @@ def cached(key: Hashable, build: Callable[[], T]) -> T:
     """What `build()` made for `key` in this Spark session, made now if it has not been."""
     gateway = SparkContext._gateway
     with _lock:
-        if _session[0] is not gateway or len(_kept) >= MAX_KEPT:
+        if _session[0] is not gateway:
             _kept.clear()
             _session[0] = gateway
         found = _kept.get(key, _kept)
@@ -39,5 +39,7 @@ def cached(key: Hashable, build: Callable[[], T]) -> T:
     made = build()
     with _lock:
         if _session[0] is gateway:
+            if len(_kept) >= MAX_KEPT:
+                _kept.clear()
             _kept[key] = made
     return made

@@ -4,14 +4,15 @@ A part whose root is an Aggregate over sources, filters, projections, lookup joi
 (`computable`) need not see its batch's rows: Spark computes the stateless prefix and the
 per-window, per-group partial aggregation over the micro-batch's DataFrame, on the executors,
 and only the partials (a row per group and window) come to the driver, which folds them into
-the part's state and emits exactly as the driver's path does (engine.AggregateOp.fold_groups,
+the part's state and emits exactly as the driver's path does (AggregateOp.fold_groups,
 emit). What stays on the driver: the state, the bound and the emission; annotated (triage-error)
 aggregates and event patterns (their per-row work is the state: MatchOp).
 
-A batch costs two jobs, shared by all its parts and by the other lanes of the process's
-micro-batch (dsp.spark.rounds): its statistics (`BatchOnSpark.progress`: per topic what the
-batch tells each kind of source about event time, engine.SourceProgress), then every part's
-partials (`collect`).
+A batch of one topic (a raw reader's) costs one job, shared by all its parts and by the other
+lanes of the process's micro-batch (dsp.spark.rounds): its statistics (per topic what the batch
+tells each kind of source about event time, SourceProgress) and every part's partials together
+(`collect_batch`); a batch of many topics two, the statistics first (`BatchOnSpark.progress`).
+What does not change from batch to batch is built once a session (dsp.spark.columns).
 The two paths agree because they share everything but the per-batch arithmetic: the sources
 advance through `SourceOp.advance`, the partials merge through `fold_groups`. One batch spans
 topics; the driver's path pushes them one after another, a row being late against the bound

@@ -194,8 +194,7 @@ def spark_session(app_name: str = "hifi", archive_at_exit: str = "") -> SparkSes
             # and function call (the active session, its setting, the origin set); the parts' plans
             # are built anew every batch, and their errors name the part, not a Python line
             .config("spark.python.sql.dataFrameDebugging.enabled", "false")
-            # A micro-batch's plans carry its bounds as literals, so their code is generated and
-            # compiled anew each batch: `false` interprets them instead (docs/sql.md)
+            # Whole-stage code generation: `false` interprets the plans instead (docs/sql.md)
             .config("spark.sql.codegen.wholeStage", str(codegen).lower())
             .config("spark.sql.codegen.factoryMode", "FALLBACK" if codegen else "NO_CODEGEN")
             # A watermark move would otherwise cost an extra (empty) micro-batch per query; the next
