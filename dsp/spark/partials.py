@@ -240,7 +240,7 @@ class Planned:
         if isinstance(grouped, Exception):
             raise grouped
         if self.batch is not None:   # deferred: its statistics came with the partials
-            self.weighted = _advance(self.aggregate, self.batch)
+            self.weighted = _advance(self.aggregate, self.batch)[1]
         if grouped is not None:
             _take_grouped(self.aggregate, grouped, self.keys, self.row_by_row, self.weighted)
         out = self.aggregate.emit()
@@ -256,15 +256,7 @@ def plan(root: Operator, batch: BatchOnSpark, together: bool = False) -> Planned
     assert aggregate is not None
     if batch.deferred:
         return _plan_deferred(root, above, aggregate, batch)
-    weighted = False
-
-    def progress(source: SourceOp, topic: str) -> SourceProgress:
-        nonlocal weighted
-        found = batch.progress_of(source, topic)
-        weighted = weighted or found.triaged_span is not None
-        return found
-
-    befores = advance_topics(aggregate, batch.topics, batch.names, progress, together)
+    befores, weighted = _advance(aggregate, batch, together)
     if not befores:
         return None
     rows = _rows(aggregate.child, batch, set(befores), weighted)
@@ -292,8 +284,10 @@ def _plan_deferred(root: Operator, above: list[Operator], aggregate: AggregateOp
     return Planned(root, above, aggregate, weighted, grouped, keys, row_by_row, batch)
 
 
-def _advance(aggregate: AggregateOp, batch: BatchOnSpark) -> bool:
-    """The sources under `aggregate` advanced over the batch (its statistics in); whether it was triaged."""
+def _advance(aggregate: AggregateOp, batch: BatchOnSpark, together: bool = False
+             ) -> tuple[dict[str, int | None], bool]:
+    """The sources under `aggregate` advanced over the batch (its statistics in): each topic's
+    bound before it (advance_topics), and whether the batch was triaged."""
     weighted = False
 
     def progress(source: SourceOp, topic: str) -> SourceProgress:
@@ -302,8 +296,8 @@ def _advance(aggregate: AggregateOp, batch: BatchOnSpark) -> bool:
         weighted = weighted or found.triaged_span is not None
         return found
 
-    advance_topics(aggregate, batch.topics, batch.names, progress)
-    return weighted
+    befores = advance_topics(aggregate, batch.topics, batch.names, progress, together)
+    return befores, weighted
 
 
 def collect_batch(batch: BatchOnSpark, planned: Sequence[Planned], extra: Sequence[DataFrame] = ()
