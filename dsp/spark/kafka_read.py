@@ -37,8 +37,8 @@ RECORDS_PER_TASK = KafkaStreamReader.RECORDS_PER_TASK   # a partition's batch: t
 GROUP_PREFIX = "hifi-spark"   # the consumers' group ids begin so (the broker's ACLs: services.kafka_acls)
 # How long the broker may hold a fetch that finds nothing new. A read's consumer prefetches past
 # the range it read, at the log's end, and the next batch's read waits for that fetch before it
-# can seek: at Kafka's 500 ms every batch's tasks waited ~0.5 s (a one-record read: 604 ms p50,
-# 109 ms with 10). A range's records exist already, so a fetch never needs to wait for more.
+# can seek: at Kafka's default (500 ms) every batch's tasks waited for it (docs/architecture.md).
+# A range's records exist already, so a fetch never needs to wait for more.
 FETCH_WAIT_MS = 10
 
 
