@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 from services.bench.registry import BENCHES
 from services.cli_help import DESCRIPTIONS, EPILOG
+from services.cli_types import SEED, bounded, megabytes, port, positive, priority
 from services.commands import (
     become_from_standby,
     cmd_agents,
@@ -42,37 +43,6 @@ def _env(name: str, fallback: str) -> str:
     return os.environ.get(name) or fallback
 
 
-def _port(text: str) -> int:
-    """A TCP port as an option (or the environment variable its default comes from) gives it."""
-    if not text.isdigit() or int(text) > 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
-    return int(text)
-
-
-def _megabytes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of megabytes")
-    return value
-
-
-def _priority(text: str) -> int:
-    """A query's priority as the CLI takes it: a whole number in the range an operator may give
-    (wire.identity.OPERATOR_PRIORITIES; the placement service narrows a user's)."""
-    from wire.identity import OPERATOR_PRIORITIES
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
-    if value not in OPERATOR_PRIORITIES:
-        raise argparse.ArgumentTypeError(f"{value} is outside {OPERATOR_PRIORITIES[0]} to {OPERATOR_PRIORITIES[-1]}")
-    return value
-
-
 def _topology_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
                         help="topology YAML (default $HIFI_TOPOLOGY, else supply-chain)")
@@ -88,11 +58,11 @@ def _up_command(sub: argparse._SubParsersAction) -> None:
     up = sub.add_parser("up", help="run a whole topology (nodes + agents) and print the results at the ends of its "
                                    "CSAVA chain (alerts, trends)")
     up.add_argument("--topology", default=DEFAULT_TOPOLOGY, help="topology YAML (default: supply-chain)")
-    up.add_argument("--duration", type=float, default=None, help="stop cleanly after this many seconds")
+    up.add_argument("--duration", type=positive(float), default=None, help="stop cleanly after this many seconds")
     up.add_argument("--state-dir", default=None, help="checkpoints and ground truth (default: a temp dir)")
     up.add_argument("--receptor-dir", default=None,
                     help="where the agents write readings.jsonl and truth.jsonl (default: <state dir>/receptors)")
-    up.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
+    up.add_argument("--trigger-ms", type=positive(int), default=1000, help="micro-batch interval of every query")
     up.add_argument("--processes", action="store_true",
                     help="run each node as a `hifi node` process of its own (its own Spark) under a supervisor "
                          "that starts a node process that dies again (from a warm spare process, which it keeps "
@@ -116,7 +86,7 @@ def _narrowing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", metavar="PATTERN", help="only the nodes whose id matches, e.g. 'wh-*' (a glob)")
     parser.add_argument("--tier", choices=["edge", "aggregation", "core"], help="only the nodes of this tier")
     parser.add_argument("--problems", action="store_true", help="only the nodes that are not alive and well")
-    parser.add_argument("--limit", type=int, default=0, metavar="N",
+    parser.add_argument("--limit", type=bounded(int, 0), default=0, metavar="N",
                         help="at most N rows a table, and a line saying how many more (default 0: all)")
 
 
@@ -147,7 +117,7 @@ def _status_command(sub: argparse._SubParsersAction) -> None:
                                            "receptor telemetry, running queries")
     status.add_argument("--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C, "
                                                              "with each receptor's reads/s and read-cycle time")
-    status.add_argument("--interval", type=float, default=2.0, help="seconds between redraws (default 2)")
+    status.add_argument("--interval", type=positive(float), default=2.0, help="seconds between redraws (default 2)")
     _narrowing_options(status)
     _format_option(status, ("table", "json"))   # json: one object of its tables a report
     status.set_defaults(func=cmd_status)
@@ -174,12 +144,12 @@ def _node_command(sub: argparse._SubParsersAction) -> None:
     node.add_argument("--listen", default=_env("HIFI_LISTEN", ""),
                       help="gRPC host:port (default $HIFI_LISTEN, else the topology's `listen`, else a free port)")
     _advertise_option(node)
-    node.add_argument("--metrics-port", type=_port, default=os.environ.get("HIFI_METRICS_PORT") or None,
+    node.add_argument("--metrics-port", type=port, default=os.environ.get("HIFI_METRICS_PORT") or None,
                       help="/metrics port (default $HIFI_METRICS_PORT, else the topology's `metrics_port`)")
     node.add_argument("--state-dir", default=_env("HIFI_STATE_DIR", ""),
                       help="checkpoints (default $HIFI_STATE_DIR, else a temporary directory)")
-    node.add_argument("--trigger-ms", type=int, default=1000, help="micro-batch interval of every query")
-    node.add_argument("--wait", type=float, default=600.0,
+    node.add_argument("--trigger-ms", type=positive(int), default=1000, help="micro-batch interval of every query")
+    node.add_argument("--wait", type=positive(float), default=600.0,
                       help="seconds to wait for the children's views before giving up (default 600)")
     node.add_argument("--standby", action="store_true",
                       help="start Spark, then wait on stdin for the node to become (one JSON line: "
@@ -194,7 +164,7 @@ def _placement_command(sub: argparse._SubParsersAction) -> None:
     placement.add_argument("--listen", default=_env("HIFI_LISTEN", "127.0.0.1:50050"),
                            help="gRPC host:port (default $HIFI_LISTEN, else 127.0.0.1:50050)")
     _advertise_option(placement)
-    placement.add_argument("--metrics-port", type=_port, default=os.environ.get("HIFI_METRICS_PORT") or "0",
+    placement.add_argument("--metrics-port", type=port, default=os.environ.get("HIFI_METRICS_PORT") or "0",
                            help="/metrics port (default $HIFI_METRICS_PORT, else a free port)")
     placement.set_defaults(func=cmd_placement)
 
@@ -207,7 +177,7 @@ def _health_command(sub: argparse._SubParsersAction) -> None:
     health.add_argument("--grpc", default=None, metavar="ADDRESS", help="this gRPC server reports SERVING")
     health.add_argument("--http", default=None, metavar="URL", help="this URL answers 200")
     health.add_argument("--fresh", default=None, metavar="FILE", help="this file was written within --max-age")
-    health.add_argument("--max-age", type=float, default=30.0, help="seconds, for --fresh (default 30)")
+    health.add_argument("--max-age", type=positive(float), default=30.0, help="seconds, for --fresh (default 30)")
     health.set_defaults(func=cmd_health)
 
 
@@ -235,8 +205,8 @@ def _query_command(sub: argparse._SubParsersAction) -> None:
     query.add_argument("--explain", action="store_true", help="print the placement and per-node plan, run nothing")
     query.add_argument("--reference", action="store_true",
                        help="compute the answer centrally over the running hierarchy's recorded readings")
-    query.add_argument("--limit", type=int, default=None, help="stop after this many result rows")
-    query.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
+    query.add_argument("--limit", type=positive(int), default=None, help="stop after this many result rows")
+    query.add_argument("--timeout", type=positive(float), default=None, help="stop after this many seconds")
     _format_option(query)
     query.add_argument("--principal", default="",
                        help="ask as this principal (an admin only; default: the token's own principal); "
@@ -254,7 +224,7 @@ def _query_command(sub: argparse._SubParsersAction) -> None:
     query.add_argument("--until", default="",
                        help="only windows (rows) starting before this time (the same forms; a duration: from now "
                             "on, e.g. '5 minutes'); the command ends a minute after it")
-    query.add_argument("--priority", type=_priority, default=0,
+    query.add_argument("--priority", type=priority, default=0,
                        help="its parts' lane on constrained links between tiers (a node's `uplink`): higher goes "
                             "first (default 0; the topology's views may set theirs)")
     query.set_defaults(func=cmd_query)
@@ -321,16 +291,16 @@ def _agents_command(sub: argparse._SubParsersAction) -> None:
     agents.add_argument("--topology", default=_env("HIFI_TOPOLOGY", DEFAULT_TOPOLOGY),
                         help="run this topology's scenario (default $HIFI_TOPOLOGY, else supply-chain)")
     agents.add_argument("--scenario", default=None, help="run this scenario file instead (deploy/scenarios/)")
-    agents.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
-    agents.add_argument("--speed", type=float, default=1.0,
+    agents.add_argument("--seed", type=SEED, default=None, help="override the scenario's seed")
+    agents.add_argument("--speed", type=positive(float), default=1.0,
                         help="scenario seconds per wall second (default 1; readings are stamped with scenario "
                              "time, and nodes dead-letter readings more than the topology's `max_ahead`, "
                              "default 500 ms, ahead of their arrival: raise it for a speed above 1)")
-    agents.add_argument("--duration", type=float, default=None,
+    agents.add_argument("--duration", type=positive(float), default=None,
                         help="scenario seconds to run (default: until Ctrl-C)")
     agents.add_argument("--receptor-dir", default=os.environ.get("HIFI_RECEPTOR_DIR"),
                         help="write readings.jsonl and truth.jsonl here (default $HIFI_RECEPTOR_DIR)")
-    agents.add_argument("--spool-mb", type=_megabytes, default=os.environ.get("HIFI_SPOOL_MB") or "256",
+    agents.add_argument("--spool-mb", type=megabytes, default=os.environ.get("HIFI_SPOOL_MB") or "256",
                         help="bound of the spool on disk (<receptor dir>/spool) that keeps what the broker does "
                              "not take while it is unreachable, forwarded in order when it is back; past it the "
                              "newest messages are dropped and counted (default $HIFI_SPOOL_MB, else 256)")

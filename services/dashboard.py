@@ -65,15 +65,14 @@ from services import certs, listing
 from services.auth import Authenticator, Security, open_channel
 from services.dashboard_http import (
     LOCAL_HOSTS,
-    DashboardServer,
     JsonExchange,
-    TLSServer,
     allowed_hosts,
     host_name,
     loopback,
     same_origin,
 )
 from services.health import CountsSample, RateWindow, moves, node_health, query_states, tier_series
+from services.http_server import BoundedServer, TLSServer
 from services.metrics import ServiceMetrics
 from services.quotas import StreamSlots, quota_of, streams_refusal
 from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
@@ -181,12 +180,13 @@ class Dashboard:
         self.security = security.with_token("")
         self.authenticator = Authenticator(mdr)
         self.sessions = Sessions()
-        self.view_streams = StreamSlots()   # a query's stream is counted by placement, a view's here
+        # open event streams per principal, each kind up to its quota (a query's is counted by placement)
+        self.view_streams, self.snapshot_streams = StreamSlots(), StreamSlots()
         self.topology = topology
         self.metrics = ServiceMetrics("dashboard", mdr)
         self.url = ""
         self.stop_event = threading.Event()
-        self._server: DashboardServer | None = None
+        self._server: BoundedServer | None = None
         self._scrapers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="dashboard-scrape")
         self._rates = RateWindow(RATE_SPAN_MS)   # stepped only under _snapshot_lock
         self._snapshot: tuple[float, dict] | None = None
@@ -221,7 +221,7 @@ class Dashboard:
             self._server = TLSServer((host, int(port)), Handler)
             self._server.context = certs.server_context(self.security.tls_dir, "dashboard")
         else:
-            self._server = DashboardServer((host, int(port)), Handler)
+            self._server = BoundedServer((host, int(port)), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, name="dashboard-http", daemon=True).start()
         self.url = f"{'https' if tls else 'http'}://{advertise_host or host}:{self._server.server_port}/"
@@ -507,7 +507,8 @@ class _Handler(JsonExchange):
             return self._json(visible_to(self.owner.snapshot(), identity))
         if url.path == "/api/stream":
             stop = threading.Event()
-            return self._stream((("snapshot", visible_to(s, identity)) for s in self.owner.snapshots(stop)), stop)
+            return self._held_stream(self.owner.snapshot_streams, identity, (
+                ("snapshot", visible_to(s, identity)) for s in self.owner.snapshots(stop)), stop)
         if url.path == "/api/results":
             return self._results(parse_qs(url.query), identity, token)
         self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
@@ -617,12 +618,19 @@ class _Handler(JsonExchange):
                 return self._error(HTTPStatus.FORBIDDEN, f"query {query} is not {identity.principal}'s")
         if query:
             return self._stream((("row", row) for row in self.owner.query_rows(query, stop, token)), stop)
-        if not self.owner.view_streams.take(identity.principal, quota_of(identity).streams):
+        self._held_stream(self.owner.view_streams, identity, (("row", row) for row in self.owner.view_rows(view, stop)),
+                          stop)
+
+    def _held_stream(self, slots: StreamSlots, identity: Identity, events: Iterator[tuple[str, Any]],
+                     stop: threading.Event) -> None:
+        """An event stream that holds one of `identity`'s slots while it is open: beyond its
+        quota, 429 (each stream holds a thread of the dashboard's)."""
+        if not slots.take(identity.principal, quota_of(identity).streams):
             return self._error(HTTPStatus.TOO_MANY_REQUESTS, streams_refusal(identity))
         try:
-            self._stream((("row", row) for row in self.owner.view_rows(view, stop)), stop)
+            self._stream(events, stop)
         finally:
-            self.owner.view_streams.give_back(identity.principal)
+            slots.give_back(identity.principal)
 
     def _asset(self, name: str) -> None:
         path = os.path.normpath(os.path.join(ASSETS, name))

@@ -1,6 +1,6 @@
 """The dashboard's HTTP plumbing (services.dashboard serves the pages and the API on it): JSON
 answers and errors, bounded request bodies, server-sent event streams, the security headers of
-every answer, TLS with each handshake in its own thread, and the host and origin checks."""
+every answer, and the host and origin checks (its server, bounded, is services.http_server's)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,10 @@ import contextlib
 import json
 import logging
 import queue
-import ssl
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,74 +41,6 @@ def loopback(host: str) -> bool:
     [True, True, True, False, False, False]
     """
     return host in LOCAL_HOSTS
-
-
-class DashboardServer(ThreadingHTTPServer):
-    """The dashboard's HTTP server: a client that hangs up before its answer is written is logged,
-    not printed to stderr as a stack trace (socketserver's default). A connection is served by a
-    thread of its own, at most `max_connections` at once: one more is answered 503 and closed, so
-    connections opened and left idle hold a bounded number of threads (each for JsonExchange's
-    timeout at most)."""
-
-    max_connections = 128
-    request_queue_size = 128   # connections the kernel holds until accepted (socketserver's 5 overflowed in bursts)
-
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 (socketserver's)
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(self.max_connections)
-
-    def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            log.debug("dashboard: %d connections open, %s refused", self.max_connections, client_address)
-            self.refuse(request)
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def refuse(self, request) -> None:
-        """Answer a connection beyond the limit: 503, try again shortly."""
-        with contextlib.suppress(OSError):
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n"
-                            b"Connection: close\r\n\r\n")
-
-    def handle_error(self, request, client_address) -> None:
-        error = sys.exc_info()[1]
-        if isinstance(error, (ConnectionError, TimeoutError)):
-            log.debug("dashboard: %s left before its answer: %s", client_address, error)
-        else:
-            log.warning("dashboard: a request from %s failed: %r", client_address, error, exc_info=True)
-
-
-class TLSServer(DashboardServer):
-    """The dashboard over TLS: each connection's handshake in its own thread (a client that never
-    finishes one holds only that thread, for JsonExchange.timeout at most)."""
-
-    context: ssl.SSLContext
-
-    def refuse(self, request) -> None:
-        """A connection beyond the limit is closed (its TLS not yet begun: no answer it could read)."""
-
-    def finish_request(self, request, client_address) -> None:
-        request.settimeout(JsonExchange.timeout)
-        try:
-            tls = self.context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError) as exc:   # plain HTTP, or no handshake: nothing to answer
-            log.debug("dashboard: no TLS from %s: %s", client_address, exc)
-            return
-        try:
-            super().finish_request(tls, client_address)
-        finally:
-            tls.close()
 
 
 def allowed_hosts(listen_host: str, advertise_host: str = "", extra: str = "") -> frozenset[str]:

@@ -13,25 +13,39 @@ to this registry): counters end in `_total`, rates are left to PromQL (`rate(...
   hifi_input_lag_seconds, hifi_watermark_lag_seconds, hifi_running_queries, hifi_node_up,
   hifi_uplink_queued_bytes,
   hifi_receptor_reads_total / _cycles_total / _weak_reads_total {receptor},
-  hifi_view_rows_total {query}, hifi_microbatch_duration_seconds {query},
-  hifi_result_latency_seconds {query}, hifi_grpc_calls_total {method, code},
+  hifi_view_rows_total, hifi_microbatch_duration_seconds, hifi_result_latency_seconds
+  ({query} too for an operator), hifi_grpc_calls_total {method, code},
   hifi_grpc_call_duration_seconds {method}, hifi_mdr_operations_total {operation}
+
+Anyone may scrape /metrics (Prometheus does, without credentials): it carries no name of a view
+or query, since a view's name is itself what its readers are told and others not. A scrape with an
+operator's bearer token (`Authorization: Bearer ...`) gets the same series by part as well: the
+`query` label is the part's id.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dsp.status import BatchReport
 from mdr.repository import MDR
-from services.auth import non_blocking
+from services.auth import Authenticator, bearer, non_blocking
+from services.http_server import BoundedServer
+from wire.identity import Identity
+
+log = logging.getLogger("hifi.metrics")
 
 BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0)
@@ -105,23 +119,42 @@ def _gauge(name: str, help_text: str, label_names: list[str], labels: list[str],
 
 
 class ServiceMetrics:
-    """One service's registry (gRPC calls, MDR operations), served over HTTP by `serve`."""
+    """One service's registries (gRPC calls, MDR operations), served over HTTP by `serve`:
+    `registry` to anyone, `by_part` (the same series, and those of each part) to an operator."""
 
     def __init__(self, service: str, mdr: MDR) -> None:
         self.service = service
         self.registry = CollectorRegistry()
+        self.by_part = CollectorRegistry()
+        self.authenticator = Authenticator(mdr)
         self.grpc_calls = Counter("hifi_grpc_calls", "gRPC calls served, by method and status code",
-                                  ["service", "method", "code"], registry=self.registry)
+                                  ["service", "method", "code"], registry=None)
         self.grpc_seconds = Histogram("hifi_grpc_call_duration_seconds", "time to serve a gRPC call",
-                                      ["service", "method"], buckets=GRPC_BUCKETS, registry=self.registry)
-        self.registry.register(_MDROperations(service, mdr))
+                                      ["service", "method"], buckets=GRPC_BUCKETS, registry=None)
+        self._share(self.grpc_calls, self.grpc_seconds, _MDROperations(service, mdr))
         self.url = ""
-        self._http = None
+        self._http: BoundedServer | None = None
+
+    def _share(self, *collectors: Collector) -> None:
+        """Series anyone may scrape (an operator's scrape has them too)."""
+        for collector in collectors:
+            self.registry.register(collector)
+            self.by_part.register(collector)
+
+    def registry_for(self, caller: Identity | None) -> CollectorRegistry:
+        return self.by_part if caller is not None and caller.has("operator") else self.registry
 
     def serve(self, host: str = "127.0.0.1", port: int = 0, advertise_host: str = "") -> str:
         """Serve /metrics on host:port (0: any free port); returns the URL others scrape, on
         `advertise_host` when given (the service listens on all interfaces)."""
-        self._http, _ = start_http_server(port, host, registry=self.registry)
+        metrics = self
+
+        class Handler(_MetricsHandler):
+            owner = metrics
+
+        self._http = BoundedServer((host, port), Handler)
+        self._http.daemon_threads = True
+        threading.Thread(target=self._http.serve_forever, name=f"metrics-{self.service}", daemon=True).start()
         self.url = f"http://{advertise_host or host}:{self._http.server_port}/metrics"
         return self.url
 
@@ -139,35 +172,85 @@ class ServiceMetrics:
         self.grpc_seconds.labels(self.service, method).observe(seconds)
 
 
+class _BatchSeries:
+    """A node's micro-batch series, by `labels` (["node"] for anyone, ["node", "query"] by part)."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.view_rows = Counter("hifi_view_rows", "rows the node's queries and views emitted (this process)",
+                                 labels, registry=None)
+        self.batch_seconds = Histogram("hifi_microbatch_duration_seconds",
+                                       "time to run a micro-batch's plan and write its rows", labels,
+                                       buckets=BATCH_BUCKETS, registry=None)
+        self.result_latency = Histogram("hifi_result_latency_seconds",
+                                        "wall clock when a micro-batch's rows were written minus their newest "
+                                        "event time (window start for windowed views)", labels,
+                                        buckets=LATENCY_BUCKETS, registry=None)
+
+    def all(self) -> tuple[Counter, Histogram, Histogram]:
+        return self.view_rows, self.batch_seconds, self.result_latency
+
+    def observe(self, labels: tuple[str, ...], report: BatchReport) -> None:
+        self.view_rows.labels(*labels).inc(report.rows_out)
+        self.batch_seconds.labels(*labels).observe(report.duration_s)
+        if report.max_event_ms is not None and report.emitted_ms:
+            self.result_latency.labels(*labels).observe(max(0.0, (report.emitted_ms - report.max_event_ms) / 1000))
+
+
 class NodeMetrics(ServiceMetrics):
-    """A node's registry: its MDR statistics plus what its micro-batches measured."""
+    """A node's registries: its MDR statistics plus what its micro-batches measured, summed over
+    its parts for anyone and by part for an operator."""
 
     def __init__(self, node_id: str, mdr: MDR) -> None:
         super().__init__(f"node:{node_id}", mdr)
         self.node_id = node_id
-        self.view_rows = Counter("hifi_view_rows", "rows a query or view emitted (this process)", ["node", "query"],
-                                 registry=self.registry)
-        self.batch_seconds = Histogram("hifi_microbatch_duration_seconds",
-                                       "time to run a micro-batch's plan and write its rows", ["node", "query"],
-                                       buckets=BATCH_BUCKETS, registry=self.registry)
-        self.result_latency = Histogram("hifi_result_latency_seconds",
-                                        "wall clock when a micro-batch's rows were written minus their newest "
-                                        "event time (window start for windowed views)", ["node", "query"],
-                                        buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.registry.register(_NodeStatistics(node_id, mdr))
+        self._share(_NodeStatistics(node_id, mdr))
+        self.node_series, self.part_series = _BatchSeries(["node"]), _BatchSeries(["node", "query"])
+        for metric in self.node_series.all():
+            self.registry.register(metric)
+        for metric in self.part_series.all():
+            self.by_part.register(metric)
 
     def forget(self, query_id: str) -> None:
         """Drop a cancelled part's series (a label per query would otherwise pile up for ever)."""
-        for metric in (self.view_rows, self.batch_seconds, self.result_latency):
+        for metric in self.part_series.all():
             with contextlib.suppress(KeyError):
                 metric.remove(self.node_id, query_id)
 
     def observe_batch(self, query_id: str, report: BatchReport) -> None:
-        self.view_rows.labels(self.node_id, query_id).inc(report.rows_out)
-        self.batch_seconds.labels(self.node_id, query_id).observe(report.duration_s)
-        if report.max_event_ms is not None and report.emitted_ms:
-            self.result_latency.labels(self.node_id, query_id).observe(
-                max(0.0, (report.emitted_ms - report.max_event_ms) / 1000))
+        self.node_series.observe((self.node_id,), report)
+        self.part_series.observe((self.node_id, query_id), report)
+
+
+class _MetricsHandler(BaseHTTPRequestHandler):
+    """GET /metrics: the registry the caller may read (anonymous: no part's series); a token given
+    that is not valid is answered 401, so a scraper set up wrongly fails rather than reads less."""
+
+    owner: ServiceMetrics
+    timeout = 10   # seconds a socket may stall
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+        if urlsplit(self.path).path not in ("/", "/metrics"):
+            return self._answer(HTTPStatus.NOT_FOUND, b"no such page: /metrics is served here\n", "text/plain")
+        token = bearer([("authorization", self.headers.get("Authorization") or "")])
+        try:
+            caller = self.owner.authenticator.identify(token)
+        except Exception:  # noqa: BLE001 - the MDR unreachable: what anyone may read
+            log.info("metrics: the MDR cannot be reached to check a token; answering without parts")
+            caller = token = None
+        if token and caller is None:
+            return self._answer(HTTPStatus.UNAUTHORIZED, b"unknown or expired token\n", "text/plain")
+        self._answer(HTTPStatus.OK, generate_latest(self.owner.registry_for(caller)), CONTENT_TYPE_LATEST)
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's signature
+        log.debug("metrics: " + format, *args)
 
 
 class _CallMetrics(grpc.ServerInterceptor):

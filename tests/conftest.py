@@ -106,13 +106,15 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str | Call
         time.sleep(interval_s)
 
 
-def scrape_metrics(url: str) -> dict[tuple[str, tuple], float]:
-    """A service's Prometheus /metrics: (sample name, sorted labels) -> value."""
+def scrape_metrics(url: str, token: str = "") -> dict[tuple[str, tuple], float]:
+    """A service's Prometheus /metrics, as `token`'s holder scrapes it (none: as anyone):
+    (sample name, sorted labels) -> value."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(url, timeout=5) as answer:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as answer:
         text = answer.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}

@@ -29,7 +29,7 @@ def test_an_option_of_another_bench_or_a_bad_value_is_a_usage_error(capsys):
         with pytest.raises(SystemExit) as exit_:
             build_parser().parse_args(argv)
         assert exit_.value.code == 2
-    assert "must be positive: -4" in capsys.readouterr().err
+    assert "argument --children: '-4' is not a whole number above 0" in capsys.readouterr().err
 
 
 def test_json_records_the_figures_and_the_report_pages_them(tmp_path):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 from collections import Counter
 
 import pytest
@@ -303,14 +304,23 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
     assert metric(samples, "hifi_receptor_weak_reads_total", node=node, receptor="dock-a-r1") == weak
     assert metric(samples, "hifi_node_up", node=node) == 1.0
 
-    # rows per view: what this process emitted equals what the view's topic holds
+    # rows per view, as an operator scrapes them: what this process emitted equals what the view's topic holds
     smoothed_topic = view_topic(node, "smoothed_rfid_stream")
-    wait_for(lambda: metric(scrape_metrics(node_metrics), "hifi_view_rows_total", node=node,
-                             query="view.smoothed_rfid_stream") == len(topic_rows(hierarchy.bootstrap, smoothed_topic)),
-             30, "view rows counted = rows in the view's topic")
-    batches = metric(scrape_metrics(node_metrics), "hifi_microbatch_duration_seconds_count", node=node,
-                      query="view.smoothed_rfid_stream")
-    assert batches >= 1
+    part = {"node": node, "query": "view.smoothed_rfid_stream"}
+    by_part = lambda: scrape_metrics(node_metrics, hierarchy.admin_token)   # noqa: E731
+    wait_for(lambda: metric(by_part(), "hifi_view_rows_total", **part)
+             == len(topic_rows(hierarchy.bootstrap, smoothed_topic)), 30,
+             "view rows counted = rows in the view's topic")
+    operators = by_part()
+    assert metric(operators, "hifi_microbatch_duration_seconds_count", **part) >= 1
+    # anyone's scrape: the same rows summed over the node's parts, and no part's name
+    parts_rows = sum(v for (name, labels), v in operators.items() if name == "hifi_view_rows_total")
+    anyones = scrape_metrics(node_metrics)
+    assert not [key for key in anyones if "query" in dict(key[1])], "a part's series in an anonymous scrape"
+    assert metric(anyones, "hifi_view_rows_total", node=node) >= parts_rows > 0
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        scrape_metrics(node_metrics, "hifi_not-a-token")
+    assert refused.value.code == 401
 
     # the placement service counted the page's calls: a refused query, an explain and a submit, a cancel
     placement = scrape_metrics(endpoints["placement"]["metrics"])

@@ -97,7 +97,8 @@ def test_a_batch_sent_again_after_a_failure_between_flush_and_fence_counts_once(
     # the node's statistics count each batch once too: rows counted = rows its readers take
     part = next(task for task in plan.tasks if task.node == "dock-a")
     url = hierarchy.mdr.endpoints()["node:dock-a"]["metrics"]
-    wait_for(lambda: metric(scrape_metrics(url), "hifi_view_rows_total", node="dock-a", query=part.query_id)
+    wait_for(lambda: metric(scrape_metrics(url, hierarchy.admin_token), "hifi_view_rows_total", node="dock-a",
+                                query=part.query_id)
              == len(topic_rows(hierarchy.bootstrap, part.topic)), 30, "dock-a's rows counted = rows in its topic")
     hierarchy.placement.cancel(plan.query_id)
 

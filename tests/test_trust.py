@@ -27,7 +27,7 @@ from glue.topology import parse_topology
 from mdr.repository import now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
 from services.auth import mint_token, open_channel
-from services.dashboard_http import DashboardServer
+from services.http_server import BoundedServer
 from services.node import RECONCILE_INTERVAL_S
 from services.part_signing import PartSigner
 from services.placement import TOPIC_GRACE_MS
@@ -441,6 +441,13 @@ def test_a_users_queries_and_result_streams_stop_at_its_quota_and_others_are_sti
         finally:
             for conn, _ in opened:
                 conn.close()
+        # and of the snapshots, a kind of its own (each holds a thread of the dashboard's)
+        opened = [_open_stream(hierarchy.dashboard.url, "/api/stream", token) for _ in range(3)]
+        try:
+            assert [status for _, status in opened] == ["200", "200", "429"], opened
+        finally:
+            for conn, _ in opened:
+                conn.close()
     finally:
         for stream in streams:
             stream.cancel()
@@ -489,14 +496,14 @@ def test_calls_that_never_send_their_message_hold_no_worker_from_a_token_holder(
 
 def test_connections_left_idle_hold_a_bounded_number_of_the_dashboards_threads(hierarchy):
     """400 connections opened to the dashboard and never sent a request: the dashboard serves at
-    most DashboardServer.max_connections at once (a thread each, for its timeout at most) and
+    most BoundedServer.max_connections at once (a thread each, for its timeout at most) and
     answers the others 503; once they close, a request is served again."""
     url = urlsplit(hierarchy.dashboard.url)
     before = threading.active_count()
     idle = [socket.create_connection((url.hostname, url.port), timeout=60) for _ in range(400)]
     try:
         time.sleep(3)   # each accepted, given a thread or refused
-        assert threading.active_count() - before <= DashboardServer.max_connections + 4
+        assert threading.active_count() - before <= BoundedServer.max_connections + 4
         refused = idle[-1].recv(200)
         assert refused.startswith(b"HTTP/1.1 503"), refused
     finally:

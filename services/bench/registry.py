@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.cli_types import SEED, bounded, positive
 from services.paths import (
     DEEP_TOPOLOGY,
     DEFAULT_TOPOLOGY,
@@ -53,17 +54,6 @@ class Bench:
 
 def progress(message: str) -> None:
     print(f"[hifi] {message}", file=sys.stderr, flush=True)
-
-
-def positive(kind: Callable[[str], Any]) -> Callable[[str], Any]:
-    """An argparse type: `kind`, above zero (a clear usage error, not a traceback)."""
-    def parse(text: str) -> Any:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive: {text}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
 
 
 def duration(default: float, what: str = "seconds the agents run") -> Option:
@@ -273,7 +263,7 @@ BENCHES: tuple[Bench, ...] = (
           (option("--queries", type=positive(int), default=200, help="how many queries to plan (default 200)"),
            option("--fanout", type=positive(int), default=4, help="children per node (default 4)"),
            option("--levels", type=positive(int), default=4, help="depth of the tree (default 4)"),
-           option("--submit", type=int, default=0, metavar="N",
+           option("--submit", type=bounded(int, 0), default=0, metavar="N",
                   help="also submit N queries to a running deep.yaml hierarchy whose MDR holds the generated "
                        "tree, timing plan + place + deploy on the nodes"),
            topology(DEEP_TOPOLOGY))),
@@ -283,13 +273,13 @@ BENCHES: tuple[Bench, ...] = (
                   help="window slides in seconds, range = 2 x slide (default 1 10)"))),
     Bench("agents", "how fast one agent process publishes a scenario, flat out and in real time", _agents,
           (option("--scenario", default=FAN_IN_SCENARIO, help="the scenario file (default fan-in.yaml)"),
-           option("--seed", type=int, default=None, help="override the scenario's seed"), duration(60.0)),
+           option("--seed", type=SEED, default=None, help="override the scenario's seed"), duration(60.0)),
           spark=False),
     Bench("cleaning", "errors against ground truth of raw reads, fixed windows and adaptive smoothing, "
           "arbitration and counts; faulty-mote detection on the Intel Lab replay (offline)", _cleaning,
           (option("--scenario", default=SUPPLY_CHAIN_SCENARIO,
                   help="the scenario scored for arbitration and counts (default supply-chain.yaml)"),
-           option("--seed", type=int, default=7, help="the seed of every setting (default 7)"),
+           option("--seed", type=SEED, default=7, help="the seed of every setting (default 7)"),
            option("--plot", default="bench-cleaning.png",
                   help="where to write the plot (PNG; empty: none; default bench-cleaning.png)"), duration(60.0)),
           spark=False),
@@ -321,7 +311,7 @@ BENCHES: tuple[Bench, ...] = (
            option("--offline", action="store_true",
                   help="evaluate the views centrally by the reference evaluator over the readings the agents "
                        "would publish (no broker or Spark)"),
-           option("--seeds", type=int, nargs="+", default=None,
+           option("--seeds", type=SEED, nargs="+", default=None,
                   help="the scenario seeds scored, offline each, live the first (default 101 202 303: not the "
                        "seeds the patterns were tuned on); the staging is made denser for scoring"))),
     Bench("proxy", "the sensor proxy on the Intel Lab replay (offline): samples and bytes from the motes with "
@@ -360,7 +350,7 @@ BENCHES: tuple[Bench, ...] = (
           "hazmat plant's gas_spread view against its staged releases: precision, recall, alert latency", _joins,
           (option("--rates", type=positive(int), nargs="+", default=[50, 200, 800],
                   help="rows a second of each of the three inputs (default 50 200 800)"),
-           option("--hazmat-duration", type=float, default=240.0,
+           option("--hazmat-duration", type=bounded(float, 0), default=240.0,
                   help="seconds the hazmat plant runs live for the gas-spread view's alert latency "
                        "(default 240; 0: offline only)"))),
 )
