@@ -251,7 +251,7 @@ class Hierarchy:
                        "tls_dir": self.tls_dir, "token": self.admin_token,
                        "dashboard": self.dashboard.url if self.dashboard else "",
                        # the broker's credentials of this process (the embedded one's admin), for the
-                       # hifi commands that read topics (services.commands._bootstrap)
+                       # hifi commands that read topics (services.cli.common.broker_bootstrap)
                        "kafka": {name: os.environ[name] for name in config.CLIENT_VARIABLES if os.environ.get(name)}},
                       fh)
 

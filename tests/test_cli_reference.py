@@ -1,11 +1,11 @@
-"""docs/cli.md is generated from `hifi`'s parser (services.cli_reference), and every command and
+"""docs/cli.md is generated from `hifi`'s parser (services.cli.reference), and every command and
 option of the parser says what it does."""
 
 import argparse
 import pathlib
 
 from services.cli import build_parser
-from services.cli_reference import options, render, subcommands
+from services.cli.reference import options, render, subcommands
 
 PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
@@ -18,7 +18,7 @@ def _every(parser: argparse.ArgumentParser, name: str = "hifi"):
 
 def test_the_cli_reference_is_what_the_parser_says():
     assert PAGE.read_text() == render(build_parser()), \
-        "docs/cli.md is stale: .venv/bin/python -m services.cli_reference > docs/cli.md"
+        "docs/cli.md is stale: .venv/bin/python -m services.cli.reference > docs/cli.md"
 
 
 def test_every_command_and_option_says_what_it_does():

@@ -232,7 +232,7 @@ def test_the_page_shows_the_tree_and_runs_a_query_submitted_from_it(hierarchy, b
 
 
 def test_a_crashed_node_turns_dead_on_the_page_within_the_heartbeat_ttl(hierarchy, browser):
-    from services.commands import status_report
+    from services.cli.observe import status_report
     from services.node import HEARTBEAT_TTL_MS
     from services.tables import status_tables
 

@@ -366,7 +366,7 @@ def test_hifi_up_prints_its_login_link_to_a_terminal_only_and_keeps_it_in_a_file
     import os
     import stat
 
-    from services.commands import login_notice
+    from services.cli.run import login_notice
 
     monkeypatch.setenv("HIFI_HOME", str(tmp_path))
     logged = login_notice("http://127.0.0.1:8470/", "hifi_secret", terminal=False)

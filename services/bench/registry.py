@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.cli_types import SEED, bounded, positive
+from services.cli.option_types import SEED, bounded, positive
 from services.paths import (
     DEEP_TOPOLOGY,
     DEFAULT_TOPOLOGY,

@@ -1,7 +1,7 @@
 """docs/cli.md, generated from `hifi`'s parser (services.cli): every command with what it does,
 its usage and a table of its options, each one's help text. One source of truth: the parser; a
 test fails when the file differs from what this renders, or when a command or an option has no
-help. Regenerate with `.venv/bin/python -m services.cli_reference > docs/cli.md`."""
+help. Regenerate with `.venv/bin/python -m services.cli.reference > docs/cli.md`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import argparse
 HEADER = """# The hifi command
 
 After set-up it is `.venv/bin/hifi` (or `hifi` with the venv activated). `hifi COMMAND --help`
-says the same as this page, which is generated from it (`services/cli_reference.py`).
+says the same as this page, which is generated from it (`services/cli/reference.py`).
 """
 
 

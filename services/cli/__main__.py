@@ -1,0 +1,7 @@
+"""`python -m services.cli` is `hifi`."""
+
+import sys
+
+from services.cli.app import main
+
+sys.exit(main())
