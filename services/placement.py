@@ -22,7 +22,7 @@ from base.plan import PlanError, from_json, window_of
 from glue.analyzer import AccessError, LogicalQuery, analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
-from glue.planner import plan_query
+from glue.planner import plan_query, start_from
 from glue.proxy import sample_predicates
 from glue.rewrite.distribute import DistributedPlan
 from glue.sql.lexer import SqlError
@@ -130,15 +130,13 @@ class QueryPlacer:
         return analyze_statement(statement, catalog, reader, sql), catalog
 
     def _planned(self, bound: tuple[LogicalQuery, Catalog], query_id: str, naive: bool = False,
-                 since_ms: int | None = None, until_ms: int | None = None,
-                 start_ms: int | None = None) -> DistributedPlan:
-        """The planner's plan (glue.planner): over the past from `since_ms` (with the nodes whose
-        archives begin after it, and those that could not archive some of it), or live from
-        `start_ms`; until `until_ms`."""
+                 since_ms: int | None = None, until_ms: int | None = None) -> DistributedPlan:
+        """The planner's plan (glue.planner): over the past from `since_ms` until `until_ms` (with
+        the nodes whose archives begin after it, and those that could not archive some of it), or
+        live, with no start yet."""
         query, catalog = bound
-        if since_ms is None:
-            return plan_query(query, catalog, query_id, naive=naive, start_ms=start_ms,
-                              until_ms=until_ms if start_ms is not None else None)
+        if since_ms is None:   # live: its start applied once its inputs' ends are read (start_from)
+            return plan_query(query, catalog, query_id, naive=naive)
         plan = plan_query(query, catalog, query_id, naive=naive, start_ms=since_ms, until_ms=until_ms, now_ms=now_ms())
         return replace(plan, archive_begins=self._archives_after(plan, since_ms),
                        archive_gaps=self._archive_gaps(plan, since_ms, until_ms))
@@ -179,9 +177,9 @@ class QueryPlacer:
             elif not replay:
                 self._prepare_motes(plan)
                 start_offsets = offsets.current_ends(self.bootstrap, plan.topics_read())
-                # planned again from its start, taken only now that the ends are read (the plan
-                # names the topics whose ends these are): anything stamped from here on is after them
-                plan = self._planned(bound, plan.query_id, naive, until_ms=until_ms, start_ms=now_ms())
+                # its start, taken only now that the ends are read (the plan names the topics whose
+                # ends these are): anything stamped from here on is after them
+                plan = start_from(plan, bound[1], now_ms(), until_ms)
                 history_from_ms = (plan.start_ms or 0) - LIVE_HISTORY_MARGIN_MS
             deployed: list[tuple[str, str]] = []
             desired: dict[str, dict[str, str]] = {}

@@ -319,3 +319,20 @@ def _bad_queries(rng: random.Random, count: int) -> list[str]:
         lambda: good.replace("count(*)", rng.choice(["count(**)", "median(read_strength)", "sum(*)"])),
     ]
     return [rng.choice(makers)() for _ in range(count)]
+
+
+def test_a_submitted_query_is_planned_once(hierarchy, monkeypatch):
+    """The service plans a live query without its start, reads its inputs' ends and applies the
+    start to that plan (glue.planner.start_from): one planner run per Submit (issue 69: two)."""
+    import services.placement
+
+    runs = []
+    planner = services.placement.plan_query
+    monkeypatch.setattr(services.placement, "plan_query", lambda *a, **k: runs.append(a[2]) or planner(*a, **k))
+    plan = hierarchy.placement.submit("SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '2 seconds'] "
+                                      "GROUP BY receptor_id")
+    try:
+        assert runs == [plan.query_id] and plan.start_ms is not None and plan.start_ms <= time.time() * 1000
+        assert f"{plan.start_ms}" in repr(plan.tasks[-1].plan), "the root answers from its start"
+    finally:
+        hierarchy.placement.cancel(plan.query_id)

@@ -5,6 +5,7 @@ import pytest
 from glue.analyzer import analyze
 from glue.planner import (
     PLAN_PASSES,
+    START_PASSES,
     Planning,
     answer_from,
     build,
@@ -13,6 +14,7 @@ from glue.planner import (
     place_root,
     plan_query,
     reuse_running_views,
+    start_from,
     type_check,
 )
 from glue.sql.lexer import SqlError
@@ -23,8 +25,22 @@ COUNTS = "SELECT receptor_id, count(*) AS n FROM rfid_stream [range by '10 secon
 
 
 def test_the_passes_run_in_the_documented_order():
-    assert PLAN_PASSES == (order_where_terms, place_root, reuse_running_views, build, answer_from, emit_changes,
+    assert PLAN_PASSES == (order_where_terms, place_root, reuse_running_views, build, emit_changes, answer_from,
                            type_check)
+    assert START_PASSES == (answer_from, type_check) == PLAN_PASSES[-2:]
+
+
+@pytest.mark.parametrize("sql", [COUNTS, COUNTS + " HAVING count(*) > 1 EMIT CHANGES",
+                                 "SELECT tag_id, receptor_id FROM rfid_stream WHERE receptor_id = 'door1-r1'"])
+def test_a_start_applied_to_the_one_plan_is_the_plan_made_with_it(sql):
+    """The placement service plans a live query once, reads its inputs' ends, then applies the
+    start to that plan (issue 69: it planned twice)."""
+    query = analyze(sql, CATALOG)
+    once = start_from(plan_query(query, CATALOG, "q1"), CATALOG, 60_000, 120_000)
+    assert once == plan_query(query, CATALOG, "q1", start_ms=60_000, until_ms=120_000)
+    assert "60000" in repr(once.tasks[-1].plan) and once.start_ms == 60_000
+    with pytest.raises(AssertionError, match="one start"):
+        start_from(once, CATALOG, 70_000)
 
 
 def test_each_pass_adds_what_it_names_and_the_whole_is_plan_query():

@@ -36,6 +36,7 @@ from base.plan import (
     Aggregate,
     AggSpec,
     BinOp,
+    Changes,
     Col,
     Filter,
     Func,
@@ -393,23 +394,28 @@ def answering_from(plan: DistributedPlan, start_ms: int, until_ms: int | None = 
     """`plan` with a root that drops windows (rows) starting before `start_ms` (and, with
     `until_ms`, from it on): a query whose sources are read from what they received after its
     start answers only what it saw whole. Adaptive smoothing starts at the first epoch from
-    `start_ms` on (the reference does too)."""
+    `start_ms` on (the reference does too). With EMIT CHANGES, the changes of those windows."""
     tasks = [replace(t, plan=replace(t.plan, from_ms=start_ms)) if isinstance(t.plan, Smooth) else
              replace(t, plan=_joining_from(t.plan, start_ms)) for t in plan.tasks]
-    plan = replace(plan, tasks=tasks)
-    final = plan.tasks[-1]
-    if plan.query.pattern is not None:   # matches of the rows from the start on (the reference's too)
-        assert isinstance(final.plan, Project) and isinstance(final.plan.child, Match)
-        match = final.plan.child
-        time = event_time_column(match.child) or EVENT_TIME
-        body: Plan = Project(replace(match, child=Filter(match.child, _between(time, start_ms, until_ms))),
-                             final.plan.outputs)
-    elif plan.query.is_aggregate:
-        body = Filter(final.plan, _between("window_start", start_ms, until_ms))
+    final = tasks[-1]
+    if isinstance(final.plan, Changes):
+        body: Plan = replace(final.plan, child=_root_from(plan.query, final.plan.child, start_ms, until_ms))
     else:
-        assert isinstance(final.plan, Project)  # final_plan: the select list over the children's rows
-        body = Project(Filter(final.plan.child, _between(EVENT_TIME, start_ms, until_ms)), final.plan.outputs)
-    return replace(plan, tasks=[*plan.tasks[:-1], replace(final, plan=body)], start_ms=start_ms, until_ms=until_ms)
+        body = _root_from(plan.query, final.plan, start_ms, until_ms)
+    return replace(plan, tasks=[*tasks[:-1], replace(final, plan=body)], start_ms=start_ms, until_ms=until_ms)
+
+
+def _root_from(query: LogicalQuery, root: Plan, start_ms: int, until_ms: int | None) -> Plan:
+    """The root's plan keeping what starts in [start, until)."""
+    if query.pattern is not None:   # matches of the rows from the start on (the reference's too)
+        assert isinstance(root, Project) and isinstance(root.child, Match)
+        match = root.child
+        time = event_time_column(match.child) or EVENT_TIME
+        return Project(replace(match, child=Filter(match.child, _between(time, start_ms, until_ms))), root.outputs)
+    if query.is_aggregate:
+        return Filter(root, _between("window_start", start_ms, until_ms))
+    assert isinstance(root, Project)  # final_plan: the select list over the children's rows
+    return Project(Filter(root.child, _between(EVENT_TIME, start_ms, until_ms)), root.outputs)
 
 
 def _joining_from(plan: Plan, start_ms: int) -> Plan:
