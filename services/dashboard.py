@@ -37,15 +37,12 @@ Errors answer {"error": "..."} with 400 (the query: position and reason), 401, 4
 
 from __future__ import annotations
 
-import collections
 import datetime as dt
 import json
 import logging
 import os
-import secrets
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
@@ -55,14 +52,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import grpc
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from glue.catalog import internal_view
 from glue.topology import Topology
 from mdr.repository import MDR, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc
-from services import certs, listing
+from services import certs
 from services.auth import Authenticator, Security, open_channel
+from services.dashboard_access import SESSION_COOKIE, SESSION_S, Sessions, visible_to
+from services.dashboard_events import EventLog
 from services.dashboard_http import (
     LOCAL_HOSTS,
     JsonExchange,
@@ -73,11 +71,11 @@ from services.dashboard_http import (
 )
 from services.health import CountsSample, RateWindow, moves, node_health, query_states, tier_series
 from services.http_server import BoundedServer, TLSServer
-from services.metrics import ServiceMetrics
+from services.metrics import ServiceMetrics, batch_figures
 from services.quotas import StreamSlots, quota_of, streams_refusal
-from wire.codec import decode_dead_letter, from_value, parse_row_batch, readable_batches
-from wire.identity import INTERNAL_READERS, Identity
-from wire.kafka import admin, consumers
+from wire.codec import from_value, readable_batches
+from wire.identity import Identity
+from wire.kafka import consumers
 from wire.topics import dead_topic, view_topic
 from wire.windows import DurationError, time_at
 
@@ -89,7 +87,6 @@ CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; c
 PUSH_INTERVAL_S = 1.0
 CHART_SPAN_MS = 300_000      # the throughput and lag charts show the last five minutes
 RATE_SPAN_MS = 5_000         # receptor rates over (at least) the last five seconds
-EVENTS_KEPT = 200
 
 
 def _json_cell(value: Any) -> Any:
@@ -98,78 +95,6 @@ def _json_cell(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_cell(v) for v in value]
     return value
-
-
-class EventLog:
-    """The newest alerts, faulty receptors and dead letters, tailed from their topics."""
-
-    def __init__(self, bootstrap: str, alert_topics: dict[str, str], dead_topics: list[str]) -> None:
-        self.bootstrap = bootstrap
-        self.kinds = {**alert_topics, **{topic: "dead" for topic in dead_topics}}
-        self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
-        self.counts: collections.Counter[str] = collections.Counter()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._tail, name="dashboard-events", daemon=True)
-
-    def start(self) -> None:
-        if self.kinds:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def recent(self) -> tuple[list[dict], dict[str, int]]:
-        with self._lock:
-            return list(self.events)[::-1], dict(self.counts)
-
-    def _add(self, event: dict) -> None:
-        with self._lock:
-            self.events.append(event)
-            self.counts[event["kind"]] += 1
-
-    def _tail(self) -> None:
-        """Re-read the topics from their beginning, again after a failure (the broker went away)."""
-        while not self._stop.is_set():
-            with self._lock:
-                self.events.clear()
-                self.counts.clear()
-            try:
-                self._read()
-            except Exception:  # noqa: BLE001 - the page must stay up when the broker hiccups
-                log.exception("dashboard: event tail failed; retrying in 5 s")
-                self._stop.wait(5.0)
-
-    def _read(self) -> None:
-        # the dashboard may start before the nodes that write these topics (a container each)
-        admin.ensure_topics(self.bootstrap, list(self.kinds))
-        for record in consumers.tail(self.bootstrap, list(self.kinds), self._stop):
-            kind = self.kinds[record.topic]
-            if kind == "dead":
-                letter = decode_dead_letter(record.value)
-                if letter is not None:   # anything else on a dead-letter topic is not an event
-                    self._add({"ms": record.timestamp, "kind": "dead", "node": letter.node,
-                               "text": f"{letter.topic}:{letter.partition}@{letter.offset}: {letter.reason}"})
-                continue
-            batch, _ = parse_row_batch(record.value)
-            if batch is None:
-                continue   # the node reading this view dead-letters it
-            node, view = record.topic.split(".")[2], record.topic.split(".", 3)[3]
-            for values in batch.rows:
-                row = dict(zip(batch.columns, values, strict=True))
-                self._add({"ms": batch.emitted_ms, "kind": kind, "node": node, "text": event_text(row),
-                           "receptor": row.get("receptor_id", ""), "view": f"{node}.{view}",
-                           "cleared": row.get("change") == "end"})
-
-
-def event_text(row: dict) -> str:
-    """An alert's row as the events panel shows it: an EMIT CHANGES view's start with its values,
-    its end with how long it held; a pattern's match with its values."""
-    shown = listing.fields_text(row)
-    if row.get("change") == "end":
-        return f"ended after {listing.shown(row.get('held_seconds'))} s: {shown}"
-    return shown
-
 
 
 class Dashboard:
@@ -256,7 +181,7 @@ class Dashboard:
         views = self.mdr.views()
         endpoints = self.mdr.endpoints()
         metrics_urls = [endpoints.get(f"node:{r.id}", {}).get("metrics", "") if r.alive else "" for r in records]
-        scraped = list(self._scrapers.map(_scrape, metrics_urls))   # side by side: each waits on its node
+        scraped = list(self._scrapers.map(batch_figures, metrics_urls))   # side by side: each waits on its node
         nodes = []
         moved = moves(self.mdr.adoptions(), lambda ms: time.strftime("%H:%M:%S", time.localtime(ms / 1000)))
         for record, url, figures in zip(records, metrics_urls, scraped, strict=True):
@@ -368,76 +293,6 @@ class Dashboard:
             for values in batch.rows:
                 yield {"columns": list(batch.columns), "values": [_json_cell(v) for v in values],
                        "emitted_ms": batch.emitted_ms}
-
-
-SESSION_COOKIE = "hifi_session"
-SESSION_S = 12 * 3600   # a session ends after this, or as soon as its token is removed or expires
-
-
-class Sessions:
-    """Login sessions: a random id (the cookie) -> the token it was opened with. Kept in memory: a
-    restarted dashboard asks its users to log in again."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[str, tuple[str, float]] = {}
-        self._lock = threading.Lock()
-
-    def open(self, token: str) -> str:
-        session = secrets.token_urlsafe(32)
-        with self._lock:
-            now = time.monotonic()
-            self._sessions = {k: v for k, v in self._sessions.items() if v[1] > now}
-            self._sessions[session] = (token, now + SESSION_S)
-        return session
-
-    def token(self, session: str) -> str:
-        with self._lock:
-            found = self._sessions.get(session)
-        return found[0] if found and found[1] > time.monotonic() else ""
-
-    def close(self, session: str) -> None:
-        with self._lock:
-            self._sessions.pop(session, None)
-
-
-def visible_to(snapshot: dict, identity: Identity) -> dict:
-    """The part of a snapshot a caller may see: its own queries (an operator: all), the views it
-    may read and the events of those (an alert's row is its view's; a dead letter is the
-    operators'); the hierarchy's health is everyone's, each node's views in it but those it may
-    read left out (a view's name says what is watched: `people_in_danger`)."""
-    readers = {f"{v['node']}.{v['name']}": v["readers"] for v in snapshot["views"]}
-
-    def readable(node: str, name: str) -> bool:
-        return identity.may_read(readers.get(f"{node}.{name}", INTERNAL_READERS))
-
-    return {**snapshot,
-            "nodes": [{**n, "views": [v for v in n.get("views", ()) if readable(n["id"], v)]}
-                      for n in snapshot.get("nodes", ())],
-            "events": [e for e in snapshot["events"] if identity.may_read(readers.get(e.get("view", ""),
-                                                                                      INTERNAL_READERS))],
-            "queries": [q for q in snapshot["queries"] if identity.may_touch(q["principal"])],
-            "views": [{k: v for k, v in view.items() if k != "readers"} for view in snapshot["views"]
-                      if identity.may_read(readers[f"{view['node']}.{view['name']}"])]}
-
-
-def _scrape(url: str) -> dict[str, float]:
-    """A node's micro-batch figures from its /metrics: batches run and their mean duration."""
-    if not url:
-        return {}
-    try:
-        with urllib.request.urlopen(url, timeout=1.0) as answer:
-            text = answer.read().decode()
-    except OSError:
-        return {}
-    batches, seconds = 0.0, 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name == "hifi_microbatch_duration_seconds":
-            for sample in family.samples:
-                if sample.name.endswith("_count"):
-                    batches += sample.value
-                elif sample.name.endswith("_sum"):
-                    seconds += sample.value
-    return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
 
 
 class _Handler(JsonExchange):

@@ -29,6 +29,7 @@ import contextlib
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -37,6 +38,7 @@ from urllib.parse import urlsplit
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from dsp.status import BatchReport
@@ -251,6 +253,27 @@ class _MetricsHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's signature
         log.debug("metrics: " + format, *args)
+
+
+def batch_figures(url: str) -> dict[str, float]:
+    """A node's micro-batch figures as anyone scrapes them from its /metrics (the dashboard shows
+    them): batches run and their mean duration; {} when it does not answer."""
+    if not url:
+        return {}
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return {}
+    batches, seconds = 0.0, 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name == "hifi_microbatch_duration_seconds":
+            for sample in family.samples:
+                if sample.name.endswith("_count"):
+                    batches += sample.value
+                elif sample.name.endswith("_sum"):
+                    seconds += sample.value
+    return {"batches": int(batches), "batch_mean_s": round(seconds / batches, 3) if batches else None}
 
 
 class _CallMetrics(grpc.ServerInterceptor):

@@ -104,7 +104,8 @@ def test_beyond_loopback_the_dashboard_speaks_only_tls_and_its_session_cookie_is
     from mdr.repository import MDR
     from services import certs
     from services.auth import Security
-    from services.dashboard import SESSION_COOKIE, Dashboard
+    from services.dashboard import Dashboard
+    from services.dashboard_access import SESSION_COOKIE
 
     tls_dir = hierarchy.security.tls_dir
     registered = hierarchy.mdr.endpoints()["dashboard"]   # the module's dashboard's, given back after
@@ -349,7 +350,7 @@ def test_metrics_agree_with_what_the_run_produced(hierarchy, browser):
 
 
 def test_a_user_sees_only_the_events_and_names_of_views_it_may_read():
-    from services.dashboard import visible_to
+    from services.dashboard_access import visible_to
     from wire.identity import Identity
 
     views = [{"node": "region", "name": "people_in_danger", "readers": ["role:operator"]},
