@@ -38,7 +38,8 @@ from services.dashboard import Dashboard
 from services.deploy_names import node_service
 from services.emulation import receptors_for, relation_rows, scenario_of
 from services.node import HiFiNode
-from services.placement import PlacementService, QueryPlacer, start_placement_service
+from services.placement import QueryPlacer
+from services.placement_service import PlacementService, start_placement_service
 from services.redis_acls import rules_by_user
 from services.supervisor import Supervisor
 from wire.codec import readable_batches

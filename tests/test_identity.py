@@ -244,7 +244,7 @@ def test_open_health_watches_hold_no_worker_thread_of_a_service(servers, tmp_pat
     from mdr.repository import MDR
     from services.auth import Security, open_channel
     from services.certs import ensure_certificates
-    from services.placement import start_placement_service
+    from services.placement_service import start_placement_service
 
     security = Security(ensure_certificates(str(tmp_path / "tls")))
     service = start_placement_service(MDR.connect(servers.redis_url), servers.bootstrap, security)

@@ -178,7 +178,7 @@ def add_placement(sub: argparse._SubParsersAction) -> None:
 def cmd_placement(args: argparse.Namespace) -> int:
     """The placement service alone; it loads the topology's metadata into the MDR first."""
     from services.hierarchy import load_metadata
-    from services.placement import start_placement_service
+    from services.placement_service import start_placement_service
 
     mdr, bootstrap = connect_mdr(), broker_bootstrap()
     topology = load_topology(args.topology)
