@@ -201,7 +201,9 @@ def test_a_reader_hands_its_rows_over_in_a_file_exactly_as_it_would_send_them(se
     import pyarrow as pa
     from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
-    from dsp.spark.kafka_source import HANDOFF_COLUMN, KafkaStreamReader, OffsetRange, take_handoff
+    from dsp.spark.handoff import HANDOFF_COLUMN, take_handoff
+    from dsp.spark.kafka_source import KafkaStreamReader
+    from dsp.spark.lane_offsets import OffsetRange
     from wire.codec import encode_row_batch
 
     topic = "hifi.view.handoff-test.counts"
@@ -326,7 +328,8 @@ def test_a_small_batch_read_in_the_driver_is_the_batch_spark_reads(servers, spar
     Spark logged for it (dsp.spark.offset_log): the same rows, of the same types, as Spark's tasks read —
     a raw topic's, and several children's views at once, each row with its topic."""
     from dsp.spark.compiler import kafka_stream
-    from dsp.spark.kafka_source import local_reader, take_handoff
+    from dsp.spark.handoff import take_handoff
+    from dsp.spark.kafka_source import local_reader
     from dsp.spark.offset_log import batch_bounds
 
     options, publish, rows_each = reader(spark, servers, tmp_path)

@@ -152,7 +152,7 @@ def test_a_batchs_lanes_start_in_their_order_the_parents_first_with_their_ranges
     (dsp.runtime.lane_fetch): each lane is handed its records, a partition two lanes read to the first."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dsp.spark.kafka_source import OffsetRange, _split_key
+    from dsp.spark.lane_offsets import OffsetRange, split_partition_key
 
     topic, other = (f"hifi.view.order{name}{int(time.time() * 1000)}.v" for name in ("a", "b"))
     admin.ensure_topics(servers.bootstrap, [topic, other])
@@ -168,7 +168,7 @@ def test_a_batchs_lanes_start_in_their_order_the_parents_first_with_their_ranges
         return on_batch
 
     def last_record(batch_id: int, ends: dict, identity: str) -> list[OffsetRange]:
-        return [OffsetRange(*_split_key(key), end - 1, end) for key, end in ends.items() if end > 0]
+        return [OffsetRange(*split_partition_key(key), end - 1, end) for key, end in ends.items() if end > 0]
 
     for name, order, topics in (("door", 0, [topic]), ("warehouse", 1, [topic, other]), ("region", 2, [topic])):
         stream.attach(name, topics, lane(name), order=2 - order, ranges=last_record)   # attached children first

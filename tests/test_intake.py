@@ -110,7 +110,8 @@ def test_names_that_cannot_be_topics_are_refused():
 
 
 def test_the_ingest_tally_counts_readings_cycles_weak_reads_and_refusals_per_receptor():
-    from dsp.spark.kafka_source import IngestTally, OffsetRange
+    from dsp.spark.ingest import IngestTally
+    from dsp.spark.lane_offsets import OffsetRange
     from wire.codec import TagObservation, encode_read_cycle
     from wire.cycle_columns import RawCycle, decode_cycles
     from wire.intake import RecentCycles

@@ -24,7 +24,9 @@ from pyspark.sql import DataFrame, SparkSession
 from dsp.runtime.checkpoint import BatchCheckpoint
 from dsp.spark import kafka_read
 from dsp.spark.compiler import CompileContext, Ingest, reader_options
-from dsp.spark.kafka_source import KafkaStreamReader, OffsetRange, local_reader, take_handoff
+from dsp.spark.handoff import take_handoff
+from dsp.spark.kafka_source import KafkaStreamReader, local_reader
+from dsp.spark.lane_offsets import OffsetRange
 from dsp.spark.offset_log import Offsets, batch_end
 from dsp.spark.partials import SparkBatches
 from dsp.turns import stepping_aside

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from dsp.spark.kafka_source import OffsetRange
+from dsp.spark.lane_offsets import OffsetRange
 from wire.kafka.ranges import LIBRDKAFKA_FROM, read_short_ranges
 
 log = logging.getLogger("hifi.dsp")

@@ -41,7 +41,8 @@ from pyspark.sql import SparkSession
 
 from dsp.runtime.lane_fetch import Fetched, fetch_for_lanes
 from dsp.spark.compiler import kafka_stream
-from dsp.spark.kafka_source import OFFSETS_ONLY, OffsetRange, lanes_of
+from dsp.spark.kafka_source import OFFSETS_ONLY
+from dsp.spark.lane_offsets import OffsetRange, lanes_of
 from dsp.spark.manager import DSPManager
 from dsp.spark.offset_log import Offsets, batch_end
 from dsp.spark.rounds import Rounds

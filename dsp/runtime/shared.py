@@ -89,7 +89,7 @@ from dsp.runtime.process_stream import ProcessStream
 from dsp.runtime.stream_batches import StreamBatches
 from dsp.runtime.uplink import Uplink
 from dsp.spark.compiler import Ingest
-from dsp.spark.kafka_source import sweep_handoff
+from dsp.spark.handoff import sweep_handoff
 from dsp.spark.manager import DSPManager, QueryExists
 from dsp.spark.partials import SparkBatches
 from dsp.status import BatchHook, ManagedQuery

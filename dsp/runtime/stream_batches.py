@@ -25,7 +25,8 @@ from dsp.runtime.lane_fetch import Fetched, oldest_record_ms
 from dsp.runtime.parts import Parts, Reports
 from dsp.runtime.process_stream import ProcessStream
 from dsp.runtime.unrepeated import Unrepeated
-from dsp.spark.kafka_source import OffsetRange, sweep_handoff
+from dsp.spark.handoff import sweep_handoff
+from dsp.spark.lane_offsets import OffsetRange
 from dsp.spark.offset_log import Offsets
 from dsp.turns import stepping_aside
 from wire.kafka import producers

@@ -28,7 +28,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
 from dsp.operators.topic_batch import TOPIC_COLUMN
-from dsp.spark.kafka_source import KafkaDataSource, KafkaStreamReader, OffsetRange
+from dsp.spark.kafka_source import KafkaDataSource, KafkaStreamReader
+from dsp.spark.lane_offsets import OffsetRange
 from wire.kafka import config
 from wire.kafka.ranges import Record
 

@@ -65,13 +65,13 @@ Offsets are {"topic:partition": next_offset}; Spark checkpoints them, so a resta
 exactly where its last committed micro-batch ended. The driver reads a small batch itself with the
 same reader (`local_reader`, `read_here`), from the bounds Spark logged for it. The reader is
 pickled to the Python workers: it holds only plain options, and clients live in per-process caches
-(wire.kafka).
+(wire.kafka). Beside it: the ranges and lane offsets (dsp.spark.lane_offsets), the rows' schemas
+(row_schema), the handoff file (handoff), refused records (dead_letters), ingest counts (ingest).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import gc
 import json
 import os
@@ -80,39 +80,29 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    DataType,
-    DoubleType,
-    IntegerType,
-    LongType,
-    StringType,
     StructType,
-    TimestampType,
 )
 
 from base.plan import PROGRESS_COLUMN
 from dsp.operators.topic_batch import TOPIC_COLUMN
-from dsp.poll_pace import LANE_SEPARATOR, RAW_TOPICS, PollPace
+from dsp.poll_pace import RAW_TOPICS, PollPace
+from dsp.spark.dead_letters import Refusal, dead_letter_once, recent_keys
+from dsp.spark.handoff import HANDOFF_COLUMN
+from dsp.spark.ingest import IngestTally
+from dsp.spark.lane_offsets import OffsetRange, lane_offset_key, partition_key, split_partition_key
+from dsp.spark.row_schema import arrow_schema, marker_row, plan_type
 from dsp.triage import Triage
 from wire.codec import (
     RAW_RFID_COLUMNS,
     DecodedBatch,
-    Histograms,
-    batch_identity,
-    cycle_key,
     datetime_ms,
     decode_mote_reports,
     decode_sample_rows,
-    encode_dead_letter,
     is_sensor_batch,
     ms_to_datetime,
     parse_row_batch,
@@ -120,130 +110,18 @@ from wire.codec import (
 )
 from wire.cycle_columns import RAW_RFID_DDL, RawCycle, decode_cycles, rows_table
 from wire.intake import (
-    DUPLICATE,
     DUPLICATE_BATCH,
-    DUPLICATE_LOOKBACK,
     IntakeRules,
     RecentCycles,
     arrival_ms,
     rows_problem,
 )
-from wire.kafka import clients, consumers, producers
+from wire.kafka import clients, consumers
 from wire.kafka.end_watch import EndWatch
-from wire.kafka.offsets import beginnings, offset_key
+from wire.kafka.offsets import beginnings
 from wire.kafka.ranges import read_range, read_short_ranges
-from wire.topics import dead_topic
-
-if TYPE_CHECKING:
-    from mdr.repository import MDR
 
 TS, PARTITION, OFFSET = (RAW_RFID_COLUMNS.index(c) for c in ("ts", "partition", "offset"))
-
-_ARROW_TYPES: dict[type[DataType], pa.DataType] = {
-    StringType: pa.string(), IntegerType: pa.int32(), LongType: pa.int64(), DoubleType: pa.float64(),
-    BooleanType: pa.bool_(), BinaryType: pa.binary(), TimestampType: pa.timestamp("us", tz="UTC"),
-}
-
-
-_PLAN_TYPES = {StringType: "string", IntegerType: "int", LongType: "long", DoubleType: "double",
-               BooleanType: "boolean", BinaryType: "binary", TimestampType: "timestamp"}
-
-
-def _plan_type(kind: DataType) -> str:
-    """base.plan's name of a Spark type (what wire.intake checks values against)."""
-    if isinstance(kind, ArrayType):
-        return f"array<{_plan_type(kind.elementType)}>"
-    return _PLAN_TYPES[type(kind)]
-
-
-def _arrow_type(kind: DataType) -> pa.DataType:
-    if isinstance(kind, ArrayType):   # named as Spark's own Arrow batches name it
-        return pa.list_(pa.field("element", _arrow_type(kind.elementType)))
-    return _ARROW_TYPES[type(kind)]
-
-
-def arrow_schema(schema: StructType) -> pa.Schema:
-    return pa.schema([pa.field(f.name, _arrow_type(f.dataType)) for f in schema.fields])
-
-
-def marker_row(schema: StructType, watermark_ms: int) -> tuple:
-    """The row a progress marker becomes: its time in every timestamp column, the flag set."""
-    at = ms_to_datetime(watermark_ms)
-    return tuple(True if f.name == PROGRESS_COLUMN else at if isinstance(f.dataType, TimestampType) else None
-                 for f in schema.fields)
-
-
-def _key(topic: str, partition: int) -> str:
-    return offset_key(topic, partition)
-
-
-def lane_offset_key(lane: str, key: str) -> str:
-    """A lane's partition in the offsets of a stream of lanes (OFFSETS_ONLY).
-
-    >>> lane_offset_key("wh/read:node", "hifi.view.d1.v:0")
-    'wh/read:node|hifi.view.d1.v:0'
-    """
-    return f"{lane}{LANE_SEPARATOR}{key}"
-
-
-def lanes_of(offsets: Mapping[str, int]) -> dict[str, dict[str, int]]:
-    """A stream of lanes' offsets, lane by lane, keyed "topic:partition".
-
-    >>> lanes_of({"wh/read:node|a:0": 4, "wh/read:node|b:1": 2, "d1/read:node|a:0": 7})
-    {'wh/read:node': {'a:0': 4, 'b:1': 2}, 'd1/read:node': {'a:0': 7}}
-    """
-    found: dict[str, dict[str, int]] = {}
-    for key, offset in offsets.items():
-        lane, separator, rest = key.partition(LANE_SEPARATOR)
-        if separator:
-            found.setdefault(lane, {})[rest] = offset
-    return found
-
-
-def _split_key(key: str) -> tuple[str, int]:
-    topic, _, partition = key.rpartition(":")
-    return topic, int(partition)
-
-
-class OffsetRange(InputPartition):
-    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic, self.partition, self.start, self.end = topic, partition, start, end
-
-    @property
-    def key(self) -> tuple[str, int, int]:
-        return self.topic, self.partition, self.start
-
-
-HANDOFF_COLUMN = "__handoff"
-
-
-def take_handoff(table: pa.Table) -> pa.Table:
-    """The rows a micro-batch of a `handoff_dir` reader carried, from the files its tasks wrote (in
-    the order Spark returned the tasks' rows), the files removed. Memory-mapped: the rows are not
-    copied again (Linux keeps a removed file's pages while they are mapped)."""
-    schema = table.drop_columns([HANDOFF_COLUMN]).schema   # the rows' as Spark would have returned them
-    tables = [schema.empty_table()]   # a batch with no task has no file
-    for path in table.column(HANDOFF_COLUMN).to_pylist():
-        with pa.memory_map(path) as source:
-            found = pa.ipc.open_file(source).read_all()
-        tables.append(found if found.schema.equals(schema) else found.cast(schema))
-        os.unlink(path)
-    return pa.concat_tables(tables)
-
-
-def sweep_handoff(directory: str, older_than_s: float = 0.0) -> None:
-    """Remove handoff files no batch will take: a failed task's, a batch the driver skipped."""
-    if not os.path.isdir(directory):
-        return
-    now = time.time()
-    for name in os.listdir(directory):
-        path = os.path.join(directory, name)
-        try:
-            if now - os.path.getmtime(path) >= older_than_s:
-                os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 class TopicLocks:
@@ -294,7 +172,7 @@ class RangeDecoder:
         self.event_time = options.get("event_time", "")
         self.triage_s = int(options.get("triage_ms", "0")) / 1000
         # the reader's own columns and types (not the marker flag): what a child's rows must carry
-        self.columns = [(f.name, _plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
+        self.columns = [(f.name, plan_type(f.dataType)) for f in schema.fields if f.name != PROGRESS_COLUMN]
 
     def rows(self, partition: OffsetRange, prefetched: list | None = None) -> Iterator[pa.RecordBatch]:
         """The range's rows. Nothing a record holds can make this raise: what fails wire.intake's
@@ -308,7 +186,7 @@ class RangeDecoder:
             for at in range(0, len(rows), self.ROWS_PER_ARROW_BATCH):
                 yield _to_arrow(rows[at:at + self.ROWS_PER_ARROW_BATCH], schema)
             return
-        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
+        recent = recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
         names = self.schema.fieldNames()
         ingest = IngestTally(partition, self.weak_below) if self.ingest_node else None
         rows: list[tuple] = []
@@ -361,7 +239,7 @@ class RangeDecoder:
         """A range of a child's view topic as row tuples (the reader's columns): each record's rows,
         or its marker's row, or it refused (dead-lettered). The driver converts a small batch's
         ranges at once (read_here); `rows` a range's."""
-        recent = _recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
+        recent = recent_keys(self.bootstrap, partition.topic, partition.partition, partition.start, self.format)
         names, now_ms = self.schema.fieldNames(), int(time.time() * 1000)
         rows: list[tuple] = []
         refused: list[Refusal] = []
@@ -443,8 +321,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         consumer = clients.shared_consumer(self.bootstrap)
         tps = consumers.partitions_of(consumer, self.topics)
         if which == "earliest":
-            return beginnings(self.bootstrap, [_key(tp.topic, tp.partition) for tp in tps])
-        return {_key(tp.topic, tp.partition): int(off) for tp, off in consumers.end_offsets(consumer, tps).items()}
+            return beginnings(self.bootstrap, [partition_key(tp.topic, tp.partition) for tp in tps])
+        ends = consumers.end_offsets(consumer, tps)
+        return {partition_key(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
 
     def initialOffset(self) -> dict:
         if self.format == OFFSETS_ONLY:
@@ -474,18 +353,18 @@ class KafkaStreamReader(DataSourceStreamReader):
         (wire.kafka.end_watch: a parent's cost does not grow with its children's partitions), raw topics'
         asked of the broker on their turn only (dsp.poll_pace holds them between turns) or when new."""
         raw = [t for t in self.topics if t.startswith(RAW_TOPICS)]
-        known = {_split_key(key)[0] for key in self._raw_ends}
+        known = {split_partition_key(key)[0] for key in self._raw_ends}
         asked = raw if raw_due else [t for t in raw if t not in known]
         consumer = clients.shared_consumer(self.bootstrap)
         found = consumers.end_offsets(consumer, consumers.partitions_of(consumer, asked)) if asked else {}
-        self._raw_ends = {key: end for key, end in self._raw_ends.items() if _split_key(key)[0] in raw}
-        self._raw_ends.update({_key(tp.topic, tp.partition): int(end) for tp, end in found.items()})
+        self._raw_ends = {key: end for key, end in self._raw_ends.items() if split_partition_key(key)[0] in raw}
+        self._raw_ends.update({partition_key(tp.topic, tp.partition): int(end) for tp, end in found.items()})
         others = [t for t in self.topics if not t.startswith(RAW_TOPICS)]
-        ends = {_key(tp.topic, tp.partition): end
+        ends = {partition_key(tp.topic, tp.partition): end
                 for tp, end in self.watch.ends(consumers.partitions_of(consumer, others)).items()}
         ends.update(self._raw_ends)
         return {lane_offset_key(lane, key): end for lane, topics in self.lanes.items()
-                for key, end in ends.items() if _split_key(key)[0] in topics}
+                for key, end in ends.items() if split_partition_key(key)[0] in topics}
 
     def _follow_topics(self) -> None:
         """The topics (and new ones' starts) as `topics_file` says now. Read whole at every poll
@@ -517,7 +396,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         for key, stop in end.items():
             first = start.get(key, stop)   # new to the reader: nothing yet (latestOffset)
             if stop > first:
-                topic, partition = _split_key(key)
+                topic, partition = split_partition_key(key)
                 pieces = min(self.tasks, -(-(stop - first) // self.RECORDS_PER_TASK))
                 bounds = [first + (stop - first) * i // pieces for i in range(pieces + 1)]
                 ranges.extend(OffsetRange(topic, partition, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False))
@@ -604,178 +483,6 @@ class KafkaStreamReader(DataSourceStreamReader):
                 batch = batch.append_column(TOPIC_COLUMN, pa.array([partition.topic] * batch.num_rows, pa.string()))
             yield batch
 
-@dataclass(frozen=True)
-class Refusal:
-    """A record a reader refused: where it stands, why, and its bytes (for the dead letter)."""
-
-    offset: int
-    reason: str
-    payload: bytes
-    part: int = -1     # which sample (or histogram) of a sensor batch; -1: the whole record
-    histogram: bool = False
-
-    def key(self, topic: str, partition: int) -> str:
-        suffix = f":{'histogram' if self.histogram else ''}{self.part}" if self.part >= 0 else ""
-        return f"{topic}:{partition}:{self.offset}{suffix}"
-
-
-def _send_dead_letters(bootstrap: str, node: str, topic: str, partition: int, refused: list[Refusal]) -> None:
-    producer = clients.shared_producer(bootstrap)
-    producers.deliver(producer, [producer.send(dead_topic(node), key=refusal.key(topic, partition).encode(),
-                                         value=encode_dead_letter(node, topic, partition, refusal.offset,
-                                                                  refusal.reason, refusal.payload))
-                           for refusal in refused])
-
-
-def dead_letter_once(bootstrap: str, mdr_url: str, node: str, topic: str, partition: int,
-                     refused: list[Refusal]) -> None:
-    """Dead-letter and count records that every reader of a topic refuses alike (a child's view
-    is read by each query that uses it): the MDR remembers which it has counted, and only those
-    new to it are sent, so each bad record is one dead letter however many queries met it."""
-    keys = [r.key(topic, partition) for r in refused]
-    new = set(shared_mdr(mdr_url).count_dead_letters(node, keys)) if mdr_url else set(keys)
-    fresh = [r for r in refused if r.key(topic, partition) in new]
-    if fresh:
-        _send_dead_letters(bootstrap, node, topic, partition, fresh)
-
-
-# Each partition's recent read cycles (raw topics) or batch identities (views) in this worker
-# process, shared by the queries reading it.
-_recent: dict[tuple[str, int], RecentCycles] = {}
-
-
-def _record_key(record, format: str) -> tuple | None:
-    """What makes a record the same as an earlier one: a read cycle's (receptor, cycle, time), a
-    RowBatch's identity (wire.codec.DecodedBatch.identity)."""
-    if format == "rfid":
-        return None if is_sensor_batch(record.headers) else cycle_key(record.value)
-    return batch_identity(record.value)
-
-
-def _recent_keys(bootstrap: str, topic: str, partition: int, start: int, format: str) -> RecentCycles | None:
-    """The partition's recent keys (_record_key), covering what deciding offsets from `start` on
-    needs: what this process has not read yet is read now (a range another worker took: a short
-    gap; a cold start or a query far behind the rest: the whole look-back, DUPLICATE_LOOKBACK
-    records). None for sensor samples, which have no duplicates to find."""
-    if format not in ("rfid", "rows"):
-        return None
-    recent = _recent.get((topic, partition))
-    if recent is None or not recent.serves(start):
-        recent = _recent[(topic, partition)] = RecentCycles(max(0, start - DUPLICATE_LOOKBACK))
-    for record in read_range(bootstrap, topic, partition, recent.hi, start):
-        key = _record_key(record, format)
-        if key is not None:
-            recent.seen(key, record.offset)
-    recent.reached(start)
-    return recent
-
-
-class IngestTally:
-    """The data listener's bookkeeping for one offset range of a raw topic."""
-
-    def __init__(self, partition: OffsetRange, weak_below: float = 0.0) -> None:
-        self.partition = partition
-        self.weak_below = weak_below
-        self.duplicates = 0
-        self.triaged = 0                              # records Data Triage left out undecoded
-        self.samples = 0
-        self.histograms: Histograms = {}             # the motes' newest, (receptor, quantity) -> counts
-        self.sensor_batches = 0
-        self.obeyed = 0                               # the newest sensor proxy settings the motes obeyed
-        self.newest: dt.datetime | None = None        # the latest reading's event time
-        self.dead: list[Refusal] = []
-        # per receptor: readings, read cycles, weak readings (keyed by the id alone: a formatted key
-        # and a timestamp per reading were a tenth of a reader's CPU by py-spy)
-        self.reads: Counter[str] = Counter()
-        self.cycles_of: Counter[str] = Counter()
-        self.weak: Counter[str] = Counter()
-
-    def add(self, table: pa.Table, valid_cycles: Counter[str]) -> None:
-        """A chunk of decoded read cycles (wire.cycle_columns) and its valid cycles per receptor."""
-        import pyarrow.compute as pc
-
-        error = table.column("error")
-        if error.null_count < len(error):   # refused rows: few, one at a time
-            for row in table.filter(pc.is_valid(error)).select(["error", "offset", "payload"]).to_pylist():
-                if row["error"].startswith(DUPLICATE):
-                    self.duplicates += 1
-                else:
-                    self.dead.append(Refusal(row["offset"], row["error"], row["payload"] or b""))
-        self.cycles_of.update(valid_cycles)
-        # the three columns counted, filtered only if a row must go (a chunk's usual case: every
-        # row a reading): filtering the whole table was most of the tally's time
-        reads = table.select(["receptor_id", "read_strength", "ts"])
-        tags = table.column("tag_id")
-        if error.null_count < len(error) or tags.null_count:
-            reads = reads.filter(pc.and_(pc.is_null(error), pc.is_valid(tags)))
-        receptors = reads.column("receptor_id")
-        self.reads.update(_counts(receptors))
-        self.weak.update(_counts(pc.filter(receptors, pc.less(reads.column("read_strength"), self.weak_below))))
-        newest = pc.max(reads.column("ts")).as_py()
-        if newest is not None and (self.newest is None or newest > self.newest):
-            self.newest = newest
-
-    def add_samples(self, record, rows: list[tuple], problems: list[str]) -> None:
-        """A sensor batch: its accepted samples counted, each refused one (or the record) dead-lettered."""
-        self.samples += len(rows)
-        whole = not rows and len(problems) == 1 and not problems[0].startswith("sample ")
-        for i, problem in enumerate(problems):
-            self.dead.append(Refusal(record.offset, problem, record.value or b"", -1 if whole else i))
-
-    def add_mote_reports(self, record, found: Histograms, problems: list[str], obeyed: int) -> None:
-        """What a sensor batch reports besides samples: the newest histogram of each mote's recent
-        values kept, each refused one dead-lettered; the settings its motes obeyed."""
-        self.sensor_batches += 1
-        self.obeyed = max(self.obeyed, obeyed)
-        self.histograms.update(found)
-        for i, problem in enumerate(problems):
-            self.dead.append(Refusal(record.offset, problem, record.value or b"", i, histogram=True))
-
-    def flush(self, bootstrap: str, node: str, mdr_url: str) -> None:
-        topic = self.partition.topic
-        if self.dead:
-            _send_dead_letters(bootstrap, node, topic, self.partition.partition, self.dead)
-        mdr = shared_mdr(mdr_url)
-        counts = {"rows_in": self.good, "cycles_in": self.cycles, "duplicates": self.duplicates,
-                  "samples_in": self.samples, "dead": len(self.dead), "triaged": self.triaged}
-        mdr.add_range_counts(node, topic, self.partition.partition, self.partition.start, self.partition.end,
-                             self.max_event_ms, counts, self.per_receptor)
-        if self.histograms:
-            mdr.put_histograms(node, self.histograms)
-        if self.sensor_batches:
-            mdr.put_obeyed(node, self.partition.partition, self.obeyed)
-
-    @property
-    def good(self) -> int:
-        return sum(self.reads.values())
-
-    @property
-    def cycles(self) -> int:
-        return sum(self.cycles_of.values())
-
-    @property
-    def max_event_ms(self) -> int:
-        return int(self.newest.timestamp() * 1000) if self.newest is not None else 0
-
-    @property
-    def per_receptor(self) -> dict[str, int]:
-        """"<receptor>:<reads|cycles|weak>" -> count, as the MDR keeps them."""
-        return {f"{receptor}:{kind}": n for kind, counter in (("reads", self.reads), ("cycles", self.cycles_of),
-                                                               ("weak", self.weak)) for receptor, n in counter.items()}
-
-
-_mdrs: dict[str, MDR] = {}
-
-
-def shared_mdr(url: str) -> MDR:
-    # Imported here: every query's source runner imports this module, and must connect back to
-    # Spark within 10 s (dsp/spark/python_worker.sh); only the ingest statistics need redis.
-    from mdr.repository import MDR
-
-    if url not in _mdrs:
-        _mdrs[url] = MDR.connect(url)
-    return _mdrs[url]
-
 
 @contextlib.contextmanager
 def collector_off() -> Iterator[None]:
@@ -793,13 +500,6 @@ def _to_arrow(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
     # pyarrow converts the row tuples in C++: 40 ms per 100 k raw rows, against 167 ms for a
     # Python transpose (zip) then a column at a time, which was a third of a reader's CPU (py-spy).
     return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
-
-
-def _counts(column: pa.ChunkedArray) -> dict[str, int]:
-    """How many rows each value of a column has."""
-    import pyarrow.compute as pc
-
-    return {pair["values"]: pair["counts"] for pair in pc.value_counts(column).to_pylist()}
 
 
 class KafkaDataSource(DataSource):

@@ -236,7 +236,8 @@ def floors(bootstrap: str, topic: str) -> tuple[int, float, float]:
     the node's reader), each one timed pass over the topic's last FLOOR_RECORDS records in this
     process, after an untimed pass that counts the readings (and warms the broker's cache for both
     alike)."""
-    from dsp.spark.kafka_source import OffsetRange, local_reader
+    from dsp.spark.kafka_source import local_reader
+    from dsp.spark.lane_offsets import OffsetRange
     from protos import hifi_pb2
     from wire.kafka import offsets
     from wire.kafka.ranges import read_range
