@@ -22,368 +22,55 @@ Reading of the language (DESIGN §6):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 from base.plan import (
-    EVENT_TIME,
     JOIN_TIME,
     RAW_STREAMS,
     SMOOTH_COLUMNS,
     BinOp,
     Col,
-    Column,
     Expr,
     Func,
     JoinBound,
     Lit,
     MatchStep,
-    PlanError,
     Window,
     expr_columns,
     expr_type,
-    operand_problem,
 )
-from base.smurf import DEFAULT_DELTA
-from glue.catalog import INTERNAL_VIEW_NAME, Catalog, ExportedView
+from glue.binder import (
+    Binder,
+    Scope,
+    agg_name,
+    bind_unary,
+    bound_operand_problem,
+    contains_aggregate,
+    output_types,
+    sql_error,
+    text_function,
+    type_here,
+)
+from glue.catalog import INTERNAL_VIEW_NAME, Catalog
 from glue.limits import Limits
+from glue.logical_query import AggCall, Arbitration, EventPattern, LogicalQuery, RelationJoin
 from glue.sql import ast
-from glue.sql.lexer import Pos, SqlError
 from glue.sql.parser import SCALAR_FUNCTIONS, TAG_ESTIMATES, parse
 from glue.stream_join import BOUND_FORM, JoinInput, StreamJoin, check_bounded, conjuncts_of, intervals_in, time_bound
-from wire.errors import HiFiError
 from wire.identity import SYSTEM, Identity
-from wire.windows import duration_ms
 
 
-@dataclass(frozen=True)
-class AggCall:
-    name: str
-    fn: str                 # count | count_distinct | sum | min | max | avg
-    column: str | None      # None: count(*)
-
-
-@dataclass(frozen=True)
-class RelationJoin:
-    relation: str
-    on: str
-    columns: tuple[Column, ...]
-
-
-@dataclass(frozen=True)
-class Arbitration:
-    by: str                 # the correlated column (each value assigned once per window)
-    winner: str             # the subquery's grouping column (who wins it)
-    weight: str | None = None   # HAVING sum(weight) >= ALL (...): rows weigh this column; None: count(*)
-
-
-@dataclass(frozen=True)
-class Smoothing:
-    """`[adaptive epoch 'E', delta D]`: readings (after WHERE) smoothed per receptor and tag."""
-
-    epoch_ms: int
-    delta: float
-
-
-@dataclass(frozen=True)
-class EventPattern:
-    """`PATTERN SEQ(...) WITHIN ... PARTITION BY ... DEFINE ...` bound (base.events has its meaning)."""
-
-    steps: tuple[MatchStep, ...]
-    within_ms: int                            # 0: no bound
-    partition: tuple[str, ...]
-    outputs: tuple[tuple[str, str, str], ...]   # (output name, step, column); step "" for a partition column
-
-
-@dataclass(frozen=True)
-class LogicalQuery:
-    text: str
-    source: str                              # stream or materialized view name
-    source_kind: str                         # "stream" | "view"
-    source_columns: tuple[Column, ...]
-    event_time: str                          # ts for raw streams, window_start for views
-    source_window: Window | None             # a view's own window
-    window: Window | None
-    joins: tuple[RelationJoin, ...]
-    predicate: Expr | None                   # over source and joined columns
-    keys: tuple[str, ...]
-    aggregates: tuple[AggCall, ...]
-    having: Expr | None                      # over keys and aggregate names
-    outputs: tuple[tuple[str, Expr], ...]    # the select list
-    arbitration: Arbitration | None = None
-    view_name: str | None = None             # CREATE VIEW
-    smoothing: Smoothing | None = None       # the source is read through adaptive smoothing
-    derived: tuple[tuple[str, Expr], ...] = ()   # grouping columns computed from each row (GROUP BY an alias)
-    pattern: EventPattern | None = None      # an event query: its matches are its rows
-    sample_ms: int = 0                       # `sample every`: only the samples whose time is a multiple of it
-    approximate: bool = False                # `approximate`: windows carry triaged and error_bound (Data Triage)
-    stream_join: StreamJoin | None = None    # a join of streams: source_kind "join", columns `<alias>.<column>`
-    changes: tuple[str, ...] | None = None   # EMIT CHANGES BY these: each key's starts and ends, not every window
-
-    @property
-    def is_aggregate(self) -> bool:
-        return bool(self.aggregates) or bool(self.keys)
-
-    @property
-    def visible_columns(self) -> tuple[Column, ...]:
-        return self.source_columns + tuple(c for j in self.joins for c in j.columns)
-
-
-def _err(message: str, pos: Pos) -> SqlError:
-    return SqlError(message, pos.line, pos.column)
-
-
-class AccessError(SqlError):
-    """A query naming a stream or view its principal may not read (the API answers it as
-    PERMISSION_DENIED, not as a malformed query)."""
-
-
-def _refused(message: str, pos: Pos) -> AccessError:
-    return AccessError(message, pos.line, pos.column)
-
-
-class _Binder:
-    def __init__(self, catalog: Catalog, principal: str | Identity) -> None:
-        self.catalog = catalog
-        # a bare name has no roles: it reads what is exported to it by name or to everyone
-        self.reader = principal if isinstance(principal, Identity) else Identity(principal, frozenset())
-        self.principal = self.reader.principal
-
-    # ------------------------------------------------------------ sources
-
-    def duration(self, text: str, pos: Pos) -> int:
-        value = self.catalog.parameter(text)
-        try:
-            return duration_ms(value if value is not None else text)
-        except HiFiError:
-            raise _err(f"cannot read duration {text!r} (e.g. '5 seconds', or a parameter name)", pos) from None
-
-    def window(self, clause: ast.WindowClause | None) -> Window | None:
-        if clause is None or clause.adaptive:
-            return None
-        range_ms = self.duration(clause.range, clause.range_pos)
-        slide_ms = self.duration(clause.slide, clause.slide_pos or clause.pos) if clause.slide else range_ms
-        if range_ms <= 0 or slide_ms <= 0 or slide_ms > range_ms:
-            raise _err(f"window needs 0 < slide <= range (got range {range_ms} ms, slide {slide_ms} ms)", clause.pos)
-        Limits.from_parameters(self.catalog.parameters).check_window(range_ms, slide_ms, clause.pos)
-        return Window(range_ms, slide_ms)
-
-    def smoothing(self, clause: ast.WindowClause) -> Smoothing:
-        epoch_ms = self.duration(clause.range, clause.range_pos)
-        if epoch_ms <= 0:
-            raise _err(f"an adaptive epoch must be positive (got {epoch_ms} ms)", clause.range_pos)
-        Limits.from_parameters(self.catalog.parameters).check_window(epoch_ms, epoch_ms, clause.range_pos)
-        delta = DEFAULT_DELTA if clause.delta is None else clause.delta
-        if not 0 < delta < 1:
-            raise _err(f"delta is the chance of missing a present tag: 0 < delta < 1 (got {delta:g})",
-                       clause.delta_pos or clause.pos)
-        return Smoothing(epoch_ms, delta)
-
-    def is_stream_or_view(self, name: str) -> bool:
-        return name in RAW_STREAMS or name in self.catalog.streams or bool(self.catalog.exports_of(name))
-
-    def readable_exports(self, ref: ast.SourceRef) -> list[ExportedView]:
-        """The exports of the view `ref` names that the reader may read. A view none of whose
-        exports it may read is answered as a missing one (`_unknown`): the answer says nothing of
-        whether it exists."""
-        exports = self.catalog.exports_of(ref.name)
-        readable = [v for v in exports if self.reader.may_read(v.readers)]
-        if exports and not readable:
-            raise self._unknown(ref)
-        return readable
-
-    def _unknown(self, ref: ast.SourceRef) -> SqlError:
-        if self.principal in ("", "*", SYSTEM.principal):
-            return _err(f"unknown stream or view {ref.name!r}", ref.pos)
-        return _err(f"unknown stream or view {ref.name!r} (or a view not exported to {self.principal!r})", ref.pos)
-
-    def source(self, ref: ast.SourceRef) -> tuple[dict[str, Any], Expr | None, tuple[str, ...] | None]:
-        """(source facts, predicate of an expanded definition-only view, columns it exposes)."""
-        streams = {**{name: raw.columns for name, raw in RAW_STREAMS.items()}, **self.catalog.streams}
-        if ref.name in streams:
-            readers = self.catalog.stream_readers.get(ref.name)
-            if readers is not None and not self.reader.may_read(readers):
-                raise _refused(f"stream {ref.name!r} is not readable by {self.principal!r} (its readers: "
-                           f"{', '.join(readers)})", ref.pos)
-            columns = tuple(tuple(c) for c in streams[ref.name])
-            return {"source": ref.name, "source_kind": "stream", "source_columns": columns, "event_time": "ts",
-                    "source_window": None}, None, None
-        exports = self.readable_exports(ref)
-        materialized = [v for v in exports if v.topic]
-        if materialized:
-            first = materialized[0]
-            # a windowed view's rows are read by their window's start; an event view's (its
-            # matches, without a window) by their end time
-            event_time = EVENT_TIME if first.window is None and EVENT_TIME in dict(first.columns) else "window_start"
-            return {"source": ref.name, "source_kind": "view", "source_columns": first.columns,
-                    "event_time": event_time, "source_window": first.window}, None, None
-        if exports:
-            inner = analyze_statement(parse(exports[0].definition), self.catalog, self.reader, exports[0].definition)
-            if inner.is_aggregate or inner.joins:
-                raise _err(f"view {ref.name!r} is exported as a definition only and is not a plain selection", ref.pos)
-            facts = {"source": inner.source, "source_kind": inner.source_kind, "source_columns": inner.source_columns,
-                     "event_time": inner.event_time, "source_window": inner.source_window}
-            exposed = tuple(name for name, _ in inner.outputs) + (inner.event_time,)
-            return facts, inner.predicate, exposed
-        if ref.name in self.catalog.relations:
-            raise _err(f"{ref.name!r} is a static relation; join it to a stream (JOIN {ref.name} USING (...))",
-                       ref.pos)
-        raise self._unknown(ref)
-
-    # ------------------------------------------------------------ expressions
-
-    def scalar(self, node: ast.Node, columns: dict[str, str], qualifiers: set[str],
-               outer: dict[str, str] | None = None) -> Expr:
-        if isinstance(node, ast.Literal):
-            return Lit(node.value)
-        if isinstance(node, ast.Name):
-            qualified = f"{node.qualifier}.{node.name}"
-            if qualified in columns:   # a joined input's column
-                return Col(qualified)
-            if node.qualifier is None and node.name not in columns:
-                found = [name for name in columns if name.endswith("." + node.name)]
-                if len(found) > 1:
-                    raise _err(f"column {node.name!r} is ambiguous (in {', '.join(found)}): qualify it", node.pos)
-                if found:
-                    return Col(found[0])
-            elif node.qualifier in qualifiers and any("." in name for name in columns):
-                raise _err(f"unknown column {qualified!r}", node.pos)
-            if node.qualifier is not None and node.qualifier not in qualifiers:
-                if outer is not None and node.qualifier in outer:
-                    return Col("__outer." + node.name)
-                raise _err(f"unknown table or alias {node.qualifier!r}", node.pos)
-            if node.name in columns:
-                return Col(node.name)
-            value = self.catalog.parameter(node.name) if node.qualifier is None else None
-            if value is not None:
-                return Lit(value)
-            raise _err(f"unknown column {node.name!r} (available: {', '.join(columns)})", node.pos)
-        if isinstance(node, ast.Binary):
-            made = BinOp(node.op, self.scalar(node.left, columns, qualifiers, outer),
-                         self.scalar(node.right, columns, qualifiers, outer))
-            problem = _operand_problem(made, columns)
-            if problem:
-                raise _err(problem, node.pos)
-            return made
-        if isinstance(node, ast.Unary):
-            return _unary(node, self.scalar(node.operand, columns, qualifiers, outer), columns)
-        if isinstance(node, ast.InList):
-            operand = self.scalar(node.operand, columns, qualifiers, outer)
-            result: Expr | None = None
-            for value in node.values:
-                test = BinOp("=", operand, self.scalar(value, columns, qualifiers, outer))
-                problem = _operand_problem(test, columns)
-                if problem:
-                    raise _err(f"IN: {problem}", getattr(value, "pos", node.pos))
-                result = test if result is None else BinOp("OR", result, test)
-            assert result is not None
-            return Func("not", (result,)) if node.negated else result
-        if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-            return _text_function(node, self.scalar(node.arg, columns, qualifiers, outer), columns)
-        if isinstance(node, ast.Call):
-            raise _err(f"aggregate {node.name}() is not allowed here", node.pos)
-        if isinstance(node, ast.Interval):
-            raise _err(f"INTERVAL bounds the time between two joined inputs ({BOUND_FORM}), nothing else",
-                       node.pos)
-        raise _err("ALL (subquery) is only allowed in HAVING", node.pos)
-
-
-def _unary(node: ast.Unary, operand: Expr, types: dict[str, str]) -> Expr:
-    """NOT of a condition, or minus of a number: refused here, with its position, otherwise."""
-    if node.op == "NOT":
-        kind = _type_here(operand, types)
-        if kind not in (None, "boolean"):
-            raise _err(f"NOT needs a condition (true or false); this is of type {kind}", node.pos)
-        return Func("not", (operand,))
-    made = BinOp("-", Lit(0), operand)
-    problem = _operand_problem(made, types)
-    if problem:
-        raise _err(problem.replace("long - ", "-", 1), node.pos)
-    return made
-
-
-def _text_function(node: ast.Call, arg: Expr, types: dict[str, str]) -> Func:
-    """product() or indicator() of a text (an EPC URI): refused here, with its position, otherwise."""
-    kind = _type_here(arg, types)
-    if kind not in (None, "string"):
-        raise _err(f"{node.name}() reads a tag's text (an EPC URI); this is of type {kind}", node.pos)
-    return Func(node.name, (arg,))
-
-
-def _output_types(scope: _Scope) -> dict[str, str]:
-    """The types of what an aggregate query's outputs are made of: its columns and its aggregates'
-    values (as the final part computes them)."""
-    types = dict(scope.columns)
-    for call in scope.aggregates.values():
-        column = scope.columns.get(call.column or "", "")
-        types[call.name] = ("long" if call.fn in ("count", "count_distinct") else
-                            "double" if call.fn == "avg" or call.fn in TAG_ESTIMATES else
-                            ("long" if column == "int" else column) if call.fn == "sum" else column)
-    return types
-
-
-def _operand_problem(made: BinOp, columns: dict[str, str]) -> str | None:
-    """Why a node could not evaluate `made` (base.plan.operand_problem), refused here with its
-    position rather than by the part that runs it; None also when a side's type is not known
-    here (a correlated subquery's outer column)."""
-    try:
-        return operand_problem(made.op, expr_type(made.left, columns), expr_type(made.right, columns))
-    except PlanError:
-        return None
-
-
-def _contains_aggregate(node: ast.Node) -> bool:
-    if isinstance(node, ast.Call):
-        return node.name not in SCALAR_FUNCTIONS or (node.arg is not None and _contains_aggregate(node.arg))
-    if isinstance(node, ast.Binary):
-        return _contains_aggregate(node.left) or _contains_aggregate(node.right)
-    if isinstance(node, ast.Unary):
-        return _contains_aggregate(node.operand)
-    return isinstance(node, ast.CompareAll)
-
-
-def _agg_name(call: ast.Call, column: str | None) -> str:
-    if call.name == "count" and column is None:
-        return "count"
-    column = column.replace(".", "_") if column else column   # a joined input's column: a.x -> a_x
-    return f"{call.name}_distinct_{column}" if call.distinct else f"{call.name}_{column}"
-
-
-@dataclass
-class _Scope:
-    """What binding has learned so far: each pass reads it and adds its part."""
-
-    select: ast.Select
-    facts: dict[str, Any]                       # source, source_kind, source_columns, event_time, source_window
-    columns: dict[str, str]                     # the names a row has at this point, with their types
-    qualifiers: set[str]
-    predicate: Expr | None = None
-    joins: tuple[RelationJoin, ...] = ()
-    window: Window | None = None
-    smoothing: Smoothing | None = None
-    derived: tuple[tuple[str, Expr], ...] = ()
-    keys: tuple[str, ...] = ()
-    aggregate_query: bool = False
-    aggregates: dict[str, AggCall] = field(default_factory=dict)
-    outputs: tuple[tuple[str, Expr], ...] = ()
-    having: Expr | None = None
-    arbitration: Arbitration | None = None
-    pattern: EventPattern | None = None
-    stream_join: StreamJoin | None = None
-    changes: tuple[str, ...] | None = None
-
-
-def _bind_source(binder: _Binder, select: ast.Select) -> _Scope:
+def _bind_source(binder: Binder, select: ast.Select) -> Scope:
     """The stream or view read (a definition-only view expanded: its predicate, its columns)."""
     facts, inner_predicate, exposed = binder.source(select.source)
     columns = dict(facts["source_columns"])
     if exposed is not None:
         columns = {name: kind for name, kind in columns.items() if name in exposed}
     qualifiers = {select.source.name, *([select.source.alias] if select.source.alias else [])}
-    return _Scope(select, facts, columns, qualifiers, inner_predicate)
+    return Scope(select, facts, columns, qualifiers, inner_predicate)
 
 
-def _bind_joins(binder: _Binder, scope: _Scope) -> None:
+def _bind_joins(binder: Binder, scope: Scope) -> None:
     """JOIN <static relation> USING (column): the relation's other columns join each row; a join
     of streams or views (_bind_stream_join) otherwise."""
     if any(binder.is_stream_or_view(join.source.name) for join in scope.select.joins):
@@ -393,14 +80,14 @@ def _bind_joins(binder: _Binder, scope: _Scope) -> None:
     for join in scope.select.joins:
         relation = binder.catalog.relations.get(join.source.name)
         if relation is None:
-            raise _err(f"unknown static relation {join.source.name!r} (a join names a static relation, a stream "
+            raise sql_error(f"unknown static relation {join.source.name!r} (a join names a static relation, a stream "
                        f"or a view)", join.source.pos)
         if len(join.using) != 1:
-            raise _err("a join with a static relation needs USING (one column)", join.pos)
+            raise sql_error("a join with a static relation needs USING (one column)", join.pos)
         on = join.using[0]
         rel_columns = dict(relation.columns)
         if on not in scope.columns or on not in rel_columns:
-            raise _err(f"join column {on!r} must be in both {scope.select.source.name!r} and {relation.name!r}",
+            raise sql_error(f"join column {on!r} must be in both {scope.select.source.name!r} and {relation.name!r}",
                        join.pos)
         taken = tuple((n, k) for n, k in relation.columns if n != on and n not in scope.columns)
         joins.append(RelationJoin(relation.name, on, taken))
@@ -409,7 +96,7 @@ def _bind_joins(binder: _Binder, scope: _Scope) -> None:
     scope.joins = tuple(joins)
 
 
-def _bind_stream_join(binder: _Binder, scope: _Scope) -> None:
+def _bind_stream_join(binder: Binder, scope: Scope) -> None:
     """FROM s a JOIN t b ON ... [WHERE ...]: the inputs, and their ON and WHERE conditions sorted
     (glue.stream_join) into each input's own, equal keys, time bounds and the rest, which the
     joined rows are filtered by. Joined rows have each input's columns as `<alias>.<column>` and
@@ -418,23 +105,23 @@ def _bind_stream_join(binder: _Binder, scope: _Scope) -> None:
     refs = (select.source, *(join.source for join in select.joins))
     for join in select.joins:
         if join.source.name in binder.catalog.relations or join.using:
-            raise _err("a join of streams takes no static relation or USING: join the relation in a view of "
+            raise sql_error("a join of streams takes no static relation or USING: join the relation in a view of "
                        "one input first, then join that view", join.pos)
         if join.source.window is not None:
-            raise _err("the window of a join goes on its first source: it windows the joined rows",
+            raise sql_error("the window of a join goes on its first source: it windows the joined rows",
                        join.source.window.pos)
     clause = select.source.window
     if clause is not None and (clause.adaptive or clause.sample or clause.approximate_pos):
-        raise _err("a join's window is a plain [range by ..., slide by ...] over the joined rows", clause.pos)
+        raise sql_error("a join's window is a plain [range by ..., slide by ...] over the joined rows", clause.pos)
     if select.pattern is not None:
-        raise _err("an event pattern over joined streams is not supported: pattern over a view of the join",
+        raise sql_error("an event pattern over joined streams is not supported: pattern over a view of the join",
                    select.pattern.pos)
     inputs, positions = [], {}
     for ref in refs:
         facts, inner_predicate, exposed = binder.source(ref)
         alias = ref.alias or ref.name
         if alias in positions:
-            raise _err(f"{alias!r} names two inputs of the join: give each its own alias", ref.pos)
+            raise sql_error(f"{alias!r} names two inputs of the join: give each its own alias", ref.pos)
         columns = tuple(c for c in facts["source_columns"] if exposed is None or c[0] in exposed)
         inputs.append(JoinInput(alias, facts["source"], facts["source_kind"], columns, facts["event_time"],
                                 facts["source_window"], inner_predicate))
@@ -456,10 +143,10 @@ def _bind_stream_join(binder: _Binder, scope: _Scope) -> None:
             continue
         interval = next(intervals_in(condition), None)
         if interval is not None:
-            raise _err(f"INTERVAL bounds the time between two joined inputs' times ({BOUND_FORM})", interval.pos)
+            raise sql_error(f"INTERVAL bounds the time between two joined inputs' times ({BOUND_FORM})", interval.pos)
         expr = binder.scalar(condition, scope.columns, scope.qualifiers)
         if expr_type(expr, scope.columns) != "boolean":
-            raise _err("a join condition must be true or false", condition.pos)   # type: ignore[union-attr]
+            raise sql_error("a join condition must be true or false", condition.pos)   # type: ignore[union-attr]
         used = {name.split(".", 1)[0] if "." in name else "" for name in expr_columns(expr)}
         if len(used) == 1 and "" not in used:
             own[used.pop()].append(_unqualified(expr))
@@ -495,7 +182,7 @@ def _and_all(terms: list[Expr]) -> Expr | None:
     return result
 
 
-def _bind_where(binder: _Binder, scope: _Scope) -> None:
+def _bind_where(binder: Binder, scope: Scope) -> None:
     """WHERE, after an expanded view's own predicate (a stream join sorted it already)."""
     if scope.select.where is not None and scope.stream_join is None:
         where = binder.scalar(scope.select.where, scope.columns, scope.qualifiers)
@@ -503,7 +190,7 @@ def _bind_where(binder: _Binder, scope: _Scope) -> None:
         scope.predicate = where if scope.predicate is None else BinOp("AND", scope.predicate, where)
 
 
-def _bind_window(binder: _Binder, scope: _Scope) -> None:
+def _bind_window(binder: Binder, scope: Scope) -> None:
     """The source's window, or adaptive smoothing: the rest of the query then sees the smoothed
     stream, one row per receptor, tag and epoch in which the tag is present (like a view's rows)."""
     select = scope.select
@@ -512,22 +199,22 @@ def _bind_window(binder: _Binder, scope: _Scope) -> None:
     if clause is not None and clause.sample is not None:
         assert clause.sample_pos is not None
         if scope.facts["source"] != "sensor_stream":
-            raise _err(f"sample every is for sensor_stream (its motes sample on a period), not "
+            raise sql_error(f"sample every is for sensor_stream (its motes sample on a period), not "
                        f"{select.source.name!r}", clause.sample_pos)
         sample_ms = binder.duration(clause.sample, clause.sample_pos)
         if sample_ms <= 0:
-            raise _err("sample every needs a positive period", clause.sample_pos)
+            raise sql_error("sample every needs a positive period", clause.sample_pos)
         scope.facts = {**scope.facts, "sample_ms": sample_ms}
     if clause is not None and clause.approximate_pos is not None:
         scope.facts = {**scope.facts, "approximate": True}
     if select.source.window is None or not select.source.window.adaptive:
         return
     if scope.facts["source_kind"] != "stream" or not {"receptor_id", "tag_id"} <= set(scope.columns):
-        raise _err(f"adaptive smoothing reads RFID readings (rfid_stream, or a selection of it such as "
+        raise sql_error(f"adaptive smoothing reads RFID readings (rfid_stream, or a selection of it such as "
                    f"cleaned_rfid_stream), not {select.source.name!r}", select.source.window.pos)
     for join, clause in zip(scope.joins, select.joins, strict=True):
         if join.on not in dict(SMOOTH_COLUMNS):
-            raise _err(f"after adaptive smoothing a join can use {', '.join(dict(SMOOTH_COLUMNS))}, "
+            raise sql_error(f"after adaptive smoothing a join can use {', '.join(dict(SMOOTH_COLUMNS))}, "
                        f"not {join.on!r}", clause.pos)
     scope.smoothing = binder.smoothing(select.source.window)
     scope.columns = {**dict(SMOOTH_COLUMNS), **{name: kind for join in scope.joins for name, kind in join.columns}}
@@ -535,46 +222,46 @@ def _bind_window(binder: _Binder, scope: _Scope) -> None:
                    "source_window": Window(scope.smoothing.epoch_ms, scope.smoothing.epoch_ms)}
 
 
-def _bind_pattern(binder: _Binder, scope: _Scope) -> None:
+def _bind_pattern(binder: Binder, scope: Scope) -> None:
     """PATTERN ... DEFINE ...: the steps with their conditions over a row, the bound, the
     partition, and the select list as (step, column) of the matched rows."""
     select, clause = scope.select, scope.select.pattern
     if clause is None:
         return
     if select.group_by or select.having is not None or select.source.window is not None or \
-            any(_contains_aggregate(i.expr) for i in select.items):
-        raise _err("an event pattern takes no window, aggregate, GROUP BY or HAVING: its matches are its rows "
+            any(contains_aggregate(i.expr) for i in select.items):
+        raise sql_error("an event pattern takes no window, aggregate, GROUP BY or HAVING: its matches are its rows "
                    "(a view over its matches can aggregate them)", clause.pos)
     defined: dict[str, Expr] = {}
     for define in clause.defines:
         if define.name in defined:
-            raise _err(f"step {define.name!r} is defined twice", define.pos)
+            raise sql_error(f"step {define.name!r} is defined twice", define.pos)
         condition = binder.scalar(define.condition, scope.columns, scope.qualifiers)
         if expr_type(condition, scope.columns) != "boolean":
-            raise _err(f"DEFINE {define.name} AS <a condition on one row>", define.pos)
+            raise sql_error(f"DEFINE {define.name} AS <a condition on one row>", define.pos)
         defined[define.name] = condition
     used: list[str] = []
     steps = []
     for n, step in enumerate(clause.steps):
         for name in step.names:
             if name not in defined:
-                raise _err(f"unknown step {name!r}: DEFINE {name} AS <condition>", step.pos)
+                raise sql_error(f"unknown step {name!r}: DEFINE {name} AS <condition>", step.pos)
             if name in used:
-                raise _err(f"step {name!r} appears twice in the pattern", step.pos)
+                raise sql_error(f"step {name!r} appears twice in the pattern", step.pos)
             used.append(name)
         if step.negated and n == 0:
-            raise _err(f"a pattern cannot begin with NOT {step.names[0]}: nothing bounds what it forbids "
+            raise sql_error(f"a pattern cannot begin with NOT {step.names[0]}: nothing bounds what it forbids "
                        f"(begin with the step it follows)", step.pos)
         steps.append(MatchStep(step.names, tuple(defined[name] for name in step.names), step.negated))
     unused = [d for d in clause.defines if d.name not in used]
     if unused:
-        raise _err(f"step {unused[0].name!r} is defined but not in the pattern", unused[0].pos)
+        raise sql_error(f"step {unused[0].name!r} is defined but not in the pattern", unused[0].pos)
     if clause.within is None and any(s.negated for s in steps):
-        raise _err("a pattern with NOT needs WITHIN '<duration>': the time in which the negated step must not "
+        raise sql_error("a pattern with NOT needs WITHIN '<duration>': the time in which the negated step must not "
                    "happen", clause.pos)
     within_ms = binder.duration(clause.within, clause.within_pos or clause.pos) if clause.within else 0
     if clause.within is not None and within_ms <= 0:
-        raise _err(f"WITHIN must be positive (got {within_ms} ms)", clause.within_pos or clause.pos)
+        raise sql_error(f"WITHIN must be positive (got {within_ms} ms)", clause.within_pos or clause.pos)
     partition = tuple(binder.scalar(name, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
                       for name in clause.partition)
     outputs: list[tuple[str, str, str]] = []
@@ -582,22 +269,22 @@ def _bind_pattern(binder: _Binder, scope: _Scope) -> None:
         node = item.expr
         if not isinstance(node, ast.Name) or (node.qualifier is None and node.name not in partition) or \
                 (node.qualifier is not None and node.qualifier not in used):
-            raise _err("an event pattern selects <step>.<column> (or a PARTITION BY column)", item.pos)
+            raise sql_error("an event pattern selects <step>.<column> (or a PARTITION BY column)", item.pos)
         if node.name not in scope.columns:
-            raise _err(f"unknown column {node.name!r} (available: {', '.join(scope.columns)})", node.pos)
+            raise sql_error(f"unknown column {node.name!r} (available: {', '.join(scope.columns)})", node.pos)
         if node.qualifier is not None and any(s.negated and node.qualifier in s.names for s in steps):
-            raise _err(f"step {node.qualifier!r} is negated: no row of it is in a match", node.pos)
+            raise sql_error(f"step {node.qualifier!r} is negated: no row of it is in a match", node.pos)
         name = item.alias or node.name
         if any(name == existing for existing, _, _ in outputs):
-            raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
+            raise sql_error(f"two output columns are named {name!r}; use AS to rename one", item.pos)
         outputs.append((name, node.qualifier or "", node.name))
     if not outputs:
-        raise _err("an event pattern selects <step>.<column>, ... (not *)", select.pos)
+        raise sql_error("an event pattern selects <step>.<column>, ... (not *)", select.pos)
     scope.pattern = EventPattern(tuple(steps), within_ms, partition, tuple(outputs))
     scope.outputs = tuple((name, Col(name)) for name, _, _ in outputs)
 
 
-def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
+def _bind_grouping(binder: Binder, scope: Scope) -> None:
     """GROUP BY (an alias of a scalar select item is a column computed from each row first), and
     the window an aggregate groups in: its own, or that of the windowed view it reads."""
     select = scope.select
@@ -606,28 +293,28 @@ def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
     derived: list[tuple[str, Expr]] = []
     for name in select.group_by:
         item = next((i for i in select.items if i.alias == name.name and name.name not in scope.columns), None)
-        if item is not None and not _contains_aggregate(item.expr):
+        if item is not None and not contains_aggregate(item.expr):
             expr = binder.scalar(item.expr, scope.columns, scope.qualifiers)
             derived.append((name.name, expr))
             scope.columns[name.name] = expr_type(expr, scope.columns)
     scope.derived = tuple(derived)
     scope.keys = tuple(binder.scalar(name, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
                        for name in select.group_by)
-    scope.aggregate_query = bool(scope.keys) or any(_contains_aggregate(i.expr) for i in select.items) or \
+    scope.aggregate_query = bool(scope.keys) or any(contains_aggregate(i.expr) for i in select.items) or \
         select.having is not None
     source_window: Window | None = scope.facts["source_window"]
     if scope.aggregate_query and scope.window is None:
         if source_window is None and scope.stream_join is not None:
-            raise _err(f"an aggregate over a join needs a window on its first source: {select.source.name} "
+            raise sql_error(f"an aggregate over a join needs a window on its first source: {select.source.name} "
                        f"{select.source.alias or ''} [range by '5 seconds'] JOIN ...", select.source.pos)
         if source_window is None:
-            raise _err(f"an aggregate over stream {select.source.name!r} needs a window: "
+            raise sql_error(f"an aggregate over stream {select.source.name!r} needs a window: "
                        f"{select.source.name} [range by '5 seconds']", select.source.pos)
         scope.window = source_window
     window = scope.window
     if window is not None and source_window is not None and (
             window.range_ms % source_window.slide_ms or window.slide_ms % source_window.slide_ms):
-        raise _err(f"window {window.describe()} cannot be derived from view {select.source.name!r}, whose "
+        raise sql_error(f"window {window.describe()} cannot be derived from view {select.source.name!r}, whose "
                    f"rows are {source_window.describe()} windows (use multiples of "
                    f"{source_window.slide_ms / 1000:g}s)", select.source.window.pos if select.source.window
                    else select.source.pos)
@@ -635,7 +322,7 @@ def _bind_grouping(binder: _Binder, scope: _Scope) -> None:
         scope.window = None
 
 
-def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
+def _bind_output(binder: Binder, scope: Scope, node: ast.Node) -> Expr:
     """An expression of an aggregate query's select list or HAVING: over keys and aggregates
     (each aggregate call collected once, by name)."""
     computed = next((alias for alias, expr in ((i.alias, i.expr) for i in scope.select.items
@@ -643,53 +330,53 @@ def _bind_output(binder: _Binder, scope: _Scope, node: ast.Node) -> Expr:
     if computed is not None:
         return Col(computed)
     if isinstance(node, ast.Call) and node.name in SCALAR_FUNCTIONS and node.arg is not None:
-        return _text_function(node, _bind_output(binder, scope, node.arg), _output_types(scope))
+        return text_function(node, _bind_output(binder, scope, node.arg), output_types(scope))
     if isinstance(node, ast.Call):
         column = None
         if node.arg is not None:
             if not isinstance(node.arg, ast.Name):
-                raise _err(f"the argument of {node.name}() must be a column", node.pos)
+                raise sql_error(f"the argument of {node.name}() must be a column", node.pos)
             column = binder.scalar(node.arg, scope.columns, scope.qualifiers).name  # type: ignore[union-attr]
             if node.name in ("sum", "avg") and scope.columns[column] not in ("int", "long", "double"):
-                raise _err(f"{node.name}({column}) needs a numeric column ({column} is {scope.columns[column]})",
+                raise sql_error(f"{node.name}({column}) needs a numeric column ({column} is {scope.columns[column]})",
                            node.pos)
         fn = "count_distinct" if node.distinct and node.name == "count" else node.name
         if node.distinct and node.name != "count":
-            raise _err(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
+            raise sql_error(f"DISTINCT is supported in count() only, not {node.name}()", node.pos)
         if fn in TAG_ESTIMATES:
-            call = AggCall(_agg_name(node, column), fn, _reads_of(scope, column, node))
+            call = AggCall(agg_name(node, column), fn, _reads_of(scope, column, node))
             scope.aggregates.setdefault(call.name, call)
             return Col(call.name)
-        call = AggCall(_agg_name(node, column), fn, column)
+        call = AggCall(agg_name(node, column), fn, column)
         scope.aggregates.setdefault(call.name, call)
         return Col(call.name)
     if isinstance(node, ast.Name):
         bound = binder.scalar(node, scope.columns, scope.qualifiers)
         if isinstance(bound, Col) and bound.name not in scope.keys:
-            raise _err(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
+            raise sql_error(f"column {bound.name!r} must appear in GROUP BY or inside an aggregate", node.pos)
         return bound
     if isinstance(node, ast.Binary):
         made = BinOp(node.op, _bind_output(binder, scope, node.left), _bind_output(binder, scope, node.right))
-        problem = _operand_problem(made, _output_types(scope))
+        problem = bound_operand_problem(made, output_types(scope))
         if problem:
-            raise _err(problem, node.pos)
+            raise sql_error(problem, node.pos)
         return made
     if isinstance(node, ast.Unary):
-        return _unary(node, _bind_output(binder, scope, node.operand), _output_types(scope))
+        return bind_unary(node, _bind_output(binder, scope, node.operand), output_types(scope))
     if isinstance(node, ast.Literal):
         return Lit(node.value)
     return binder.scalar(node, scope.columns, scope.qualifiers)
 
 
-def _reads_of(scope: _Scope, tag: str | None, node: ast.Call) -> str:
+def _reads_of(scope: Scope, tag: str | None, node: ast.Call) -> str:
     """The column of each row's read (base.tag_count.read_key: receptor, cycle, tag) a tag
     estimate counts, computed from each row beside the grouping columns (the partials are sets of
     reads, combined across children as count(DISTINCT) is)."""
     time = scope.facts["event_time"]
     if tag is None or scope.columns[tag] != "string":
-        raise _err(f"{node.name}() counts tags: give it the tag column (tag_id)", node.pos)
+        raise sql_error(f"{node.name}() counts tags: give it the tag column (tag_id)", node.pos)
     if scope.columns.get("receptor_id") != "string" or time == "window_start":
-        raise _err(f"{node.name}() estimates from each reader's read cycles: it reads readings with their "
+        raise sql_error(f"{node.name}() estimates from each reader's read cycles: it reads readings with their "
                    "receptor_id and time (rfid_stream, or a view of its rows), not windows", node.pos)
     name = f"__reads_{tag.replace('.', '_')}"
     if name not in dict(scope.derived):
@@ -698,14 +385,14 @@ def _reads_of(scope: _Scope, tag: str | None, node: ast.Call) -> str:
     return name
 
 
-def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
+def _bind_select_list(binder: Binder, scope: Scope) -> None:
     """The select list (`*` when empty), each item named."""
     select = scope.select
     if scope.pattern is not None:
         return
     outputs: list[tuple[str, Expr]] = []
     if scope.stream_join is not None and not select.items:
-        raise _err("a join selects its columns by name (a.column, b.column ...): * would name columns twice",
+        raise sql_error("a join selects its columns by name (a.column, b.column ...): * would name columns twice",
                    select.pos)
     items = select.items or tuple(ast.SelectItem(ast.Name(n, None, select.pos), None, select.pos)
                                   for n in scope.columns
@@ -715,16 +402,16 @@ def _bind_select_list(binder: _Binder, scope: _Scope) -> None:
             binder.scalar(item.expr, scope.columns, scope.qualifiers)
         name = item.alias or (expr.name.split(".")[-1] if isinstance(expr, Col) else None)   # a.x is named x
         if name is None:
-            raise _err("give this expression a name: <expression> AS name", item.pos)
+            raise sql_error("give this expression a name: <expression> AS name", item.pos)
         if any(name == existing for existing, _ in outputs):
-            raise _err(f"two output columns are named {name!r}; use AS to rename one", item.pos)
+            raise sql_error(f"two output columns are named {name!r}; use AS to rename one", item.pos)
         if scope.aggregate_query and name in ("window_start", "window_end") and expr != Col(name):
-            raise _err(f"{name} is a column every window's row has already; name this one otherwise", item.pos)
+            raise sql_error(f"{name} is a column every window's row has already; name this one otherwise", item.pos)
         outputs.append((name, expr))
     scope.outputs = tuple(outputs)
 
 
-def _bind_having(binder: _Binder, scope: _Scope) -> None:
+def _bind_having(binder: Binder, scope: Scope) -> None:
     """HAVING: a condition over keys and aggregates, or the arbitration form (ALL subquery)."""
     select = scope.select
     if select.having is None:
@@ -734,25 +421,17 @@ def _bind_having(binder: _Binder, scope: _Scope) -> None:
         scope.keys = tuple(k for k in scope.keys if k != scope.arbitration.by)
     else:
         scope.having = _bind_output(binder, scope, select.having)
-        _condition(scope.having, _output_types(scope), "HAVING", select.having)
+        _condition(scope.having, output_types(scope), "HAVING", select.having)
 
 
 def _condition(expr: Expr, columns: dict[str, str], clause: str, node: ast.Node) -> None:
     """A WHERE or HAVING is true or false for each row: refused here, with its position, when it is not."""
-    kind = _type_here(expr, columns)
+    kind = type_here(expr, columns)
     if kind not in (None, "boolean"):
-        raise _err(f"{clause} needs a condition (true or false); this is of type {kind}", node.pos)
+        raise sql_error(f"{clause} needs a condition (true or false); this is of type {kind}", node.pos)
 
 
-def _type_here(expr: Expr, columns: dict[str, str]) -> str | None:
-    """`expr`'s type, or None when a part of it is not known here (a correlated subquery's outer column)."""
-    try:
-        return expr_type(expr, columns)
-    except PlanError:
-        return None
-
-
-def _bind_changes(binder: _Binder, scope: _Scope) -> None:
+def _bind_changes(binder: Binder, scope: Scope) -> None:
     """EMIT CHANGES [BY col, ...]: over windowed rows only (a pattern's matches are events each).
     The key is the BY columns, else the GROUP BY keys, else the select list's text columns."""
     clause = scope.select.changes
@@ -760,7 +439,7 @@ def _bind_changes(binder: _Binder, scope: _Scope) -> None:
         return
     windowed = scope.window is not None or scope.smoothing is not None or scope.facts.get("source_window")
     if scope.pattern is not None or not windowed:
-        raise _err("EMIT CHANGES is for windowed rows (a windowed aggregate, or a view's windows): a pattern's "
+        raise sql_error("EMIT CHANGES is for windowed rows (a windowed aggregate, or a view's windows): a pattern's "
                    "or a selection's rows are events each", clause.pos)
     if not scope.aggregate_query:   # a key's windows are what change: its rows carry them
         bounds = tuple((name, Col(name)) for name in ("window_start", "window_end")
@@ -769,14 +448,14 @@ def _bind_changes(binder: _Binder, scope: _Scope) -> None:
     names = [name for name, _ in scope.outputs]
     for by in clause.by:
         if by.qualifier is not None or by.name not in names or by.name in ("window_start", "window_end"):
-            raise _err(f"EMIT CHANGES BY {by.name}: not a column of the select list (window bounds are not keys)",
+            raise sql_error(f"EMIT CHANGES BY {by.name}: not a column of the select list (window bounds are not keys)",
                        by.pos)
     if clause.by:
         scope.changes = tuple(by.name for by in clause.by)
     elif scope.aggregate_query:
         missing = [key for key in scope.keys if key not in names]
         if missing:
-            raise _err(f"EMIT CHANGES: GROUP BY {missing[0]} is not selected; select it or say EMIT CHANGES BY",
+            raise sql_error(f"EMIT CHANGES: GROUP BY {missing[0]} is not selected; select it or say EMIT CHANGES BY",
                        clause.pos)
         scope.changes = scope.keys
     else:
@@ -793,7 +472,7 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
                       text: str = "") -> LogicalQuery:
     view_name = statement.name if isinstance(statement, ast.CreateView) else None
     select = statement.select if isinstance(statement, ast.CreateView) else statement
-    binder = _Binder(catalog, principal)
+    binder = Binder(catalog, principal, analyze_statement)
     scope = _bind_source(binder, select)
     for bind in PASSES:
         bind(binder, scope)
@@ -806,20 +485,20 @@ def analyze_statement(statement: ast.Statement, catalog: Catalog, principal: str
                         stream_join=scope.stream_join, changes=scope.changes, **scope.facts)
 
 
-def _check_approximate(scope: _Scope) -> None:
+def _check_approximate(scope: Scope) -> None:
     """`approximate` annotates windows of counts and sums (dsp.operators, Data Triage)."""
     clause = scope.select.source.window
     assert clause is not None and clause.approximate_pos is not None
     first = next(iter(scope.aggregates.values()), None)
     if not scope.aggregate_query or scope.pattern is not None or scope.arbitration is not None:
-        raise _err("approximate is for windowed aggregates (their windows say whether they were triaged)",
+        raise sql_error("approximate is for windowed aggregates (their windows say whether they were triaged)",
                    clause.approximate_pos)
     if first is None or first.fn not in ("count", "sum"):
-        raise _err(f"approximate bounds the error of the first aggregate, which must be a count or a sum "
+        raise sql_error(f"approximate bounds the error of the first aggregate, which must be a count or a sum "
                    f"(not {first.fn if first else 'none'})", clause.approximate_pos)
 
 
-def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: _Binder,
+def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ...], binder: Binder,
                  columns: dict[str, str], qualifiers: set[str]) -> Arbitration:
     sub = having.subquery
     shape = ("HAVING count(*) >= ALL (SELECT count(*) FROM <the same source> WHERE <column> = <alias>.<column> "
@@ -829,14 +508,14 @@ def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ..
             and (measure.name, measure.arg is None) in (("count", True), ("sum", False))
             and sub.source.name == select.source.name and len(sub.group_by) == 1
             and isinstance(sub.where, ast.Binary) and sub.where.op == "="):
-        raise _err(f"the only ALL form supported is the arbitration form: {shape}", having.pos)
+        raise sql_error(f"the only ALL form supported is the arbitration form: {shape}", having.pos)
     sub_measure = sub.items[0].expr if len(sub.items) == 1 else None
     if not (isinstance(sub_measure, ast.Call) and sub_measure.name == measure.name
             and _column_name(sub_measure.arg) == _column_name(measure.arg)):
-        raise _err(f"the arbitration subquery must select the same measure as HAVING: {shape}", sub.pos)
+        raise sql_error(f"the arbitration subquery must select the same measure as HAVING: {shape}", sub.pos)
     weight = _column_name(measure.arg)
     if weight is not None and columns.get(weight) not in ("int", "long", "double"):
-        raise _err(f"arbitration weighs rows by a numeric column ({weight!r} is {columns.get(weight, 'unknown')})",
+        raise sql_error(f"arbitration weighs rows by a numeric column ({weight!r} is {columns.get(weight, 'unknown')})",
                    measure.pos)
     sub_qualifiers = {sub.source.name, *([sub.source.alias] if sub.source.alias else [])}
     outer_names = {q: "" for q in qualifiers}
@@ -844,13 +523,13 @@ def _arbitration(select: ast.Select, having: ast.CompareAll, keys: tuple[str, ..
     inner = [s for s in sides if isinstance(s, Col) and not s.name.startswith("__outer.")]
     outer = [s for s in sides if isinstance(s, Col) and s.name.startswith("__outer.")]
     if len(inner) != 1 or len(outer) != 1 or inner[0].name != outer[0].name.removeprefix("__outer."):
-        raise _err(f"the arbitration subquery must correlate one column with the outer query: {shape}", sub.pos)
+        raise sql_error(f"the arbitration subquery must correlate one column with the outer query: {shape}", sub.pos)
     by = inner[0].name
     winner = binder.scalar(sub.group_by[0], columns, sub_qualifiers).name  # type: ignore[union-attr]
     if set(keys) != {by, winner}:
-        raise _err(f"arbitration groups by ({winner}, {by}); GROUP BY must name exactly those", select.pos)
+        raise sql_error(f"arbitration groups by ({winner}, {by}); GROUP BY must name exactly those", select.pos)
     if binder.window(sub.source.window) != binder.window(select.source.window):
-        raise _err("the arbitration subquery must use the outer query's window", sub.source.pos)
+        raise sql_error("the arbitration subquery must use the outer query's window", sub.source.pos)
     return Arbitration(by, winner, weight)
 
 
@@ -868,15 +547,15 @@ def refuse_taken_view_name(statement: ast.Statement, catalog: Catalog, reader: I
     exports = catalog.exports_of(name)
     if exports and (reader is None or any(reader.may_read(v.readers) for v in exports)):
         holders = sorted({v.node for v in exports})
-        raise _err(f"a view named {name!r} already exists (exported at {', '.join(holders)}); view names are "
+        raise sql_error(f"a view named {name!r} already exists (exported at {', '.join(holders)}); view names are "
                    f"unique, so choose another", pos)
     if exports:
-        raise _err(f"the view name {name!r} is taken; view names are unique, so choose another", pos)
+        raise sql_error(f"the view name {name!r} is taken; view names are unique, so choose another", pos)
     if INTERNAL_VIEW_NAME.fullmatch(name):
-        raise _err(f"{name!r} is a name of the form the planner gives the partial streams it exports; "
+        raise sql_error(f"{name!r} is a name of the form the planner gives the partial streams it exports; "
                    f"choose another view name", pos)
     if name in RAW_STREAMS or name in catalog.streams or name in catalog.relations:
-        raise _err(f"{name!r} is the name of a {'static relation' if name in catalog.relations else 'stream'}; "
+        raise sql_error(f"{name!r} is the name of a {'static relation' if name in catalog.relations else 'stream'}; "
                    f"choose another view name", pos)
 
 

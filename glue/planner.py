@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from base.plan import Changes, output_columns, window_of
-from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.logical_query import LogicalQuery
 from glue.rewrite.distribute import DistributedPlan, Rollup, answering_from, build_parts, rollups_for
 from glue.rewrite.placement import Placement, place
 from glue.rewrite.selectivity import Estimate, order_terms

@@ -36,8 +36,9 @@ from base.plan import (
     Source,
 )
 from base.smurf import ReaderSmoother
-from glue.analyzer import AggCall, EventPattern, LogicalQuery, analyze
+from glue.analyzer import analyze
 from glue.catalog import Catalog
+from glue.logical_query import AggCall, EventPattern, LogicalQuery
 from glue.sql.parser import TAG_ESTIMATES
 from glue.stream_join import StreamJoin
 from wire.windows import window_starts

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 
 from base.part_spec import PartSpec
 from base.plan import RAW_STREAMS, expr_type, sources
-from glue.analyzer import LogicalQuery, analyze
+from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
+from glue.logical_query import LogicalQuery
 from glue.operators import operator_parts
 from glue.planner import plan_query
 from glue.sql.lexer import SqlError

@@ -20,9 +20,10 @@ import grpc
 
 from base.part_spec import PartSpec
 from base.plan import PlanError, from_json, window_of
-from glue.analyzer import LogicalQuery, analyze_statement, refuse_taken_view_name
+from glue.analyzer import analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits
+from glue.logical_query import LogicalQuery
 from glue.planner import plan_query, start_from
 from glue.proxy import sample_predicates
 from glue.rewrite.distribute import DistributedPlan

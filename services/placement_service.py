@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from base.plan import PlanError
-from glue.analyzer import AccessError
+from glue.binder import AccessError
 from glue.sql.lexer import SqlError
 from mdr.repository import MDR, QueryRecord, now_ms
 from protos import hifi_pb2, hifi_pb2_grpc

@@ -9,7 +9,8 @@ import stat
 import pytest
 from cryptography import x509
 
-from glue.analyzer import AccessError, analyze
+from glue.analyzer import analyze
+from glue.binder import AccessError
 from glue.sql.lexer import SqlError
 from glue.standing import topology_catalog
 from glue.topology import TopologyError, parse_topology

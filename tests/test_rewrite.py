@@ -20,8 +20,9 @@ from base.plan import (
     Window,
     output_columns,
 )
-from glue.analyzer import AggCall, analyze
+from glue.analyzer import analyze
 from glue.catalog import ExportedView, NodeInfo
+from glue.logical_query import AggCall
 from glue.planner import plan_query
 from glue.reference import Reference, adaptive_smoothed, evaluate_expr
 from glue.rewrite.distribute import answering_from

@@ -3,7 +3,8 @@
 import pytest
 
 from base.plan import BinOp, Col, Func, Lit, Window
-from glue.analyzer import Arbitration, Smoothing, analyze
+from glue.analyzer import analyze
+from glue.logical_query import Arbitration, Smoothing
 from glue.sql import ast
 from glue.sql.lexer import SqlError
 from glue.sql.parser import parse

@@ -55,8 +55,8 @@ from base.plan import (
     raw_stream_plan,
     sources,
 )
-from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog, ExportedView
+from glue.logical_query import LogicalQuery
 from glue.rewrite import join_order
 from glue.rewrite.join_inputs import input_query
 from glue.rewrite.part_names import PartNames

@@ -16,7 +16,7 @@ BinOp(op='>', left=Col(name='temperature'), right=Lit(value=30))
 from __future__ import annotations
 
 from base.plan import Col, expr_columns
-from glue.analyzer import LogicalQuery
+from glue.logical_query import LogicalQuery
 from glue.stream_join import JoinInput
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from base.plan import AggSpec, BinOp, Col, Expr, Func
-from glue.analyzer import AggCall
+from glue.logical_query import AggCall
 from glue.sql.parser import TAG_ESTIMATES
 
 

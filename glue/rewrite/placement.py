@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from base.plan import RAW_STREAMS, BinOp, Col, Expr, Lit, conjuncts
-from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.logical_query import LogicalQuery
 from glue.rewrite.join_inputs import input_query
 from glue.sql.lexer import SqlError
 

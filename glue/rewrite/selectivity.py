@@ -13,8 +13,8 @@ import functools
 from dataclasses import dataclass, replace
 
 from base.plan import SAMPLE_QUANTITIES, BinOp, Col, Expr, Func, Lit, conjuncts, expr_columns, plain_comparison
-from glue.analyzer import LogicalQuery
 from glue.catalog import Catalog
+from glue.logical_query import LogicalQuery
 from glue.reference import evaluate_expr
 from wire import histogram
 
