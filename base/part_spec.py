@@ -34,7 +34,8 @@ import base64
 import json
 from dataclasses import dataclass, field
 
-from base.plan import PLAN_FORMAT, Plan, from_json, to_json
+from base.plan import PLAN_FORMAT, Plan
+from base.plan_json import from_json, to_json
 from protos import hifi_pb2
 from wire.errors import HiFiError
 from wire.identity import INTERNAL_READERS

@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pyarrow as pa
 
-from base.plan import Plan, carries_markers, output_columns, sources
+from base.plan import Plan
+from base.plan_schema import carries_markers, output_columns, sources
 from dsp.operators.build import build, rows_of, view_batch
 from dsp.operators.core import Operator
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from base.part_spec import PartSpec
-from base.plan import Plan, to_json
+from base.plan import Plan
+from base.plan_json import to_json
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from base.part_spec import PartSpec
-from base.plan import Column, Plan, Window, output_columns, window_of
+from base.plan import Column, Plan, Window
+from base.plan_schema import output_columns, window_of
 from wire.identity import Identity
 
 # The names the planner gives the partial streams it exports (glue.rewrite.distribute: a part's

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from base.plan import Changes, output_columns, window_of
+from base.plan import Changes
+from base.plan_schema import output_columns, window_of
 from glue.catalog import Catalog
 from glue.logical_query import LogicalQuery
 from glue.rewrite.distribute import DistributedPlan, Rollup, answering_from, build_parts, rollups_for

@@ -36,9 +36,9 @@ from base.plan import (
     Union_,
     WindowJoin,
     expr_columns,
-    output_columns,
     plain_comparison,
 )
+from base.plan_schema import output_columns
 from wire.receptor_settings import ALWAYS, COMPARISONS, EVERY, NEVER, Bound, Clause, Rule
 
 TRUE = Lit(True)

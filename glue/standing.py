@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from base.part_spec import PartSpec
-from base.plan import RAW_STREAMS, expr_type, sources
+from base.plan import RAW_STREAMS, expr_type
+from base.plan_schema import sources
 from glue.analyzer import analyze
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation, exported_view
 from glue.logical_query import LogicalQuery

@@ -14,7 +14,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from base.part_spec import PartSpec
-from base.plan import PlanError, output_columns
+from base.plan import PlanError
+from base.plan_schema import output_columns
 from dsp.runtime.bounds import OutputBounds, bounded_column
 from dsp.runtime.shared import SharedRuntime
 from glue.adoption import TailBatch, adopt_after_ms, adoptable_by, adopter, handback_at, resume_point

@@ -24,7 +24,8 @@ import grpc
 from pyspark.sql import SparkSession
 
 from base.part_spec import PartError, PartSpec
-from base.plan import output_columns, to_json, window_of
+from base.plan_json import to_json
+from base.plan_schema import output_columns, window_of
 from dsp.runtime.archive import DEFAULT_RETENTION_MS
 from dsp.runtime.bounds import OutputBounds
 from dsp.runtime.shared import SharedRuntime

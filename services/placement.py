@@ -19,7 +19,9 @@ from dataclasses import replace
 import grpc
 
 from base.part_spec import PartSpec
-from base.plan import PlanError, from_json, window_of
+from base.plan import PlanError
+from base.plan_json import from_json
+from base.plan_schema import window_of
 from glue.analyzer import analyze_statement, refuse_taken_view_name
 from glue.catalog import Catalog, ExportedView, NodeInfo, ReceptorInfo, Relation
 from glue.limits import Limits

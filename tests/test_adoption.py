@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from base.part_spec import PartSpec
-from base.plan import to_json
+from base.plan_json import to_json
 from dsp.runtime.bounds import OutputBounds, bounded_column
 from glue.adoption import HANDBACK_SLACK_MS, TailBatch, adopt_after_ms, adopter, handback_at, resume_point
 from glue.standing import standing_views

@@ -23,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, sources
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan
+from base.plan_schema import sources
 from dsp.bottom_up import BottomUp, Pushes, pushed
 from dsp.operators.aggregate import AggregateOp
 from dsp.operators.core import Operator

@@ -22,7 +22,7 @@ import grpc
 import pytest
 from google.protobuf.message import DecodeError
 
-from base.plan import output_columns
+from base.plan_schema import output_columns
 from edge.agent import read_jsonl
 from glue.topology import parse_topology
 from protos import hifi_pb2

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, BinOp, Col, Filter, Lit, Source, Union_, to_json
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, BinOp, Col, Filter, Lit, Source, Union_
+from base.plan_json import to_json
 from glue.rewrite.part_names import PartNames
 from wire.windows import Window
 

@@ -14,7 +14,8 @@ import datetime as dt
 import pyarrow as pa
 import pytest
 
-from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES, sources
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, SAMPLE_QUANTITIES
+from base.plan_schema import sources
 from dsp.operators.expressions import arrow_schema
 from edge.agent import ReceptorAgent
 from glue.analyzer import analyze

@@ -13,12 +13,9 @@ from base.plan import (
     Project,
     Source,
     Window,
-    event_time_column,
-    from_json,
-    output_columns,
-    to_json,
-    window_of,
 )
+from base.plan_json import from_json, to_json
+from base.plan_schema import event_time_column, output_columns, window_of
 from wire.windows import WindowError
 
 RAW = Source(("hifi.raw.d1",), "rfid", RAW_RFID_SOURCE_COLUMNS, "ts", 1000)

@@ -17,7 +17,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from base.plan import output_columns, sources
+from base.plan_schema import output_columns, sources
 from dsp.bottom_up import pushed
 from dsp.operators.aggregate import AggregateOp
 from dsp.operators.build import build

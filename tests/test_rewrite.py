@@ -18,8 +18,8 @@ from base.plan import (
     Smooth,
     Source,
     Window,
-    output_columns,
 )
+from base.plan_schema import output_columns
 from glue.analyzer import analyze
 from glue.catalog import ExportedView, NodeInfo
 from glue.logical_query import AggCall

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
-from base.plan import to_json
+from base.plan_json import to_json
 from dsp.bottom_up import pushed
 from dsp.operators.aggregate import AggregateOp
 from dsp.operators.build import build

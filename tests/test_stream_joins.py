@@ -12,7 +12,9 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
-from base.plan import EVENT_TIME, JoinBound, Source, WindowJoin, from_json, output_columns, to_json
+from base.plan import EVENT_TIME, JoinBound, Source, WindowJoin
+from base.plan_json import from_json, to_json
+from base.plan_schema import output_columns
 from base.window_join import Buffers
 from dsp.operators.build import build, rows_of, view_batch
 from dsp.operators.expressions import arrow_schema

@@ -10,7 +10,8 @@ from collections import defaultdict
 import pyarrow as pa
 import pytest
 
-from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window, output_columns
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Aggregate, AggSpec, PlanError, Source, Window
+from base.plan_schema import output_columns
 from dsp.operators.aggregate import BOUND_Z
 from dsp.operators.build import build, rows_of
 from dsp.operators.expressions import arrow_schema

@@ -11,15 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from base.plan import (
-    ERROR_BOUND,
-    TRIAGED,
-    Aggregate,
-    AggSpec,
-    PlanError,
-    event_time_column,
-    output_columns,
-)
+from base.plan import ERROR_BOUND, TRIAGED, Aggregate, AggSpec, PlanError
+from base.plan_schema import event_time_column, output_columns
 from dsp.operators.core import (
     CLUSTER,
     WEIGHT,

@@ -21,8 +21,8 @@ from base.plan import (
     Source,
     Union_,
     WindowJoin,
-    output_columns,
 )
+from base.plan_schema import output_columns
 from dsp.operators.aggregate import AggregateOp
 from dsp.operators.changes import ChangesOp
 from dsp.operators.core import Operator

@@ -7,10 +7,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from base.changes import KeyChanges
-from base.plan import (
-    Changes,
-    output_columns,
-)
+from base.plan import Changes
+from base.plan_schema import output_columns
 from dsp.operators.expressions import arrow_schema, arrow_type, epoch_ms, timestamps
 from dsp.operators.rowwise import RowwiseOp
 

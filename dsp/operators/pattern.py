@@ -7,11 +7,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from base.events import Found, PatternState, Step, order_key, ordering_columns
-from base.plan import (
-    Match,
-    event_time_column,
-    output_columns,
-)
+from base.plan import Match
+from base.plan_schema import event_time_column, output_columns
 from dsp.operators.core import Operator, truths
 from dsp.operators.expressions import arrow_schema, arrow_type, epoch_ms, evaluate, timestamps
 

@@ -8,13 +8,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from base.mote_quality import MoteQuality, judge_periods
-from base.plan import (
-    SAMPLE_QUANTITIES,
-    Aggregate,
-    AggSpec,
-    Qualify,
-    output_columns,
-)
+from base.plan import SAMPLE_QUANTITIES, Aggregate, AggSpec, Qualify
+from base.plan_schema import output_columns
 from dsp.operators.expressions import arrow_schema, epoch_ms
 from dsp.operators.rowwise import RowwiseOp
 from wire.windows import Window

@@ -7,13 +7,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from base.plan import (
-    Filter,
-    LookupJoin,
-    Project,
-    conjuncts,
-    output_columns,
-)
+from base.plan import Filter, LookupJoin, Project, conjuncts
+from base.plan_schema import output_columns
 from dsp.operators.core import Operator, carry_hidden, none_min
 from dsp.operators.expressions import arrow_schema, column, evaluate
 from dsp.operators.source import SILENT_CHILD_GRACE_MS

@@ -6,14 +6,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from base.plan import (
-    EVENT_TIME,
-    JOIN_OLDEST,
-    JOIN_TIME,
-    WindowJoin,
-    event_time_column,
-    output_columns,
-)
+from base.plan import EVENT_TIME, JOIN_OLDEST, JOIN_TIME, WindowJoin
+from base.plan_schema import event_time_column, output_columns
 from base.window_join import Buffers
 from dsp.operators.core import Operator
 from dsp.operators.expressions import arrow_schema, arrow_type, epoch_ms, timestamps

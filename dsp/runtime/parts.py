@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from base.plan import carries_markers, event_time_column, output_columns, to_json
+from base.plan_json import to_json
+from base.plan_schema import carries_markers, event_time_column, output_columns
 from dsp.operators.build import build, rows_of, view_batch
 from dsp.operators.core import Operator
 from dsp.operators.topic_batch import TopicBatch

@@ -75,7 +75,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pyspark.sql import SparkSession
 
 from base.part_spec import PartSpec
-from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, PlanError, output_columns, sources, to_json
+from base.plan import RAW_SAMPLE_SOURCE_COLUMNS, Plan, PlanError
+from base.plan_json import to_json
+from base.plan_schema import output_columns, sources
 from dsp.operators.build import build, supported
 from dsp.runtime.archive import DEFAULT_RETENTION_MS, Archive
 from dsp.runtime.bounds import OutputBounds

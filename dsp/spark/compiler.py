@@ -34,9 +34,8 @@ from base.plan import (
     Smooth,
     Source,
     Union_,
-    event_time_column,
-    output_columns,
 )
+from base.plan_schema import event_time_column, output_columns
 from base.tag_count import SEPARATOR
 from wire.intake import IntakeRules
 

@@ -22,16 +22,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from base.part_spec import PartError, PartSpec
-from base.plan import (
-    RAW_RFID_SOURCE_COLUMNS,
-    Plan,
-    Smooth,
-    Source,
-    event_time_column,
-    output_columns,
-    sources,
-    window_of,
-)
+from base.plan import RAW_RFID_SOURCE_COLUMNS, Plan, Smooth, Source
+from base.plan_schema import event_time_column, output_columns, sources, window_of
 from dsp.spark.compiler import CompileContext, Ingest, compile_plan, read_source
 from dsp.spark.kafka_sink import BatchTransform, RowBatchSink
 from dsp.spark.progress import MarkerTarget, markers_for

@@ -49,12 +49,9 @@ from base.plan import (
     Source,
     Window,
     WindowJoin,
-    event_time_column,
     expr_columns,
-    output_columns,
-    raw_stream_plan,
-    sources,
 )
+from base.plan_schema import event_time_column, output_columns, raw_stream_plan, sources
 from glue.catalog import Catalog, ExportedView
 from glue.logical_query import LogicalQuery
 from glue.rewrite import join_order

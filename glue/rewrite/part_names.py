@@ -14,7 +14,8 @@ import hashlib
 import json
 from dataclasses import fields
 
-from base.plan import Plan, Source, to_json
+from base.plan import Plan, Source
+from base.plan_json import to_json
 
 
 class PartNames:

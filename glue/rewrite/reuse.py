@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from base.plan import Aggregate, AggSpec, BinOp, Expr, Filter, Plan, Source, conjuncts, expr_columns, output_columns
+from base.plan import Aggregate, AggSpec, BinOp, Expr, Filter, Plan, Source, conjuncts, expr_columns
+from base.plan_schema import output_columns
 from glue.catalog import ExportedView
 
 ROLLUP = {"count": "sum", "sum": "sum", "min": "min", "max": "max", "collect_set": "union_sets"}

@@ -261,7 +261,7 @@ def run_parent_bench(children: Sequence[int], settle_s: float, duration_s: float
     """For each N: the warehouse alone in this process, its N doors emulated by a publisher process."""
     import multiprocessing
 
-    from base.plan import output_columns
+    from base.plan_schema import output_columns
     from glue.standing import standing_views
     from services.bench.lag import first_emits
     from services.bench.runtime import tree_cpu_s
